@@ -1,0 +1,33 @@
+"""``context.get`` / ``context.set``: per-conversation working state (seed 003's context channel)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.actions import ActionContext, JsonObject, action
+from actors.stores import open_store
+from core.errors import InvalidInput
+
+
+def _conversation(ctx: ActionContext) -> str:
+    if not ctx.conversation_id:
+        raise InvalidInput("context actions need a conversation")
+    return ctx.conversation_id
+
+
+@action("context.get")
+async def context_get(params: JsonObject, data: JsonObject, ctx: ActionContext) -> Any:
+    key = str(params.get("key") or data.get("key") or "")
+    if not key:
+        raise InvalidInput("context.get needs a key")
+    return {"key": key, "value": open_store(ctx.settings_env).context.get(_conversation(ctx), key)}
+
+
+@action("context.set")
+async def context_set(params: JsonObject, data: JsonObject, ctx: ActionContext) -> Any:
+    key = str(params.get("key") or data.get("key") or "")
+    if not key:
+        raise InvalidInput("context.set needs a key")
+    value = params["value"] if "value" in params else data.get("value")
+    open_store(ctx.settings_env).context.set(_conversation(ctx), key, value)
+    return {"key": key, "value": value}

@@ -1,0 +1,73 @@
+"""Settings: every location and limit is a ``WONDER_*`` environment variable, never a code change.
+
+The defaults are the embedded single-machine setup of ARCHITECTURE.md §1: a data directory holding
+the SQLite file, the LanceDB directory and the object-store directory.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Wonder's settings, read from ``WONDER_*`` environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="WONDER_", extra="ignore")
+
+    data_dir: Path = Field(Path("var"), description="Root of the embedded stores")
+    database_url: str | None = Field(None, description="SQLAlchemy URL; default SQLite in data_dir")
+    lance_uri: str | None = Field(None, description="LanceDB URI; default data_dir/lance")
+    object_uri: str | None = Field(None, description="Object store URI; default data_dir/objects")
+    s3_endpoint_url: str | None = Field(None, description="S3-compatible endpoint for s3:// URIs")
+
+    ray_address: str | None = Field(None, description="Ray cluster to attach to; None = start one")
+    ray_namespace: str = "wonder"
+    ray_num_cpus: int | None = Field(None, description="Logical CPUs for a locally started Ray")
+
+    gateway_host: str = "127.0.0.1"
+    gateway_port: int = 8000
+    dashboard_port: int = 8265
+
+    conversation_idle_ttl_s: float = Field(600.0, gt=0)
+    max_resident_conversations: int = Field(64, ge=1)
+    max_delegation_depth: int = Field(3, ge=0, le=20)
+
+    http_allowed_hosts: list[str] = Field(default_factory=list)
+
+    llm_model_dir: str | None = Field(None, description="Model directory served by vLLM")
+    llm_device: str = Field("cpu", description="cpu or cuda")
+    llm_deploy: bool = Field(True, description="Deploy the local vLLM model with `wonder up`")
+
+    @cached_property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'wonder.db').resolve()}"
+
+    @cached_property
+    def resolved_lance_uri(self) -> str:
+        return self.lance_uri or str((self.data_dir / "lance").resolve())
+
+    @cached_property
+    def resolved_object_uri(self) -> str:
+        return self.object_uri or str((self.data_dir / "objects").resolve())
+
+    def env(self) -> dict[str, str]:
+        """These settings as ``WONDER_*`` variables, for Ray runtime environments."""
+        out: dict[str, str] = {}
+        for name, value in self.model_dump(exclude_none=True).items():
+            if isinstance(value, list):
+                out[f"WONDER_{name.upper()}"] = __import__("json").dumps(value)
+            else:
+                out[f"WONDER_{name.upper()}"] = str(value)
+        out["WONDER_DATA_DIR"] = str(self.data_dir.resolve())
+        return out
+
+
+def load_settings() -> Settings:
+    """Settings from the environment (a fresh read each call: tests change the environment)."""
+    return Settings()

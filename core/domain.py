@@ -1,0 +1,288 @@
+"""The data model of ARCHITECTURE.md §3 as pydantic models.
+
+These are the shapes stored in the relational store and passed between actors. Library objects
+(personas, model profiles, tools, tasks) are versioned; everything else is owned by a client.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from core.errors import ErrorCode
+
+JsonObject = dict[str, Any]
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+LibraryId = Annotated[str, Field(pattern=NAME_PATTERN, description="Library object id")]
+
+
+class Model(BaseModel):
+    """Base for stored models: unknown fields are rejected so typos fail loudly."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# --------------------------------------------------------------------------- library objects
+
+
+class ModelProfile(Model):
+    """Which model answers and how (seed 001 ModelProfile, seed 004 per-turn override)."""
+
+    id: LibraryId
+    version: int = 0
+    provider: Literal["vllm", "openai", "scripted"] = "vllm"
+    model: str = Field("default", max_length=200)
+    base_url: str | None = Field(None, max_length=500, description="For provider=openai")
+    api_key_env: str | None = Field(None, max_length=100, description="Env var with the API key")
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(256, ge=1, le=32768)
+    timeout_s: float = Field(120.0, gt=0, le=3600)
+    tool_calling: Literal["native", "constrained"] = "constrained"
+
+
+class ToolRetry(Model):
+    max_attempts: int = Field(1, ge=1, le=10)
+    backoff_ms: int = Field(200, ge=0, le=60_000)
+    timeout_ms: int = Field(30_000, ge=1, le=3_600_000)
+
+
+class Tool(Model):
+    """The LLM-facing interface to a task, workflow or agent."""
+
+    id: LibraryId
+    version: int = 0
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    description: str = Field(max_length=2000)
+    input_schema: JsonObject = Field(default_factory=lambda: {"type": "object"})
+    target_type: Literal["task", "workflow", "agent"]
+    target_id: str = Field(min_length=1, max_length=200)
+    is_async: bool = Field(False, alias="async")
+    invocation_mode: Literal["delegate", "loop_in"] = "delegate"
+    input_mapping: dict[str, str] | None = None
+    retry: ToolRetry = Field(default_factory=ToolRetry)
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @field_validator("input_schema")
+    @classmethod
+    def _schema_is_valid(cls, value: JsonObject) -> JsonObject:
+        from jsonschema import Draft202012Validator
+        from jsonschema.exceptions import SchemaError
+
+        try:
+            Draft202012Validator.check_schema(value)
+        except SchemaError as exc:
+            raise ValueError(f"input_schema is not a valid JSON Schema: {exc.message}") from exc
+        if value.get("type", "object") != "object":
+            raise ValueError("input_schema must describe an object")
+        return value
+
+
+class TaskAction(Model):
+    """One step of a task. ``kind`` picks the executor action; ``params`` configure it."""
+
+    kind: str = Field(pattern=r"^[a-z]+(\.[a-z_]+)?$")
+    params: JsonObject = Field(default_factory=dict)
+
+
+class TaskDef(Model):
+    """A library task: a sequence of actions the executor runs as a Ray remote function."""
+
+    id: LibraryId
+    version: int = 0
+    description: str = Field("", max_length=2000)
+    actions: list[TaskAction] = Field(min_length=1, max_length=50)
+
+
+class Constraints(Model):
+    max_moves_per_turn: int = Field(8, ge=1, le=100)
+    allowed_agents: list[str] | None = None
+    allow: list[str] | None = Field(None, description="Tool names allowed (None = all)")
+    deny: list[str] = Field(default_factory=list, description="Tool names denied (wins)")
+
+
+class Persona(Model):
+    """Identity, memory configuration and tools (seed 001)."""
+
+    id: LibraryId
+    version: int = 0
+    system_prompt: str = Field(max_length=100_000)
+    model_profile_id: str = "local"
+    context_assembly_workflow_id: str | None = None
+    memory_extraction_workflow_id: str | None = None
+    recent_turns_limit: int = Field(20, ge=0, le=1000)
+    tool_ids: list[str] = Field(default_factory=list, max_length=128)
+    constraints: Constraints = Field(default_factory=Constraints)
+
+
+# --------------------------------------------------------------------------- owned entities
+
+
+class Client(Model):
+    id: str
+    name: str
+    created_at: datetime
+
+
+class PersonaRef(Model):
+    id: str
+    version: int | None = None  # None = latest at load time
+
+
+class Agent(Model):
+    id: str
+    client_id: str
+    name: str = Field(max_length=200)
+    persona_ref: PersonaRef | None = None
+    persona: Persona | None = None  # inline persona
+    project_ids: list[str] = Field(default_factory=list)
+    created_at: datetime
+
+
+class ConversationStatus(StrEnum):
+    ACTIVE = "active"
+    WAITING = "waiting"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class Participant(Model):
+    type: Literal["user", "agent"]
+    id: str
+
+
+class Conversation(Model):
+    id: str
+    client_id: str
+    agent_id: str | None = None
+    participants: list[Participant] = Field(default_factory=list)
+    status: ConversationStatus = ConversationStatus.ACTIVE
+    title: str | None = None
+    started_by_conversation_id: str | None = None
+    started_by_message_id: str | None = None
+    forked_from_conversation_id: str | None = None
+    forked_at_turn_id: str | None = None
+    branch: str | None = None
+    depth: int = 0
+    created_at: datetime
+
+
+class UserCaller(Model):
+    type: Literal["user"] = "user"
+    user_id: str
+
+
+class WorkflowCaller(Model):
+    type: Literal["workflow"] = "workflow"
+    run_id: str
+
+
+class AgentCaller(Model):
+    type: Literal["agent"] = "agent"
+    agent_id: str
+    turn_id: str
+    conversation_id: str
+
+
+Caller = Annotated[UserCaller | WorkflowCaller | AgentCaller, Field(discriminator="type")]
+
+
+class TurnStatus(StrEnum):
+    ACTIVE = "active"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class TurnIssues(Model):
+    memory_extraction_failed: bool = False
+    tool_failures: int = 0
+    context_assembly_failed: bool = False
+
+
+class Usage(Model):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class Turn(Model):
+    id: str
+    conversation_id: str
+    agent_id: str | None
+    parent_turn_id: str | None = None
+    caller: Caller
+    input: str
+    source: Literal["human", "trigger", "agent", "webhook", "cron", "event"] = "human"
+    reply_to_message_id: str | None = None
+    status: TurnStatus = TurnStatus.ACTIVE
+    failure_reason: str | None = None
+    context_assembly_run_id: str | None = None
+    memory_extraction_run_id: str | None = None
+    issues: TurnIssues = Field(default_factory=TurnIssues)
+    usage: Usage = Field(default_factory=Usage)
+    created_at: datetime
+    completed_at: datetime | None = None
+
+
+class MessageRole(StrEnum):
+    USER = "user"
+    AGENT = "agent"
+    SYSTEM = "system"
+    TOOL = "tool"
+
+
+class Message(Model):
+    id: str
+    conversation_id: str
+    turn_id: str
+    role: MessageRole
+    author: str
+    content: str
+    seq: int = 0
+    created_at: datetime
+
+
+class ToolError(Model):
+    code: ErrorCode
+    message: str
+    retriable: bool = False
+
+
+class ToolResult(Model):
+    """What a tool call returns to the model (ARCHITECTURE.md §6)."""
+
+    tool_call_id: str
+    success: bool
+    result: Any = None
+    error: ToolError | None = None
+
+
+class ToolCallRecord(Model):
+    id: str
+    tool_id: str
+    name: str
+    input: JsonObject
+
+
+class Move(Model):
+    id: str
+    turn_id: str
+    sequence: int
+    reasoning: str | None = None
+    tool_call: ToolCallRecord | None = None
+    tool_result: ToolResult | None = None
+    raw: JsonObject | None = None
+    created_at: datetime
+
+
+class Event(Model):
+    """A durable, per-conversation, seq-numbered event."""
+
+    conversation_id: str
+    seq: int
+    type: str
+    payload: JsonObject = Field(default_factory=dict)
+    at: datetime

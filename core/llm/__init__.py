@@ -1,0 +1,21 @@
+"""LLM access behind one protocol: ``ChatModel.stream(request)`` yields text deltas and tool calls."""
+
+from core.llm.protocol import (
+    ChatChunk,
+    ChatModel,
+    ChatRequest,
+    ModelFinished,
+    TextDelta,
+    ToolCallRequested,
+    ToolSpec,
+)
+
+__all__ = [
+    "ChatChunk",
+    "ChatModel",
+    "ChatRequest",
+    "ModelFinished",
+    "TextDelta",
+    "ToolCallRequested",
+    "ToolSpec",
+]

@@ -1,0 +1,76 @@
+"""The chat-model protocol every provider implements (OpenAI chat-completions shape).
+
+A provider turns a ``ChatRequest`` into a stream of chunks: ``TextDelta`` as tokens arrive, then
+zero or more ``ToolCallRequested``, then exactly one ``ModelFinished`` with usage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+JsonObject = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool as the model sees it."""
+
+    name: str
+    description: str
+    parameters: JsonObject
+
+    def to_openai(self) -> JsonObject:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """An OpenAI chat-completions request, provider-neutral."""
+
+    messages: list[JsonObject]
+    tools: list[ToolSpec] = field(default_factory=list)
+    model: str = "default"
+    temperature: float = 0.0
+    max_tokens: int = 256
+    timeout_s: float = 120.0
+    tool_calling: Literal["native", "constrained"] = "constrained"
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallRequested:
+    id: str
+    name: str
+    arguments: str  # JSON text as the model produced it; validated by the loop
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFinished:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str = "stop"
+
+
+ChatChunk = TextDelta | ToolCallRequested | ModelFinished
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """Anything that streams a chat completion."""
+
+    def stream(self, request: ChatRequest) -> AsyncIterator[ChatChunk]:
+        """Yield the completion as chunks; raise ``RetryableError`` for infrastructure failures."""
+        ...

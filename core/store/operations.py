@@ -1,0 +1,479 @@
+"""One operations class per entity: storage only, no business rules.
+
+Every method takes an optional ``conn`` so a caller can group writes in one transaction
+(``with store.db.begin() as conn: ...``); without it each call is its own transaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel
+from sqlalchemy import Connection, and_, delete, func, insert, or_, select, update
+
+from core.domain import (
+    Agent,
+    Client,
+    Conversation,
+    Event,
+    Message,
+    Move,
+    Turn,
+    TurnStatus,
+)
+from core.errors import NotFound
+from core.store import schema
+from core.store.database import Database
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class _Ops:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    @contextmanager
+    def _write(self, conn: Connection | None) -> Iterator[Connection]:
+        if conn is not None:
+            yield conn
+        else:
+            with self.db.begin() as own:
+                yield own
+
+    @contextmanager
+    def _read(self, conn: Connection | None) -> Iterator[Connection]:
+        if conn is not None:
+            yield conn
+        else:
+            with self.db.connect() as own:
+                yield own
+
+
+def _ts(value: datetime) -> str:
+    return value.isoformat()
+
+
+def hash_api_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+class ClientOps(_Ops):
+    def insert(self, client: Client, conn: Connection | None = None) -> Client:
+        with self._write(conn) as c:
+            c.execute(insert(schema.clients).values(id=client.id, data=client.model_dump_json()))
+        return client
+
+    def get(self, client_id: str, conn: Connection | None = None) -> Client:
+        with self._read(conn) as c:
+            row = c.execute(select(schema.clients.c.data).where(schema.clients.c.id == client_id))
+            found = row.scalar_one_or_none()
+        if found is None:
+            raise NotFound(f"client {client_id} not found")
+        return Client.model_validate_json(found)
+
+    def add_api_key(self, client_id: str, key: str, created_at: datetime) -> None:
+        with self._write(None) as c:
+            c.execute(
+                insert(schema.api_keys).values(
+                    key_hash=hash_api_key(key), client_id=client_id, created_at=_ts(created_at)
+                )
+            )
+
+    def client_for_key(self, key: str) -> str | None:
+        with self._read(None) as c:
+            row = c.execute(
+                select(schema.api_keys.c.client_id).where(
+                    schema.api_keys.c.key_hash == hash_api_key(key)
+                )
+            )
+            return row.scalar_one_or_none()
+
+
+class LibraryOps(_Ops, Generic[M]):
+    """Versioned library objects of one kind: each ``put`` adds a version, reads get the latest."""
+
+    def __init__(self, db: Database, kind: str, model: type[M]) -> None:
+        super().__init__(db)
+        self.kind = kind
+        self.model = model
+
+    def put(self, obj: M, created_at: datetime) -> M:
+        """Store ``obj`` as the next version; an identical latest version is not duplicated."""
+        t = schema.library_objects
+        obj_id: str = obj.id  # type: ignore[attr-defined]
+        with self._write(None) as c:
+            latest = c.execute(
+                select(t.c.version, t.c.data)
+                .where(t.c.kind == self.kind, t.c.id == obj_id)
+                .order_by(t.c.version.desc())
+                .limit(1)
+            ).first()
+            if latest is not None:
+                previous = self.model.model_validate_json(latest.data)
+                if previous.model_copy(update={"version": 0}) == obj.model_copy(
+                    update={"version": 0}
+                ):
+                    return previous
+            version = (latest.version if latest else 0) + 1
+            stored = obj.model_copy(update={"version": version})
+            c.execute(
+                insert(t).values(
+                    kind=self.kind,
+                    id=obj_id,
+                    version=version,
+                    data=stored.model_dump_json(by_alias=True),
+                    created_at=_ts(created_at),
+                )
+            )
+        return stored
+
+    def get(self, obj_id: str, version: int | None = None, conn: Connection | None = None) -> M:
+        t = schema.library_objects
+        query = select(t.c.data).where(t.c.kind == self.kind, t.c.id == obj_id)
+        query = (
+            query.where(t.c.version == version)
+            if version is not None
+            else query.order_by(t.c.version.desc()).limit(1)
+        )
+        with self._read(conn) as c:
+            found = c.execute(query).scalar_one_or_none()
+        if found is None:
+            suffix = f" version {version}" if version is not None else ""
+            raise NotFound(f"{self.kind} {obj_id}{suffix} not found")
+        return self.model.model_validate_json(found)
+
+    def list_latest(self) -> list[M]:
+        t = schema.library_objects
+        latest = (
+            select(t.c.id, func.max(t.c.version).label("v"))
+            .where(t.c.kind == self.kind)
+            .group_by(t.c.id)
+            .subquery()
+        )
+        query = (
+            select(t.c.data)
+            .join(latest, and_(t.c.id == latest.c.id, t.c.version == latest.c.v))
+            .where(t.c.kind == self.kind)
+            .order_by(t.c.id)
+        )
+        with self._read(None) as c:
+            return [self.model.model_validate_json(row) for row in c.execute(query).scalars()]
+
+    def versions(self, obj_id: str) -> list[M]:
+        t = schema.library_objects
+        query = (
+            select(t.c.data).where(t.c.kind == self.kind, t.c.id == obj_id).order_by(t.c.version)
+        )
+        with self._read(None) as c:
+            return [self.model.model_validate_json(row) for row in c.execute(query).scalars()]
+
+
+class AgentOps(_Ops):
+    def insert(self, agent: Agent, conn: Connection | None = None) -> Agent:
+        with self._write(conn) as c:
+            c.execute(
+                insert(schema.agents).values(
+                    id=agent.id, client_id=agent.client_id, data=agent.model_dump_json()
+                )
+            )
+        return agent
+
+    def get(self, agent_id: str, client_id: str | None = None, conn: Connection | None = None) -> Agent:
+        t = schema.agents
+        query = select(t.c.data).where(t.c.id == agent_id)
+        if client_id is not None:
+            query = query.where(t.c.client_id == client_id)
+        with self._read(conn) as c:
+            found = c.execute(query).scalar_one_or_none()
+        if found is None:
+            raise NotFound(f"agent {agent_id} not found")
+        return Agent.model_validate_json(found)
+
+    def list_for_client(self, client_id: str) -> list[Agent]:
+        t = schema.agents
+        with self._read(None) as c:
+            rows = c.execute(select(t.c.data).where(t.c.client_id == client_id).order_by(t.c.id))
+            return [Agent.model_validate_json(r) for r in rows.scalars()]
+
+
+class ConversationOps(_Ops):
+    def insert(self, conv: Conversation, conn: Connection | None = None) -> Conversation:
+        with self._write(conn) as c:
+            c.execute(insert(schema.conversations).values(**self._row(conv)))
+        return conv
+
+    def save(self, conv: Conversation, conn: Connection | None = None) -> Conversation:
+        t = schema.conversations
+        with self._write(conn) as c:
+            c.execute(update(t).where(t.c.id == conv.id).values(data=conv.model_dump_json()))
+        return conv
+
+    @staticmethod
+    def _row(conv: Conversation) -> dict[str, Any]:
+        return {
+            "id": conv.id,
+            "client_id": conv.client_id,
+            "agent_id": conv.agent_id,
+            "started_by_conversation_id": conv.started_by_conversation_id,
+            "created_at": _ts(conv.created_at),
+            "data": conv.model_dump_json(),
+        }
+
+    def get(
+        self, conv_id: str, client_id: str | None = None, conn: Connection | None = None
+    ) -> Conversation:
+        t = schema.conversations
+        query = select(t.c.data).where(t.c.id == conv_id)
+        if client_id is not None:
+            query = query.where(t.c.client_id == client_id)
+        with self._read(conn) as c:
+            found = c.execute(query).scalar_one_or_none()
+        if found is None:
+            raise NotFound(f"conversation {conv_id} not found")
+        return Conversation.model_validate_json(found)
+
+    def list(
+        self,
+        client_id: str,
+        *,
+        ancestry: str = "all",
+        parent_id: str | None = None,
+        limit: int = 50,
+        after: tuple[str, str] | None = None,
+    ) -> list[Conversation]:
+        """Conversations ordered by (created_at, id), after an optional cursor."""
+        t = schema.conversations
+        query = select(t.c.data).where(t.c.client_id == client_id)
+        if parent_id is not None:
+            query = query.where(t.c.started_by_conversation_id == parent_id)
+        elif ancestry == "roots":
+            query = query.where(t.c.started_by_conversation_id.is_(None))
+        elif ancestry == "children":
+            query = query.where(t.c.started_by_conversation_id.is_not(None))
+        if after is not None:
+            created, last_id = after
+            query = query.where(
+                or_(t.c.created_at > created, and_(t.c.created_at == created, t.c.id > last_id))
+            )
+        query = query.order_by(t.c.created_at, t.c.id).limit(limit)
+        with self._read(None) as c:
+            return [Conversation.model_validate_json(r) for r in c.execute(query).scalars()]
+
+
+class TurnOps(_Ops):
+    def insert(self, turn: Turn, conn: Connection | None = None) -> Turn:
+        with self._write(conn) as c:
+            c.execute(
+                insert(schema.turns).values(
+                    id=turn.id,
+                    conversation_id=turn.conversation_id,
+                    status=turn.status.value,
+                    created_at=_ts(turn.created_at),
+                    data=turn.model_dump_json(),
+                )
+            )
+        return turn
+
+    def save(self, turn: Turn, conn: Connection | None = None) -> Turn:
+        t = schema.turns
+        with self._write(conn) as c:
+            c.execute(
+                update(t)
+                .where(t.c.id == turn.id)
+                .values(status=turn.status.value, data=turn.model_dump_json())
+            )
+        return turn
+
+    def get(self, turn_id: str, conn: Connection | None = None) -> Turn:
+        t = schema.turns
+        with self._read(conn) as c:
+            found = c.execute(select(t.c.data).where(t.c.id == turn_id)).scalar_one_or_none()
+        if found is None:
+            raise NotFound(f"turn {turn_id} not found")
+        return Turn.model_validate_json(found)
+
+    def list(
+        self,
+        conversation_id: str,
+        *,
+        status: TurnStatus | None = None,
+        last: int | None = None,
+        conn: Connection | None = None,
+    ) -> list[Turn]:
+        """Turns of a conversation in creation order; ``last`` keeps only the newest N."""
+        t = schema.turns
+        query = select(t.c.data).where(t.c.conversation_id == conversation_id)
+        if status is not None:
+            query = query.where(t.c.status == status.value)
+        if last is not None:
+            query = query.order_by(t.c.id.desc()).limit(last)
+        else:
+            query = query.order_by(t.c.id)
+        with self._read(conn) as c:
+            found = [Turn.model_validate_json(r) for r in c.execute(query).scalars()]
+        return sorted(found, key=lambda turn: turn.id)
+
+
+class MessageOps(_Ops):
+    def insert(self, message: Message, conn: Connection | None = None) -> Message:
+        with self._write(conn) as c:
+            c.execute(
+                insert(schema.messages).values(
+                    id=message.id,
+                    conversation_id=message.conversation_id,
+                    turn_id=message.turn_id,
+                    seq=message.seq,
+                    data=message.model_dump_json(),
+                )
+            )
+        return message
+
+    def get(self, message_id: str, conn: Connection | None = None) -> Message:
+        t = schema.messages
+        with self._read(conn) as c:
+            found = c.execute(select(t.c.data).where(t.c.id == message_id)).scalar_one_or_none()
+        if found is None:
+            raise NotFound(f"message {message_id} not found")
+        return Message.model_validate_json(found)
+
+    def list(
+        self,
+        conversation_id: str,
+        *,
+        turn_ids: list[str] | None = None,
+        after_seq: int = 0,
+        limit: int = 1000,
+        conn: Connection | None = None,
+    ) -> list[Message]:
+        t = schema.messages
+        query = select(t.c.data).where(t.c.conversation_id == conversation_id, t.c.seq > after_seq)
+        if turn_ids is not None:
+            query = query.where(t.c.turn_id.in_(turn_ids))
+        query = query.order_by(t.c.seq).limit(limit)
+        with self._read(conn) as c:
+            return [Message.model_validate_json(r) for r in c.execute(query).scalars()]
+
+
+class MoveOps(_Ops):
+    def insert(self, move: Move, conn: Connection | None = None) -> Move:
+        with self._write(conn) as c:
+            c.execute(
+                insert(schema.moves).values(
+                    id=move.id, turn_id=move.turn_id, sequence=move.sequence,
+                    data=move.model_dump_json(),
+                )
+            )
+        return move
+
+    def list(self, turn_id: str, conn: Connection | None = None) -> list[Move]:
+        t = schema.moves
+        query = select(t.c.data).where(t.c.turn_id == turn_id).order_by(t.c.sequence)
+        with self._read(conn) as c:
+            return [Move.model_validate_json(r) for r in c.execute(query).scalars()]
+
+
+class EventOps(_Ops):
+    def append(self, event: Event, conn: Connection | None = None) -> Event:
+        with self._write(conn) as c:
+            c.execute(
+                insert(schema.events).values(
+                    conversation_id=event.conversation_id,
+                    seq=event.seq,
+                    type=event.type,
+                    data=event.model_dump_json(),
+                )
+            )
+        return event
+
+    def last_seq(self, conversation_id: str, conn: Connection | None = None) -> int:
+        t = schema.events
+        with self._read(conn) as c:
+            found = c.execute(
+                select(func.max(t.c.seq)).where(t.c.conversation_id == conversation_id)
+            ).scalar_one_or_none()
+        return int(found or 0)
+
+    def list(
+        self, conversation_id: str, after_seq: int = 0, limit: int = 10_000
+    ) -> list[Event]:
+        t = schema.events
+        query = (
+            select(t.c.data)
+            .where(t.c.conversation_id == conversation_id, t.c.seq > after_seq)
+            .order_by(t.c.seq)
+            .limit(limit)
+        )
+        with self._read(None) as c:
+            return [Event.model_validate_json(r) for r in c.execute(query).scalars()]
+
+
+class ContextOps(_Ops):
+    """Per-conversation working state (seed 003's context channel)."""
+
+    def get(self, conversation_id: str, key: str) -> Any:
+        t = schema.context_entries
+        with self._read(None) as c:
+            found = c.execute(
+                select(t.c.value).where(t.c.conversation_id == conversation_id, t.c.key == key)
+            ).scalar_one_or_none()
+        return None if found is None else json.loads(found)
+
+    def set(self, conversation_id: str, key: str, value: Any) -> None:
+        t = schema.context_entries
+        with self._write(None) as c:
+            c.execute(delete(t).where(t.c.conversation_id == conversation_id, t.c.key == key))
+            c.execute(insert(t).values(conversation_id=conversation_id, key=key,
+                                       value=json.dumps(value)))
+
+
+class Store:
+    """All operations over one database: ``store.turns``, ``store.messages``, ..."""
+
+    def __init__(self, db: Database) -> None:
+        from core.domain import ModelProfile, Persona, TaskDef, Tool
+
+        self.db = db
+        self.clients = ClientOps(db)
+        self.personas: LibraryOps[Persona] = LibraryOps(db, "persona", Persona)
+        self.model_profiles: LibraryOps[ModelProfile] = LibraryOps(db, "model_profile", ModelProfile)
+        self.tools: LibraryOps[Tool] = LibraryOps(db, "tool", Tool)
+        self.tasks: LibraryOps[TaskDef] = LibraryOps(db, "task", TaskDef)
+        self.agents = AgentOps(db)
+        self.conversations = ConversationOps(db)
+        self.turns = TurnOps(db)
+        self.messages = MessageOps(db)
+        self.moves = MoveOps(db)
+        self.events = EventOps(db)
+        self.context = ContextOps(db)
+
+    @classmethod
+    def open(cls, url: str) -> Store:
+        return cls(Database(url))
+
+    def delete_conversation_tree(self, conversation_id: str) -> list[str]:
+        """Delete a conversation and every child conversation it started; returns deleted ids."""
+        doomed: list[str] = []
+        frontier = [conversation_id]
+        with self.db.begin() as c:
+            while frontier:
+                current = frontier.pop()
+                doomed.append(current)
+                children = c.execute(
+                    select(schema.conversations.c.id).where(
+                        schema.conversations.c.started_by_conversation_id == current
+                    )
+                ).scalars()
+                frontier.extend(children)
+            turn_ids = select(schema.turns.c.id).where(
+                schema.turns.c.conversation_id.in_(doomed)
+            )
+            c.execute(delete(schema.moves).where(schema.moves.c.turn_id.in_(turn_ids)))
+            for table in (schema.messages, schema.turns, schema.events, schema.context_entries):
+                c.execute(delete(table).where(table.c.conversation_id.in_(doomed)))
+            c.execute(delete(schema.conversations).where(schema.conversations.c.id.in_(doomed)))
+        return doomed

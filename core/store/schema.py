@@ -1,0 +1,124 @@
+"""Tables of the relational store.
+
+Each row keeps the columns we filter or order by, plus ``data``: the entity's pydantic model as JSON.
+Adding a field to a model needs no migration; adding a queried column does (see ``migrations``).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Column,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+metadata = MetaData()
+
+SCHEMA_VERSION = 1
+
+schema_info = Table(
+    "schema_info",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("version", Integer, nullable=False),
+)
+
+clients = Table(
+    "clients",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("data", Text, nullable=False),
+)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("key_hash", String(128), primary_key=True),
+    Column("client_id", String(64), nullable=False, index=True),
+    Column("created_at", String(40), nullable=False),
+)
+
+# Versioned library objects: personas, model profiles, tools, tasks, workflows.
+library_objects = Table(
+    "library_objects",
+    metadata,
+    Column("kind", String(32), primary_key=True),
+    Column("id", String(128), primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("data", Text, nullable=False),
+    Column("created_at", String(40), nullable=False),
+)
+
+agents = Table(
+    "agents",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("client_id", String(64), nullable=False, index=True),
+    Column("data", Text, nullable=False),
+)
+
+conversations = Table(
+    "conversations",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("client_id", String(64), nullable=False),
+    Column("agent_id", String(64), nullable=True),
+    Column("started_by_conversation_id", String(64), nullable=True, index=True),
+    Column("created_at", String(40), nullable=False),
+    Column("data", Text, nullable=False),
+    Index("ix_conversations_client_created", "client_id", "created_at", "id"),
+)
+
+turns = Table(
+    "turns",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("conversation_id", String(64), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("created_at", String(40), nullable=False),
+    Column("data", Text, nullable=False),
+    Index("ix_turns_conversation", "conversation_id", "id"),
+)
+
+messages = Table(
+    "messages",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("conversation_id", String(64), nullable=False),
+    Column("turn_id", String(64), nullable=False, index=True),
+    Column("seq", Integer, nullable=False),
+    Column("data", Text, nullable=False),
+    Index("ix_messages_conversation_seq", "conversation_id", "seq"),
+)
+
+moves = Table(
+    "moves",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("turn_id", String(64), nullable=False),
+    Column("sequence", Integer, nullable=False),
+    Column("data", Text, nullable=False),
+    UniqueConstraint("turn_id", "sequence", name="uq_moves_turn_sequence"),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("conversation_id", String(64), primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("type", String(64), nullable=False),
+    Column("data", Text, nullable=False),
+)
+
+context_entries = Table(
+    "context_entries",
+    metadata,
+    Column("conversation_id", String(64), primary_key=True),
+    Column("key", String(200), primary_key=True),
+    Column("value", Text, nullable=False),
+)

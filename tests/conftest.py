@@ -1,0 +1,127 @@
+"""Shared test helpers: ``wait_for``, free ports, and an isolated data dir per test session."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+# Tests never attach to a cluster that happens to run on this machine.
+os.environ.pop("RAY_ADDRESS", None)
+os.environ["RAY_AUTH_MODE"] = "disabled"
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(condition: Callable[[], T], timeout: float = 30.0, interval: float = 0.05) -> T:
+    """Poll ``condition`` until it returns something truthy; fail with the last value after timeout."""
+    deadline = time.monotonic() + timeout
+    last: T = condition()
+    while not last:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s (last value: {last!r})")
+        time.sleep(interval)
+        last = condition()
+    return last
+
+
+async def async_wait_for(
+    condition: Callable[[], T], timeout: float = 30.0, interval: float = 0.05
+) -> T:
+    deadline = time.monotonic() + timeout
+    last: T = condition()
+    while not last:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s (last value: {last!r})")
+        await asyncio.sleep(interval)
+        last = condition()
+    return last
+
+
+# --------------------------------------------------------------------------- one local Ray per session
+
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@dataclass
+class Cluster:
+    """The session's local Ray: its settings (as env) and an open store on its database."""
+
+    data_dir: Path
+    env: dict[str, str]
+
+    @property
+    def settings(self):  # type: ignore[no-untyped-def]
+        from actors.stores import settings_from_env
+
+        return settings_from_env(self.env)
+
+    @property
+    def store(self):  # type: ignore[no-untyped-def]
+        from actors.stores import open_store
+
+        return open_store(self.env)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[Cluster]:
+    """One real local Ray for the whole test session (≈10 s to start)."""
+    import ray
+
+    data_dir = Path(tempfile.mkdtemp(prefix="wonder-test-"))
+    ray_tmp = tempfile.mkdtemp(prefix="wr", dir="/tmp")
+    env = {
+        "WONDER_DATA_DIR": str(data_dir),
+        "WONDER_CONVERSATION_IDLE_TTL_S": "600",
+        "WONDER_MAX_RESIDENT_CONVERSATIONS": "64",
+        "WONDER_HTTP_ALLOWED_HOSTS": '["127.0.0.1"]',
+        "RAY_AUTH_MODE": "disabled",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
+    os.environ.update(env)
+    ray.init(
+        num_cpus=4,
+        namespace="wonder",
+        include_dashboard=False,
+        _temp_dir=ray_tmp,
+        runtime_env={"env_vars": env},
+        log_to_driver=True,
+    )
+    try:
+        yield Cluster(data_dir=data_dir, env=env)
+    finally:
+        ray.shutdown()
+        shutil.rmtree(data_dir, ignore_errors=True)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def serve_port(ray_cluster: Cluster) -> Iterator[int]:
+    """Ray Serve started once on a free loopback port."""
+    from ray import serve
+
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    try:
+        yield port
+    finally:
+        serve.shutdown()
