@@ -29,6 +29,20 @@ class Model(BaseModel):
 # --------------------------------------------------------------------------- library objects
 
 
+class ScriptedToolCall(Model):
+    name: str
+    arguments: JsonObject | str = Field(default_factory=dict)
+
+
+class ScriptStep(Model):
+    """One scripted model call: a reply (with ``{{last_user}}``, ``{{last_tool}}``, ``{{context}}``
+    placeholders), tool calls, or a retryable failure. Test doubles only."""
+
+    reply: str | None = None
+    tool_calls: list[ScriptedToolCall] | None = None
+    fail: str | None = None
+
+
 class ModelProfile(Model):
     """Which model answers and how (seed 001 ModelProfile, seed 004 per-turn override)."""
 
@@ -42,6 +56,9 @@ class ModelProfile(Model):
     max_tokens: int = Field(256, ge=1, le=32768)
     timeout_s: float = Field(120.0, gt=0, le=3600)
     tool_calling: Literal["native", "constrained"] = "constrained"
+    script: list[ScriptStep] | None = Field(
+        None, max_length=50, description="provider=scripted only: the model's steps, one per call"
+    )
 
 
 class ToolRetry(Model):

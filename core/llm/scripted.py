@@ -1,8 +1,10 @@
 """``ScriptedModel``: a deterministic test double implementing ``ChatModel``.
 
 A script is a list of steps; each call to ``stream`` consumes the next step (the last one repeats).
-A step is either a reply text or a list of tool calls, or a callable that computes one of those
-from the request (pydantic-ai's ``FunctionModel`` idea), which lets tests answer from the context.
+A step is a reply text, a list of tool calls, a ``Fail``, or a callable that computes one of those
+from the request (pydantic-ai's ``FunctionModel`` idea). Reply texts may use placeholders filled
+from the request: ``{{last_user}}``, ``{{last_tool}}`` (the latest tool result) and ``{{context}}``
+(every system message), which lets a script answer from what context assembly gave it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.domain import ScriptStep
 from core.errors import RetryableError
 from core.llm.protocol import (
     ChatChunk,
@@ -45,6 +48,10 @@ class ScriptedModel:
     steps: Sequence[Step] = ("ok",)
     requests: list[ChatRequest] = field(default_factory=list)
 
+    @classmethod
+    def from_profile_script(cls, script: Sequence[ScriptStep]) -> ScriptedModel:
+        return cls([_from_stored(step) for step in script] or ["ok"])
+
     async def stream(self, request: ChatRequest) -> AsyncIterator[ChatChunk]:
         index = min(len(self.requests), len(self.steps) - 1)
         self.requests.append(request)
@@ -54,9 +61,10 @@ class ScriptedModel:
         if isinstance(step, Fail):
             raise RetryableError(step.message)
         if isinstance(step, str):
-            for word in _words(step):
+            text = fill_placeholders(step, request)
+            for word in _words(text):
                 yield TextDelta(word)
-            yield ModelFinished(prompt_tokens=_count(request), completion_tokens=len(_words(step)))
+            yield ModelFinished(prompt_tokens=_count(request), completion_tokens=len(_words(text)))
             return
         for n, call in enumerate(step):
             args = call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments)
@@ -64,9 +72,39 @@ class ScriptedModel:
         yield ModelFinished(prompt_tokens=_count(request), finish_reason="tool_calls")
 
 
+def _from_stored(step: ScriptStep) -> Step:
+    if step.fail is not None:
+        return Fail(step.fail)
+    if step.tool_calls:
+        return [Call(c.name, c.arguments) for c in step.tool_calls]
+    return step.reply or ""
+
+
+def fill_placeholders(text: str, request: ChatRequest) -> str:
+    if "{{" not in text:
+        return text
+    values = {
+        "{{last_user}}": _last(request, "user"),
+        "{{last_tool}}": _last(request, "tool"),
+        "{{context}}": " ".join(
+            str(m.get("content") or "") for m in request.messages if m.get("role") == "system"
+        ),
+    }
+    for key, value in values.items():
+        text = text.replace(key, value)
+    return text
+
+
+def _last(request: ChatRequest, role: str) -> str:
+    for message in reversed(request.messages):
+        if message.get("role") == role:
+            return str(message.get("content") or "")
+    return ""
+
+
 def _words(text: str) -> list[str]:
     parts = text.split(" ")
-    return [p if i == len(parts) - 1 else p + " " for i, p in enumerate(parts) if p or i == 0]
+    return [p if i == len(parts) - 1 else p + " " for i, p in enumerate(parts)]
 
 
 def _count(request: ChatRequest) -> int:
@@ -75,7 +113,4 @@ def _count(request: ChatRequest) -> int:
 
 def echo_last_user(request: ChatRequest) -> str:
     """A step that answers with the last user message (handy default for tests)."""
-    for message in reversed(request.messages):
-        if message.get("role") == "user":
-            return f"echo: {message.get('content')}"
-    return "echo: nothing"
+    return f"echo: {_last(request, 'user')}"
