@@ -41,6 +41,7 @@ class ScriptStep(Model):
     reply: str | None = None
     tool_calls: list[ScriptedToolCall] | None = None
     fail: str | None = None
+    delay_s: float = Field(0.0, ge=0.0, le=120.0, description="Wait before answering")
 
 
 class ModelProfile(Model):

@@ -9,6 +9,7 @@ from the request: ``{{last_user}}``, ``{{last_tool}}`` (the latest tool result) 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,13 +35,21 @@ class Call:
 
 
 @dataclass(frozen=True, slots=True)
+class Delay:
+    """Wait, then play ``then`` (a slow model, for tests of concurrency and crashes)."""
+
+    seconds: float
+    then: str | list[Call] | Fail
+
+
+@dataclass(frozen=True, slots=True)
 class Fail:
     """Raise a retryable infrastructure error for this step."""
 
     message: str = "scripted failure"
 
 
-Step = str | list[Call] | Fail | Callable[[ChatRequest], "str | list[Call]"]
+Step = str | list[Call] | Fail | Delay | Callable[[ChatRequest], "str | list[Call]"]
 
 
 @dataclass
@@ -56,8 +65,11 @@ class ScriptedModel:
         index = min(len(self.requests), len(self.steps) - 1)
         self.requests.append(request)
         step = self.steps[index]
-        if callable(step) and not isinstance(step, list | Fail):
+        if callable(step) and not isinstance(step, list | Fail | Delay):
             step = step(request)
+        if isinstance(step, Delay):
+            await asyncio.sleep(step.seconds)
+            step = step.then
         if isinstance(step, Fail):
             raise RetryableError(step.message)
         if isinstance(step, str):
@@ -73,11 +85,14 @@ class ScriptedModel:
 
 
 def _from_stored(step: ScriptStep) -> Step:
+    played: str | list[Call] | Fail
     if step.fail is not None:
-        return Fail(step.fail)
-    if step.tool_calls:
-        return [Call(c.name, c.arguments) for c in step.tool_calls]
-    return step.reply or ""
+        played = Fail(step.fail)
+    elif step.tool_calls:
+        played = [Call(c.name, c.arguments) for c in step.tool_calls]
+    else:
+        played = step.reply or ""
+    return Delay(step.delay_s, played) if step.delay_s else played
 
 
 def fill_placeholders(text: str, request: ChatRequest) -> str:

@@ -1,0 +1,60 @@
+"""The one retry helper: retries ``RetryableError`` (and timeouts) with the given backoffs.
+
+Backoffs come from ARCHITECTURE.md §5: context assembly 100/200/400 ms with a 30 s timeout per
+attempt, LLM calls 500 ms/1 s/2 s with 120 s; tools use their own ``retry`` settings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from core.errors import RetryableError, Timeout
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    attempts: int
+    backoffs_s: Sequence[float]
+    timeout_s: float
+
+    def backoff(self, attempt: int) -> float:
+        """Seconds to wait after failed ``attempt`` (1-based)."""
+        if not self.backoffs_s:
+            return 0.0
+        return self.backoffs_s[min(attempt - 1, len(self.backoffs_s) - 1)]
+
+    @classmethod
+    def exponential(cls, attempts: int, first_ms: int, timeout_ms: int) -> RetryPolicy:
+        return cls(attempts, [first_ms / 1000 * 2**i for i in range(attempts)], timeout_ms / 1000)
+
+
+CONTEXT_ASSEMBLY = RetryPolicy(3, (0.1, 0.2, 0.4), 30.0)
+LLM_CALL = RetryPolicy(3, (0.5, 1.0, 2.0), 120.0)
+MEMORY_EXTRACTION = RetryPolicy(3, (0.1, 0.2, 0.4), 60.0)
+
+
+async def with_retries(
+    policy: RetryPolicy,
+    attempt: Callable[[], Awaitable[T]],
+    on_retry: Callable[[int, Exception], Awaitable[None]] | None = None,
+) -> T:
+    """Run ``attempt`` until it succeeds, raises a non-retryable error, or attempts run out."""
+    last: Exception | None = None
+    for number in range(1, policy.attempts + 1):
+        try:
+            return await asyncio.wait_for(attempt(), timeout=policy.timeout_s)
+        except TimeoutError:
+            last = Timeout(f"attempt {number} timed out after {policy.timeout_s}s")
+        except RetryableError as exc:
+            last = exc
+        if number < policy.attempts:
+            if on_retry is not None:
+                await on_retry(number, last)
+            await asyncio.sleep(policy.backoff(number))
+    assert last is not None
+    raise last
