@@ -1,4 +1,4 @@
-"""LLM access behind one protocol: ``ChatModel.stream(request)`` yields text deltas and tool calls."""
+"""LLM access behind one protocol: ``ChatModel.stream(request)`` yields deltas and tool calls."""
 
 from core.llm.protocol import (
     ChatChunk,

@@ -1,4 +1,4 @@
-"""The relational store: SQLAlchemy Core over SQLite (default) or PostgreSQL, one ops class per entity."""
+"""The relational store: SQLAlchemy Core (SQLite or PostgreSQL), one ops class per entity."""
 
 from core.store.database import Database
 from core.store.operations import Store

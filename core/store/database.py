@@ -44,7 +44,9 @@ class Database:
             # upgrading a read transaction to a write one.
             event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
             event.listen(
-                engine, "connect", lambda dbapi_conn, _r: setattr(dbapi_conn, "isolation_level", None)
+                engine,
+                "connect",
+                lambda dbapi_conn, _r: setattr(dbapi_conn, "isolation_level", None),
             )
             return engine
         return create_engine(url, pool_pre_ping=True)

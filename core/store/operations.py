@@ -183,7 +183,9 @@ class AgentOps(_Ops):
             )
         return agent
 
-    def get(self, agent_id: str, client_id: str | None = None, conn: Connection | None = None) -> Agent:
+    def get(
+        self, agent_id: str, client_id: str | None = None, conn: Connection | None = None
+    ) -> Agent:
         t = schema.agents
         query = select(t.c.data).where(t.c.id == agent_id)
         if client_id is not None:
@@ -364,7 +366,9 @@ class MoveOps(_Ops):
         with self._write(conn) as c:
             c.execute(
                 insert(schema.moves).values(
-                    id=move.id, turn_id=move.turn_id, sequence=move.sequence,
+                    id=move.id,
+                    turn_id=move.turn_id,
+                    sequence=move.sequence,
                     data=move.model_dump_json(),
                 )
             )
@@ -398,9 +402,7 @@ class EventOps(_Ops):
             ).scalar_one_or_none()
         return int(found or 0)
 
-    def list(
-        self, conversation_id: str, after_seq: int = 0, limit: int = 10_000
-    ) -> list[Event]:
+    def list(self, conversation_id: str, after_seq: int = 0, limit: int = 10_000) -> list[Event]:
         t = schema.events
         query = (
             select(t.c.data)
@@ -427,8 +429,9 @@ class ContextOps(_Ops):
         t = schema.context_entries
         with self._write(None) as c:
             c.execute(delete(t).where(t.c.conversation_id == conversation_id, t.c.key == key))
-            c.execute(insert(t).values(conversation_id=conversation_id, key=key,
-                                       value=json.dumps(value)))
+            c.execute(
+                insert(t).values(conversation_id=conversation_id, key=key, value=json.dumps(value))
+            )
 
 
 class Store:
@@ -440,7 +443,9 @@ class Store:
         self.db = db
         self.clients = ClientOps(db)
         self.personas: LibraryOps[Persona] = LibraryOps(db, "persona", Persona)
-        self.model_profiles: LibraryOps[ModelProfile] = LibraryOps(db, "model_profile", ModelProfile)
+        self.model_profiles: LibraryOps[ModelProfile] = LibraryOps(
+            db, "model_profile", ModelProfile
+        )
         self.tools: LibraryOps[Tool] = LibraryOps(db, "tool", Tool)
         self.tasks: LibraryOps[TaskDef] = LibraryOps(db, "task", TaskDef)
         self.agents = AgentOps(db)
@@ -469,9 +474,7 @@ class Store:
                     )
                 ).scalars()
                 frontier.extend(children)
-            turn_ids = select(schema.turns.c.id).where(
-                schema.turns.c.conversation_id.in_(doomed)
-            )
+            turn_ids = select(schema.turns.c.id).where(schema.turns.c.conversation_id.in_(doomed))
             c.execute(delete(schema.moves).where(schema.moves.c.turn_id.in_(turn_ids)))
             for table in (schema.messages, schema.turns, schema.events, schema.context_entries):
                 c.execute(delete(table).where(table.c.conversation_id.in_(doomed)))

@@ -1,6 +1,6 @@
 """Tables of the relational store.
 
-Each row keeps the columns we filter or order by, plus ``data``: the entity's pydantic model as JSON.
+Each row keeps the columns we filter or order by, plus ``data``: the pydantic model as JSON.
 Adding a field to a model needs no migration; adding a queried column does (see ``migrations``).
 """
 

@@ -1,0 +1,164 @@
+"""Actor factories and the one way the rest of Wonder reaches a conversation.
+
+The factories apply ``ray.remote`` to the plain actor classes with their names, namespace and
+lifetime (Serve's ``get_controller_impl`` pattern). The coroutines below get-or-create the named
+detached ``conversation:<id>`` actor through the directory and retry once if it died or was being
+evicted; ``post_message`` carries a message id so that a retry never stores a message twice.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+import ray
+
+from actors.conversation.actor import ConversationActor, Hibernating
+from actors.conversation.directory import ConversationDirectory
+from cluster.config import Settings
+from core.errors import NonRetryableError, WonderError
+from core.ids import new_id
+
+NAMESPACE = "wonder"
+DIRECTORY_NAME = "conversation-directory"
+
+JsonObject = dict[str, Any]
+
+_directory: Any = None
+
+
+def wonder_env() -> dict[str, str]:
+    """This process's ``WONDER_*`` settings, handed to the actors it creates."""
+    return {k: v for k, v in os.environ.items() if k.startswith("WONDER_")}
+
+
+def conversation_actor_name(conversation_id: str) -> str:
+    return f"conversation:{conversation_id}"
+
+
+def create_conversation_actor(conversation_id: str, settings_env: dict[str, str]) -> Any:
+    """Get or create the named detached Conversation actor (used by the directory only)."""
+    remote_cls = ray.remote(ConversationActor)
+    return remote_cls.options(  # type: ignore[attr-defined]
+        name=conversation_actor_name(conversation_id),
+        namespace=NAMESPACE,
+        lifetime="detached",
+        get_if_exists=True,
+        num_cpus=0,
+        max_restarts=-1,
+        max_task_retries=0,
+        max_concurrency=1000,
+    ).remote(conversation_id, settings_env)
+
+
+class _Directory(ConversationDirectory):
+    def __init__(self, max_resident: int, settings_env: dict[str, str]) -> None:
+        super().__init__(max_resident, lambda cid: create_conversation_actor(cid, settings_env))
+
+
+def directory() -> Any:
+    """The conversation directory actor (get-or-create; cached per process)."""
+    global _directory
+    if _directory is None:
+        settings = Settings()
+        _directory = (
+            ray.remote(_Directory)
+            .options(  # type: ignore[attr-defined]
+                name=DIRECTORY_NAME,
+                namespace=NAMESPACE,
+                lifetime="detached",
+                get_if_exists=True,
+                num_cpus=0,
+                max_restarts=-1,
+                max_concurrency=1000,
+            )
+            .remote(settings.max_resident_conversations, wonder_env())
+        )
+    return _directory
+
+
+async def _call(conversation_id: str, method: str, *args: Any, **kwargs: Any) -> Any:
+    replace = False
+    for attempt in range(4):
+        handle = await directory().activate.remote(conversation_id, replace)
+        try:
+            return await getattr(handle, method).remote(*args, **kwargs)
+        except ray.exceptions.RayTaskError as exc:
+            cause = exc.cause
+            if isinstance(cause, Hibernating) and attempt < 3:
+                replace = True
+                continue
+            if isinstance(cause, WonderError):
+                raise cause from None
+            raise
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            if attempt >= 3:
+                raise
+            replace = True
+    raise NonRetryableError(f"conversation {conversation_id} could not be reached")
+
+
+async def post_message(
+    conversation_id: str,
+    content: str,
+    author: str,
+    *,
+    source: str = "human",
+    reply_to_message_id: str | None = None,
+    message_id: str | None = None,
+) -> JsonObject:
+    """Persist a user message, start its turn; returns ``{turn_id, message_id, seq}``."""
+    result: JsonObject = await _call(
+        conversation_id,
+        "post_message",
+        content,
+        author,
+        message_id=message_id or new_id("msg"),
+        source=source,
+        reply_to_message_id=reply_to_message_id,
+    )
+    return result
+
+
+async def start_agent_call(
+    conversation_id: str, input: str, caller: JsonObject, mode: str = "delegate"
+) -> JsonObject:
+    result: JsonObject = await _call(conversation_id, "start_agent_call", input, caller, mode)
+    return result
+
+
+async def complete_conversation(conversation_id: str) -> JsonObject:
+    result: JsonObject = await _call(conversation_id, "complete")
+    return result
+
+
+async def conversation_status(conversation_id: str) -> JsonObject:
+    result: JsonObject = await _call(conversation_id, "status")
+    return result
+
+
+async def stream_events(conversation_id: str, after_seq: int = 0) -> AsyncIterator[JsonObject]:
+    """Events after ``after_seq``, then live ones, until the caller stops iterating."""
+    handle = await directory().activate.remote(conversation_id, False)
+    try:
+        generator = handle.events.options(num_returns="streaming").remote(after_seq)
+    except ray.exceptions.RayActorError:
+        handle = await directory().activate.remote(conversation_id, True)
+        generator = handle.events.options(num_returns="streaming").remote(after_seq)
+    try:
+        async for ref in generator:
+            yield await ref
+    finally:
+        ray.cancel(generator)
+
+
+async def release_idle(conversation_id: str) -> bool:
+    """Ask the directory to evict an idle conversation (called by the actor's idle watchdog)."""
+    released: bool = await directory().release_idle.remote(conversation_id)
+    return released
+
+
+async def directory_stats() -> JsonObject:
+    stats: JsonObject = await directory().stats.remote()
+    return stats

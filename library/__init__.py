@@ -1,0 +1,1 @@
+"""The default library: YAML personas, tools, tasks and model profiles, plus Python callables."""
