@@ -1,0 +1,269 @@
+"""``MemoryOps``: storage of memories (LanceDB rows + object-store contents), no business rules.
+
+Every read and write names the agent, so one agent can never see or change another's memories.
+Contents over ``INLINE_LIMIT_BYTES`` are put in the object store *before* the row that refers to
+them is committed, and deleted *after* the row is gone, so a row never points at a missing object.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+import pyarrow as pa
+
+from core.errors import NotFound, RetryableError
+from core.memory.lance import (
+    DATA_COLUMNS,
+    MemoryTable,
+    memory_to_row,
+    row_to_memory,
+    rows_table,
+    sql_in,
+    sql_literal,
+)
+from core.memory.objects import ObjectStore, object_key
+from core.memory.records import INLINE_LIMIT_BYTES, Memory
+
+T = TypeVar("T")
+
+_COMMIT_ATTEMPTS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A row a search found, with its raw score (cosine distance or BM25)."""
+
+    memory: Memory
+    raw_score: float
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryFilter:
+    """Which of an agent's memories a query sees."""
+
+    agent_id: str
+    types: tuple[str, ...] = ()
+    include_consolidated: bool = False
+    created_before: datetime | None = None
+    subject: str | None = None
+
+    def sql(self) -> str:
+        parts = [f"agent_id = {sql_literal(self.agent_id)}"]
+        if self.types:
+            parts.append(sql_in("type", self.types))
+        if not self.include_consolidated:
+            parts.append("consolidated_into IS NULL")
+        if self.created_before is not None:
+            parts.append(f"created_at < timestamp '{self.created_before.isoformat()}'")
+        if self.subject is not None:
+            parts.append(f"subject = {sql_literal(self.subject)}")
+        return " AND ".join(parts)
+
+
+def _is_commit_conflict(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "conflict" in text or "retryable commit" in text or "concurrent" in text
+
+
+def with_commit_retries(fn: Callable[[], T], attempts: int = _COMMIT_ATTEMPTS) -> T:
+    """Run a LanceDB write, retrying when another writer committed a conflicting version first."""
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except (OSError, RuntimeError, ValueError) as exc:
+            if not _is_commit_conflict(exc):
+                raise
+            if attempt == attempts - 1:
+                raise RetryableError(f"memory write conflicted {attempts} times: {exc}") from exc
+            time.sleep(0.02 * (2**attempt))
+    raise AssertionError("unreachable")
+
+
+class MemoryOps:
+    """Rows in the memories table and contents in the object store."""
+
+    def __init__(self, table: MemoryTable, objects: ObjectStore) -> None:
+        self.table = table
+        self.objects = objects
+
+    @property
+    def dim(self) -> int:
+        return self.table.dim
+
+    # ------------------------------------------------------------------ writes
+
+    def externalise(self, memory: Memory, content: str) -> Memory:
+        """``memory`` with ``content`` inline, or put in the object store when it is too large."""
+        if len(content.encode()) <= INLINE_LIMIT_BYTES:
+            return memory.model_copy(update={"content": content, "content_ref": None})
+        key = object_key(memory.agent_id, memory.id)
+        self.objects.put(key, content.encode())
+        return memory.model_copy(update={"content": "", "content_ref": key})
+
+    def insert(self, rows: Sequence[tuple[Memory, Sequence[float]]]) -> None:
+        """Append memories (one commit; appends never conflict with other writers)."""
+        if not rows:
+            return
+        data = rows_table((memory_to_row(m, v) for m, v in rows), self.dim)
+        self.table.table.add(data)
+
+    def replace(self, rows: Sequence[tuple[Memory, Sequence[float]]]) -> int:
+        """Overwrite existing memories by id (one commit); returns how many matched."""
+        if not rows:
+            return 0
+        data = rows_table((memory_to_row(m, v) for m, v in rows), self.dim)
+        result = with_commit_retries(
+            lambda: self.table.table.merge_insert("id").when_matched_update_all().execute(data)
+        )
+        return int(result.num_updated_rows)
+
+    def set_vectors(
+        self,
+        ids: Sequence[str],
+        vectors: Sequence[Sequence[float]],
+        model: str,
+        updated_at: Sequence[datetime],
+    ) -> int:
+        """Store new embeddings for rows whose ``updated_at`` is unchanged (a row edited since it
+        was read keeps its newer vector: the next embed run picks it up). Returns rows updated."""
+        if not ids:
+            return 0
+        data = pa.table(
+            {
+                "id": pa.array(ids, pa.string()),
+                "vector": pa.array(
+                    [[float(x) for x in v] for v in vectors], pa.list_(pa.float32(), self.dim)
+                ),
+                "embedding_model": pa.array([model] * len(ids), pa.string()),
+                "updated_at": pa.array(updated_at, pa.timestamp("us", tz="UTC")),
+            }
+        )
+        result = with_commit_retries(
+            lambda: (
+                self.table.table.merge_insert("id")
+                .when_matched_update_all(where="target.updated_at = source.updated_at")
+                .execute(data)
+            )
+        )
+        return int(result.num_updated_rows)
+
+    def delete(self, agent_id: str, memory_id: str) -> Memory:
+        memory = self.get(agent_id, memory_id)
+        where = f"agent_id = {sql_literal(agent_id)} AND id = {sql_literal(memory_id)}"
+        with_commit_retries(lambda: self.table.table.delete(where))
+        if memory.content_ref:
+            self.objects.delete(memory.content_ref)
+        return memory
+
+    # ------------------------------------------------------------------ reads
+
+    def get(self, agent_id: str, memory_id: str) -> Memory:
+        found = self.get_many(agent_id, [memory_id])
+        if not found:
+            raise NotFound(f"memory {memory_id} not found for agent {agent_id}")
+        return found[0]
+
+    def get_many(self, agent_id: str, memory_ids: Sequence[str]) -> list[Memory]:
+        if not memory_ids:
+            return []
+        where = f"agent_id = {sql_literal(agent_id)} AND {sql_in('id', memory_ids)}"
+        rows = (
+            self.table.table.search()
+            .where(where)
+            .select(DATA_COLUMNS)
+            .limit(len(memory_ids))
+            .to_list()
+        )
+        by_id = {row["id"]: row_to_memory(row) for row in rows}
+        return [by_id[i] for i in memory_ids if i in by_id]
+
+    def vectors(self, agent_id: str, memory_ids: Sequence[str]) -> dict[str, list[float]]:
+        if not memory_ids:
+            return {}
+        where = f"agent_id = {sql_literal(agent_id)} AND {sql_in('id', memory_ids)}"
+        rows = (
+            self.table.table.search()
+            .where(where)
+            .select(["id", "vector"])
+            .limit(len(memory_ids))
+            .to_list()
+        )
+        return {row["id"]: list(row["vector"]) for row in rows}
+
+    def content(self, memory: Memory) -> str:
+        """The full content of ``memory`` (fetched from the object store when not inline)."""
+        if memory.content_ref is None:
+            return memory.content
+        return self.objects.get(memory.content_ref).decode()
+
+    def list(
+        self, where: MemoryFilter, limit: int = 100, before_id: str | None = None
+    ) -> list[Memory]:
+        """Newest first (ids are ULIDs, so id order is creation order)."""
+        from lancedb.query import ColumnOrdering
+
+        sql = where.sql()
+        if before_id is not None:
+            sql += f" AND id < {sql_literal(before_id)}"
+        rows = (
+            self.table.table.search()
+            .where(sql)
+            .select(DATA_COLUMNS)
+            .order_by([ColumnOrdering(column_name="id", ascending=False)])
+            .limit(limit)
+            .to_list()
+        )
+        return [row_to_memory(row) for row in rows]
+
+    def count(self, where: MemoryFilter) -> int:
+        return int(self.table.table.count_rows(where.sql()))
+
+    def vector_search(
+        self, where: MemoryFilter, vector: Sequence[float], limit: int, nprobes: int = 20
+    ) -> list[Found]:
+        """Nearest by cosine distance among the agent's memories (prefiltered, so never short)."""
+        rows = (
+            self.table.table.search(list(vector), vector_column_name="vector")
+            .distance_type("cosine")
+            .where(where.sql(), prefilter=True)
+            .nprobes(nprobes)
+            .refine_factor(2)
+            .select([*DATA_COLUMNS, "_distance"])
+            .limit(limit)
+            .to_list()
+        )
+        return [Found(row_to_memory(row), float(row["_distance"])) for row in rows]
+
+    def text_search(self, where: MemoryFilter, query: str, limit: int) -> list[Found]:
+        """Best BM25 matches on ``content`` among the agent's memories."""
+        try:
+            rows = self._text_rows(where, query, limit)
+        except ValueError as exc:
+            if "INVERTED index" not in str(exc):
+                raise
+            self._create_text_index()
+            rows = self._text_rows(where, query, limit)
+        return [Found(row_to_memory(row), float(row["_score"])) for row in rows]
+
+    def _text_rows(self, where: MemoryFilter, query: str, limit: int) -> list[dict[str, Any]]:
+        return list(
+            self.table.table.search(query, query_type="fts", fts_columns="content")
+            .where(where.sql(), prefilter=True)
+            .select([*DATA_COLUMNS, "_score"])
+            .limit(limit)
+            .to_list()
+        )
+
+    def _create_text_index(self) -> None:
+        from lancedb.index import FTS
+
+        try:
+            self.table.table.create_index("content", config=FTS(with_position=False), replace=False)
+        except (OSError, RuntimeError, ValueError) as exc:
+            # Another process created it first: fine, that is what we wanted.
+            if "content" not in self.table.index_names():
+                raise RetryableError(f"could not create the full-text index: {exc}") from exc

@@ -1,0 +1,223 @@
+"""The memory store on a real LanceDB directory and a local object store (no Ray)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from core.errors import InvalidInput, NotFound
+from core.memory import (
+    HashingEmbedder,
+    LocalObjectStore,
+    MemoryOps,
+    MemoryService,
+    MemoryTable,
+    NewMemory,
+    SearchMode,
+    SearchRequest,
+)
+from core.memory.operations import MemoryFilter
+from core.memory.records import INLINE_LIMIT_BYTES, RankWeights
+
+DIM = 64
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        self.now += timedelta(seconds=1)
+        return self.now
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[MemoryService]:
+    table = MemoryTable(str(tmp_path / "lance"), DIM)
+    ops = MemoryOps(table, LocalObjectStore(tmp_path / "objects"))
+    yield MemoryService(ops, HashingEmbedder(DIM), clock=Clock())
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(coro)
+
+
+def write(service: MemoryService, agent: str, *memories: NewMemory) -> list[str]:
+    return [o.memory.id for o in run(service.write(agent, list(memories)))]
+
+
+def test_write_read_list_delete_round_trip(service: MemoryService) -> None:
+    first, second = write(
+        service,
+        "agent-a",
+        NewMemory(
+            type="fact",
+            content="The user likes green tea",
+            significance=0.7,
+            metadata={"source": "t1"},
+        ),
+        NewMemory(type="episode", content="We discussed the launch plan"),
+    )
+    memory = run(service.read("agent-a", first))
+    assert (memory.content, memory.type, memory.significance) == (
+        "The user likes green tea",
+        "fact",
+        pytest.approx(0.7),
+    )
+    assert memory.metadata == {"source": "t1"} and memory.embedding_model == "hashing"
+    assert [m.id for m in run(service.list("agent-a"))] == [second, first]
+    assert [m.id for m in run(service.list("agent-a", types=["fact"]))] == [first]
+    assert [m.id for m in run(service.list("agent-a", before_id=second))] == [first]
+    run(service.delete("agent-a", first))
+    with pytest.raises(NotFound):
+        run(service.read("agent-a", first))
+
+
+def test_large_content_lives_in_the_object_store(service: MemoryService, tmp_path: Path) -> None:
+    big = "transcript line\n" * 1000
+    assert len(big.encode()) > INLINE_LIMIT_BYTES
+    (memory_id,) = write(service, "agent-a", NewMemory(type="episode", content=big))
+    row = service.ops.get("agent-a", memory_id)
+    assert row.content == "" and row.content_ref == f"agent-a/{memory_id}"
+    assert (tmp_path / "objects" / "agent-a" / memory_id).read_text() == big
+    assert run(service.read("agent-a", memory_id)).content == big
+    hits = run(service.search("agent-a", SearchRequest("transcript line", k=1)))
+    assert hits[0].memory.id == memory_id
+    run(service.delete("agent-a", memory_id))
+    assert not (tmp_path / "objects" / "agent-a" / memory_id).exists()
+
+
+def test_agents_never_see_each_others_memories(service: MemoryService) -> None:
+    (mine,) = write(service, "agent-a", NewMemory(content="secret launch codes"))
+    write(service, "agent-b", NewMemory(content="grocery list"))
+    for mode in SearchMode:
+        hits = run(service.search("agent-b", SearchRequest("secret launch codes", mode=mode)))
+        assert mine not in [h.memory.id for h in hits]
+    with pytest.raises(NotFound):
+        run(service.read("agent-b", mine))
+    with pytest.raises(NotFound):
+        run(service.delete("agent-b", mine))
+
+
+@pytest.mark.parametrize("mode", list(SearchMode))
+def test_search_modes_find_the_matching_memory(service: MemoryService, mode: SearchMode) -> None:
+    ids = write(
+        service,
+        "agent-a",
+        NewMemory(content="the deployment pipeline uses kubernetes"),
+        NewMemory(content="my cat is called whiskers"),
+        NewMemory(content="lunch was pasta with tomato sauce"),
+    )
+    hits = run(service.search("agent-a", SearchRequest("cat whiskers", k=2, mode=mode)))
+    assert hits[0].memory.id == ids[1]
+    assert 0.0 <= hits[-1].relevance <= hits[0].relevance <= 1.0
+
+
+def test_search_filters_types_and_ranks_by_significance(service: MemoryService) -> None:
+    relevant, important, _ = write(
+        service,
+        "agent-a",
+        NewMemory(type="note", content="project alpha deadline friday deadline", significance=0.0),
+        NewMemory(type="decision", content="project alpha deadline", significance=1.0),
+        NewMemory(type="episode", content="project alpha deadline friday deadline"),
+    )
+    request = SearchRequest("friday deadline", k=3, types=("note", "decision"))
+    by_relevance = run(
+        service.search(
+            "agent-a", dataclasses.replace(request, weights=RankWeights(significance=0.0))
+        )
+    )
+    assert [h.memory.id for h in by_relevance] == [relevant, important]
+    ranked = run(service.search("agent-a", request))
+    assert [h.memory.id for h in ranked] == [important, relevant]
+
+
+def test_a_fact_on_a_known_subject_updates_instead_of_duplicating(service: MemoryService) -> None:
+    (first,) = write(
+        service,
+        "agent-a",
+        NewMemory(type="fact", subject="user.city", content="The user lives in Paris"),
+    )
+    outcomes = run(
+        service.write(
+            "agent-a",
+            [
+                NewMemory(
+                    type="fact",
+                    subject="user.city",
+                    content="The user lives in Berlin",
+                    significance=0.8,
+                )
+            ],
+        )
+    )
+    assert outcomes[0].action == "updated" and outcomes[0].memory.id == first
+    facts = run(service.list("agent-a", types=["fact"]))
+    assert [(m.id, m.content) for m in facts] == [(first, "The user lives in Berlin")]
+    assert facts[0].metadata["history"][0]["content"] == "The user lives in Paris"
+    hits = run(service.search("agent-a", SearchRequest("Berlin", mode=SearchMode.FTS)))
+    assert [h.memory.id for h in hits] == [first]
+
+
+def test_a_near_identical_fact_updates_and_dedupe_none_adds(service: MemoryService) -> None:
+    (first,) = write(service, "agent-a", NewMemory(type="fact", content="The user prefers tea"))
+    again = run(service.write("agent-a", [NewMemory(type="fact", content="the user prefers TEA")]))
+    assert (again[0].action, again[0].memory.id) == ("updated", first)
+    forced = run(
+        service.write(
+            "agent-a", [NewMemory(type="fact", content="The user prefers tea")], dedupe="none"
+        )
+    )
+    assert forced[0].action == "created"
+    assert service.ops.count(MemoryFilter("agent-a")) == 2
+
+
+def test_facts_with_one_subject_in_one_batch_leave_one_fact(service: MemoryService) -> None:
+    outcomes = run(
+        service.write(
+            "agent-a",
+            [
+                NewMemory(type="fact", subject="pet", content="The user has a dog"),
+                NewMemory(type="fact", subject="pet", content="The user has a parrot"),
+            ],
+        )
+    )
+    assert [o.action for o in outcomes] == ["created", "updated"]
+    assert service.ops.count(MemoryFilter("agent-a", types=("fact",))) == 1
+
+
+def test_indexes_are_created_once_and_search_still_works(service: MemoryService) -> None:
+    write(
+        service,
+        "agent-a",
+        *[NewMemory(content=f"memory number {i} about topic {i % 7}") for i in range(300)],
+    )
+    created = service.ops.table.ensure_indexes(vector_index_min_rows=256)
+    assert set(created) == {"agent_id", "type", "id", "content", "vector"}
+    assert service.ops.table.ensure_indexes(vector_index_min_rows=256) == []
+    hits = run(service.search("agent-a", SearchRequest("memory number 42 about topic 0", k=3)))
+    assert hits and hits[0].memory.content == "memory number 42 about topic 0"
+
+
+def test_set_vectors_skips_rows_edited_since_they_were_read(service: MemoryService) -> None:
+    (memory_id,) = write(service, "agent-a", NewMemory(type="fact", subject="s", content="v1"))
+    stale = service.ops.get("agent-a", memory_id)
+    write(service, "agent-a", NewMemory(type="fact", subject="s", content="v2"))
+    assert service.ops.set_vectors([memory_id], [[0.0] * DIM], "other", [stale.updated_at]) == 0
+    fresh = service.ops.get("agent-a", memory_id)
+    assert service.ops.set_vectors([memory_id], [[1.0] * DIM], "other", [fresh.updated_at]) == 1
+    assert service.ops.get("agent-a", memory_id).embedding_model == "other"
+
+
+def test_invalid_requests(service: MemoryService, tmp_path: Path) -> None:
+    with pytest.raises(InvalidInput):
+        run(service.search("agent-a", SearchRequest("  ")))
+    with pytest.raises(InvalidInput):
+        run(service.search("agent-a", SearchRequest("q", k=0)))
+    with pytest.raises(InvalidInput):
+        MemoryTable(str(tmp_path / "lance"), DIM + 1)
