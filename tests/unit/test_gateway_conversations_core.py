@@ -28,7 +28,10 @@ def test_writes_row_and_started_event(store: Store) -> None:
 def test_child_conversation_keeps_its_parent(store: Store) -> None:
     parent = create_conversation(store, client_id="c1")
     child = create_conversation(
-        store, client_id="c1", started_by_conversation_id=parent.id, started_by_message_id="m1",
+        store,
+        client_id="c1",
+        started_by_conversation_id=parent.id,
+        started_by_message_id="m1",
         depth=1,
     )
     assert child.participants == []

@@ -1,0 +1,49 @@
+"""Agents: a persona (a library reference or inline) owned by the calling client."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from core.domain import Agent, PersonaRef
+from core.errors import InvalidInput, NotFound
+from core.ids import new_id, utc_now
+from serving.gateway.auth import ClientId, Context
+from serving.gateway.context import GatewayContext
+from serving.gateway.protocol import AgentCreate, AgentList
+
+router = APIRouter(prefix="/v1/agents", tags=["agents"])
+
+
+def _check_persona_ref(context: GatewayContext, body: AgentCreate) -> PersonaRef | None:
+    if body.persona_ref is None:
+        return None
+    ref = PersonaRef(id=body.persona_ref.id, version=body.persona_ref.version)
+    try:
+        context.store.personas.get(ref.id, ref.version)
+    except NotFound as exc:
+        raise InvalidInput(f"persona_ref: {exc.message} in the library") from None
+    return ref
+
+
+@router.post("", status_code=201, response_model=Agent, summary="Create an agent")
+def create_agent(body: AgentCreate, context: Context, client_id: ClientId) -> Agent:
+    agent = Agent(
+        id=new_id("agent"),
+        client_id=client_id,
+        name=body.name,
+        persona_ref=_check_persona_ref(context, body),
+        persona=body.persona,
+        project_ids=body.project_ids,
+        created_at=utc_now(),
+    )
+    return context.store.agents.insert(agent)
+
+
+@router.get("", response_model=AgentList, summary="List your agents")
+def list_agents(context: Context, client_id: ClientId) -> AgentList:
+    return AgentList(items=context.store.agents.list_for_client(client_id))
+
+
+@router.get("/{agent_id}", response_model=Agent, summary="Get an agent")
+def get_agent(agent_id: str, context: Context, client_id: ClientId) -> Agent:
+    return context.store.agents.get(agent_id, client_id=client_id)

@@ -1,0 +1,104 @@
+"""Conversations: create, list (ancestry filter, cursor pages), get, children, complete, delete."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query
+from starlette.concurrency import run_in_threadpool
+
+from core.conversations import create_conversation
+from core.domain import Conversation
+from core.errors import InvalidInput, NotFound
+from serving.gateway.auth import ClientId, Context
+from serving.gateway.context import GatewayContext
+from serving.gateway.protocol import ConversationCreate, Deleted, Page
+from serving.gateway.translation import decode_cursor, encode_cursor
+
+router = APIRouter(prefix="/v1/conversations", tags=["conversations"])
+
+Limit = Annotated[int, Query(ge=1, le=200, description="Page size")]
+Cursor = Annotated[str | None, Query(max_length=512, description="next_cursor of the last page")]
+ConversationPage = Page[Conversation]
+
+
+def owned_conversation(
+    context: GatewayContext, client_id: str, conversation_id: str
+) -> Conversation:
+    """The conversation if this client owns it; ``NotFound`` otherwise (never reveal others')."""
+    return context.store.conversations.get(conversation_id, client_id=client_id)
+
+
+def _page(
+    context: GatewayContext, client_id: str, limit: int, after_cursor: str | None, **filters: str
+) -> ConversationPage:
+    after = decode_cursor(after_cursor) if after_cursor else None
+    found = context.store.conversations.list(client_id, limit=limit + 1, after=after, **filters)
+    items = found[:limit]
+    more = len(found) > limit
+    return ConversationPage(items=items, next_cursor=encode_cursor(items[-1]) if more else None)
+
+
+@router.post("", status_code=201, response_model=Conversation, summary="Start a conversation")
+def create(body: ConversationCreate, context: Context, client_id: ClientId) -> Conversation:
+    if body.agent_id is not None:
+        try:
+            context.store.agents.get(body.agent_id, client_id=client_id)
+        except NotFound:
+            raise InvalidInput(f"agent_id: agent {body.agent_id} not found") from None
+    return create_conversation(
+        context.store, client_id=client_id, agent_id=body.agent_id, title=body.title
+    )
+
+
+@router.get("", response_model=ConversationPage, summary="List conversations")
+def list_conversations(
+    context: Context,
+    client_id: ClientId,
+    ancestry: Literal["roots", "children", "all"] = "all",
+    limit: Limit = 50,
+    after_cursor: Cursor = None,
+) -> ConversationPage:
+    return _page(context, client_id, limit, after_cursor, ancestry=ancestry)
+
+
+@router.get("/{conversation_id}", response_model=Conversation, summary="Get a conversation")
+def get(conversation_id: str, context: Context, client_id: ClientId) -> Conversation:
+    return owned_conversation(context, client_id, conversation_id)
+
+
+@router.get(
+    "/{conversation_id}/children",
+    response_model=ConversationPage,
+    summary="Child conversations this one started, ordered by (created_at, id)",
+)
+def children(
+    conversation_id: str,
+    context: Context,
+    client_id: ClientId,
+    limit: Limit = 50,
+    after_cursor: Cursor = None,
+) -> ConversationPage:
+    owned_conversation(context, client_id, conversation_id)
+    return _page(context, client_id, limit, after_cursor, parent_id=conversation_id)
+
+
+@router.post(
+    "/{conversation_id}/complete",
+    response_model=Conversation,
+    summary="Mark a conversation completed (only a user completes a conversation)",
+)
+async def complete(conversation_id: str, context: Context, client_id: ClientId) -> Conversation:
+    await run_in_threadpool(owned_conversation, context, client_id, conversation_id)
+    await context.conversations.complete_conversation(conversation_id)
+    return await run_in_threadpool(owned_conversation, context, client_id, conversation_id)
+
+
+@router.delete(
+    "/{conversation_id}",
+    response_model=Deleted,
+    summary="Delete a conversation and every child conversation it started",
+)
+def delete(conversation_id: str, context: Context, client_id: ClientId) -> Deleted:
+    owned_conversation(context, client_id, conversation_id)
+    return Deleted(deleted=context.store.delete_conversation_tree(conversation_id))

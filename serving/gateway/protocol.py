@@ -1,0 +1,175 @@
+"""Wire models: the JSON bodies the gateway accepts and returns (REST and WebSocket).
+
+Requests reject unknown fields (a typo fails loudly with its field path). Responses reuse the domain
+models of ``core.domain`` where the stored shape is the public one; envelopes and inputs live here.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+
+from core.domain import (
+    NAME_PATTERN,
+    Agent,
+    LibraryId,
+    ModelProfile,
+    Move,
+    Persona,
+    TaskDef,
+    Tool,
+    Turn,
+)
+
+T = TypeVar("T")
+
+USER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$"
+MAX_MESSAGE_CHARS = 100_000
+
+
+class WireModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --------------------------------------------------------------------------- envelopes
+
+
+class ErrorBody(WireModel):
+    code: str = Field(description="Stable error code, e.g. NOT_FOUND, INVALID_INPUT")
+    message: str
+    retriable: bool = Field(description="True when the same request may succeed later")
+    details: list[dict[str, Any]] | None = Field(
+        None, description="Per-field problems of a rejected body: path and message"
+    )
+
+
+class ErrorResponse(WireModel):
+    error: ErrorBody
+
+
+class Items(WireModel, Generic[T]):
+    items: list[T]
+
+
+class Page(WireModel, Generic[T]):
+    items: list[T]
+    next_cursor: str | None = Field(None, description="Pass as after_cursor for the next page")
+
+
+class Health(WireModel):
+    status: Literal["ok"] = "ok"
+
+
+# --------------------------------------------------------------------------- library bodies
+# A PUT body is the library object without its id (taken from the path); ``id`` and ``version`` may
+# be sent back as read (a GET → edit → PUT round trip) and are checked / ignored.
+
+
+class PersonaBody(Persona):
+    id: LibraryId | None = None  # type: ignore[assignment]
+    version: int | None = None  # type: ignore[assignment]
+
+
+class ModelProfileBody(ModelProfile):
+    id: LibraryId | None = None  # type: ignore[assignment]
+    version: int | None = None  # type: ignore[assignment]
+
+
+class ToolBody(Tool):
+    id: LibraryId | None = None  # type: ignore[assignment]
+    version: int | None = None  # type: ignore[assignment]
+
+
+class TaskBody(TaskDef):
+    id: LibraryId | None = None  # type: ignore[assignment]
+    version: int | None = None  # type: ignore[assignment]
+
+
+# --------------------------------------------------------------------------- agents
+
+
+class PersonaRefIn(WireModel):
+    id: Annotated[str, Field(pattern=NAME_PATTERN)]
+    version: int | None = Field(None, ge=1, description="Omit to follow the latest version")
+
+
+class AgentCreate(WireModel):
+    """Exactly one of ``persona_ref`` (a library persona) or ``persona`` (inline)."""
+
+    name: str = Field(min_length=1, max_length=200)
+    persona_ref: PersonaRefIn | None = None
+    persona: Persona | None = None
+    project_ids: list[Annotated[str, Field(max_length=200)]] = Field(
+        default_factory=list, max_length=64
+    )
+
+    @model_validator(mode="after")
+    def _one_persona(self) -> AgentCreate:
+        if (self.persona_ref is None) == (self.persona is None):
+            raise ValueError("give exactly one of persona_ref or persona")
+        return self
+
+
+AgentList = Items[Agent]
+
+
+# --------------------------------------------------------------------------- conversations
+
+
+class ConversationCreate(WireModel):
+    agent_id: str | None = Field(None, max_length=64, description="The agent that answers")
+    title: str | None = Field(None, max_length=200)
+
+
+class Deleted(WireModel):
+    deleted: list[str] = Field(description="Ids of the conversation and the children it started")
+
+
+class MessageCreate(WireModel):
+    content: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
+    user_id: str | None = Field(
+        None, pattern=USER_ID_PATTERN, description="Your app's user; default: the API client"
+    )
+    reply_to_message_id: str | None = Field(None, max_length=64)
+
+
+class MessageAccepted(WireModel):
+    turn_id: str
+    message_id: str
+    seq: int | None = Field(None, description="The message's place in the conversation")
+
+
+class TurnDetail(Turn):
+    moves: list[Move]
+
+
+class EventOut(BaseModel):
+    """A conversation event: ``seq`` (None for token deltas), ``type``, then its payload fields."""
+
+    model_config = ConfigDict(extra="allow")
+
+    seq: int | None
+    type: str
+    conversation_id: str | None = None
+    at: str | None = None
+
+
+# ------------------------------------------------------------------------ WebSocket client frames
+
+
+class ClientMessageFrame(WireModel):
+    type: Literal["message"]
+    content: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
+    user_id: str | None = Field(None, pattern=USER_ID_PATTERN)
+    reply_to_message_id: str | None = Field(None, max_length=64)
+    id: str | None = Field(None, max_length=100, description="Echoed back in the ack or error")
+
+
+class ClientPingFrame(WireModel):
+    type: Literal["ping"]
+    id: str | None = Field(None, max_length=100)
+
+
+ClientFrame = Annotated[ClientMessageFrame | ClientPingFrame, Field(discriminator="type")]
+CLIENT_FRAME: TypeAdapter[ClientMessageFrame | ClientPingFrame] = TypeAdapter(ClientFrame)

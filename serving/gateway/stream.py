@@ -1,0 +1,227 @@
+"""The conversation stream: WebSocket ``/v1/conversations/{id}/stream?after_seq=N``.
+
+The server sends the conversation's events as JSON frames ``{seq, type, ...}``: first the stored
+events after ``after_seq``, then live ones, token deltas included (``seq`` null). A client that
+reconnects with the last ``seq`` it saw gets exactly what it missed. The client sends
+``{"type": "message", "content": ...}`` (answered by an ``ack`` frame with the turn and message ids)
+or ``{"type": "ping"}``; a frame the server cannot use gets an ``error`` frame and the stream goes
+on. Authentication: the ``Authorization`` header, or ``?api_key=`` for browsers. Refusals close the
+socket after an error frame: 4401 (bad key), 4404 (no such conversation), 4400 (bad query).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, WebSocket
+from fastapi.encoders import jsonable_encoder
+from starlette.concurrency import run_in_threadpool
+from starlette.websockets import WebSocketDisconnect, WebSocketState
+
+from core.domain import Conversation
+from core.errors import InvalidInput, WonderError
+from serving.gateway.auth import client_for_key, websocket_key
+from serving.gateway.context import GatewayContext, get_context
+from serving.gateway.conversations import owned_conversation
+from serving.gateway.errors import as_wonder_error
+from serving.gateway.protocol import ClientMessageFrame
+from serving.gateway.translation import SeqTracker, error_frame, event_frame, parse_client_frame
+
+logger = logging.getLogger("wonder.gateway")
+
+router = APIRouter()
+
+CLOSE_CODES = {"UNAUTHORIZED": 4401, "NOT_FOUND": 4404, "INVALID_INPUT": 4400}
+RESUBSCRIBE_ATTEMPTS = 3
+RESUBSCRIBE_BACKOFF_S = (0.2, 0.5, 1.0)
+
+
+def parse_after_seq(raw: str | None) -> int:
+    """The ``after_seq`` query parameter: a non-negative integer, 0 when absent."""
+    if raw is None or raw == "":
+        return 0
+    if not raw.isdigit() or len(raw) > 18:
+        raise InvalidInput(f"after_seq must be a non-negative integer, got {raw!r}")
+    return int(raw)
+
+
+class StreamSession:
+    """One subscriber: pumps events out and reads client frames in, over one WebSocket."""
+
+    def __init__(
+        self,
+        websocket: WebSocket,
+        context: GatewayContext,
+        conversation: Conversation,
+        client_id: str,
+        after_seq: int,
+    ) -> None:
+        self.websocket = websocket
+        self.context = context
+        self.conversation = conversation
+        self.client_id = client_id
+        self.seen = SeqTracker(last_seq=after_seq)
+        self._send_lock = asyncio.Lock()
+
+    async def send(self, frame: dict[str, Any]) -> None:
+        async with self._send_lock:
+            if self.websocket.application_state != WebSocketState.CONNECTED:
+                raise WebSocketDisconnect(1006)
+            await self.websocket.send_json(jsonable_encoder(frame))
+
+    async def run(self) -> None:
+        pump = asyncio.create_task(self.pump_events())
+        try:
+            await self.receive_frames(pump)
+        finally:
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect, RuntimeError):
+                await pump
+
+    # ------------------------------------------------------------------ server → client
+
+    async def pump_events(self) -> None:
+        """Forward events; on a broken subscription, resubscribe from the last seq sent."""
+        failures = 0
+        while True:
+            try:
+                await self._forward(
+                    self.context.conversations.stream_events(
+                        self.conversation.id, self.seen.last_seq
+                    )
+                )
+                await self.close(1000)
+                return
+            except (WebSocketDisconnect, asyncio.CancelledError):
+                raise
+            except Exception as exc:  # converted below: retryable → resubscribe, else report
+                error = as_wonder_error(exc)
+                if error is None or not error.retriable or failures >= RESUBSCRIBE_ATTEMPTS:
+                    if error is None:
+                        logger.exception("stream of %s failed", self.conversation.id)
+                    await self.refuse(error or WonderError("the event stream failed"), code=1011)
+                    return
+                await asyncio.sleep(RESUBSCRIBE_BACKOFF_S[failures])
+                failures += 1
+
+    async def _forward(self, events: AsyncIterator[dict[str, Any]]) -> None:
+        try:
+            async for event in events:
+                if self.seen.is_duplicate(event):
+                    continue
+                for missed in await self._missing(event):
+                    await self.send(missed)
+                    self.seen.saw(missed)
+                await self.send(event)
+                self.seen.saw(event)
+        finally:
+            close = getattr(events, "aclose", None)
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    await close()
+
+    async def _missing(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        gap = self.seen.missing_before(event)
+        if not gap:
+            return []
+        stored = await run_in_threadpool(
+            self.context.store.events.list, self.conversation.id, gap.start - 1, len(gap)
+        )
+        return [event_frame(e) for e in stored]
+
+    # ------------------------------------------------------------------ client → server
+
+    async def receive_frames(self, pump: asyncio.Task[None]) -> None:
+        while True:
+            message = await self.websocket.receive()
+            if message["type"] == "websocket.disconnect" or pump.done():
+                return
+            raw = message.get("text")
+            if raw is None:
+                raw = message.get("bytes") or b""
+            await self.handle_frame(raw)
+
+    async def handle_frame(self, raw: str | bytes) -> None:
+        request_id: str | None = None
+        try:
+            frame = parse_client_frame(raw)
+            request_id = frame.id
+            if isinstance(frame, ClientMessageFrame):
+                await self.send(await self.post(frame))
+            else:
+                await self.send({"seq": None, "type": "pong", "id": frame.id})
+        except WebSocketDisconnect:
+            raise
+        except Exception as exc:  # every failure becomes an error frame; the stream goes on
+            error = as_wonder_error(exc)
+            if error is None:
+                logger.exception("frame on %s failed", self.conversation.id)
+                error = WonderError("internal error")
+            await self.send(error_frame(error.to_dict(), request_id))
+
+    async def post(self, frame: ClientMessageFrame) -> dict[str, Any]:
+        accepted = await self.context.conversations.post_message(
+            self.conversation.id,
+            frame.content,
+            frame.user_id or self.client_id,
+            reply_to_message_id=frame.reply_to_message_id,
+        )
+        ack = {
+            "seq": None,
+            "type": "ack",
+            "turn_id": accepted.get("turn_id"),
+            "message_id": accepted.get("message_id"),
+            "message_seq": accepted.get("seq"),
+        }
+        if frame.id is not None:
+            ack["id"] = frame.id
+        return ack
+
+    # ------------------------------------------------------------------ closing
+
+    async def refuse(self, error: WonderError, code: int | None = None) -> None:
+        await refuse(self.websocket, error, code, self._send_lock)
+
+    async def close(self, code: int) -> None:
+        if self.websocket.application_state == WebSocketState.CONNECTED:
+            with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+                await self.websocket.close(code)
+
+
+async def refuse(
+    websocket: WebSocket,
+    error: WonderError,
+    code: int | None = None,
+    lock: asyncio.Lock | None = None,
+) -> None:
+    """Send an error frame and close the socket (4401/4404/4400 by error code)."""
+    if websocket.application_state != WebSocketState.CONNECTED:
+        return
+    close_code = code or CLOSE_CODES.get(str(error.code), 1011)
+    with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+        async with lock or asyncio.Lock():
+            await websocket.send_json(error_frame(error.to_dict()))
+            await websocket.close(close_code)
+
+
+@router.websocket("/v1/conversations/{conversation_id}/stream")
+async def stream(websocket: WebSocket, conversation_id: str) -> None:
+    """Subscribe to a conversation's events and send it messages."""
+    context = get_context(websocket)
+    await websocket.accept()
+    try:
+        client_id = await run_in_threadpool(client_for_key, context, websocket_key(websocket))
+        conversation = await run_in_threadpool(
+            owned_conversation, context, client_id, conversation_id
+        )
+        after_seq = parse_after_seq(websocket.query_params.get("after_seq"))
+    except WonderError as exc:
+        await refuse(websocket, exc)
+        return
+    session = StreamSession(websocket, context, conversation, client_id, after_seq)
+    with contextlib.suppress(WebSocketDisconnect):
+        await session.run()

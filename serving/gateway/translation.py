@@ -1,0 +1,100 @@
+"""Between stored shapes and wire shapes: page cursors, event frames, the stream's seq bookkeeping.
+
+Pure functions and one small state machine; no I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from core.domain import Conversation, Event
+from core.errors import InvalidInput
+from serving.gateway.errors import field_problems
+from serving.gateway.protocol import CLIENT_FRAME, ClientMessageFrame, ClientPingFrame
+
+MAX_CURSOR_CHARS = 512
+
+
+def encode_cursor(conversation: Conversation) -> str:
+    """An opaque cursor resuming a listing after ``conversation`` (ordered by created_at, id)."""
+    raw = json.dumps([conversation.created_at.isoformat(), conversation.id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[str, str]:
+    """``(created_at, id)`` from a cursor made by ``encode_cursor``; ``InvalidInput`` otherwise."""
+    try:
+        if len(cursor) > MAX_CURSOR_CHARS:
+            raise ValueError("too long")
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created_at, last_id = json.loads(raw)
+        datetime.fromisoformat(created_at)
+        if not isinstance(last_id, str):
+            raise ValueError("id is not a string")
+    except (ValueError, TypeError, binascii.Error) as exc:
+        raise InvalidInput(f"after_cursor is not a cursor this API returned ({exc})") from None
+    return created_at, last_id
+
+
+def event_frame(event: Event) -> dict[str, Any]:
+    """A stored event in the wire shape of the stream: ``{seq, type, at, conversation_id, ...}``."""
+    return {
+        **event.payload,
+        "seq": event.seq,
+        "type": event.type,
+        "at": event.at.isoformat(),
+        "conversation_id": event.conversation_id,
+    }
+
+
+def parse_client_frame(text: str | bytes) -> ClientMessageFrame | ClientPingFrame:
+    """A client's WebSocket frame, validated; ``InvalidInput`` names what is wrong with it."""
+    try:
+        return CLIENT_FRAME.validate_json(text)
+    except ValidationError as exc:
+        problems = field_problems(exc.errors())
+        summary = "; ".join(f"{p['path'] or 'frame'}: {p['message']}" for p in problems)
+        raise InvalidInput(f"invalid frame: {summary}") from None
+
+
+def error_frame(error: dict[str, Any], request_id: str | None = None) -> dict[str, Any]:
+    """A server → client frame reporting a failure (not an event: ``seq`` is None)."""
+    frame: dict[str, Any] = {"seq": None, "type": "error", "error": error}
+    if request_id is not None:
+        frame["id"] = request_id
+    return frame
+
+
+@dataclass
+class SeqTracker:
+    """What a subscriber has seen: durable events pass once, in order; token deltas always pass.
+
+    After a resubscription the actor replays from ``last_seq``, so anything at or below it is a
+    duplicate; a durable event beyond ``last_seq + 1`` means events were skipped and must be
+    fetched from the store before it.
+    """
+
+    last_seq: int = 0
+
+    def is_duplicate(self, event: dict[str, Any]) -> bool:
+        seq = event.get("seq")
+        return seq is not None and seq <= self.last_seq
+
+    def missing_before(self, event: dict[str, Any]) -> range:
+        """Seqs skipped before ``event`` (empty when none)."""
+        seq = event.get("seq")
+        if seq is None or seq <= self.last_seq + 1:
+            return range(0)
+        return range(self.last_seq + 1, seq)
+
+    def saw(self, event: dict[str, Any]) -> None:
+        seq = event.get("seq")
+        if seq is not None and seq > self.last_seq:
+            self.last_seq = seq

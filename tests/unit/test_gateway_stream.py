@@ -1,0 +1,213 @@
+"""The WebSocket stream in-process (no Ray): replay, dedup, gap filling, resubscription, bad frames.
+
+A fake ``ConversationAccess`` plays the actor's part with scripted subscriptions, so each test can
+make the event source misbehave in one precise way and check what the client ends up seeing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from starlette.websockets import WebSocketDisconnect
+
+from core.conversations import create_conversation
+from core.domain import Event
+from core.errors import Unavailable
+from core.ids import utc_now
+from core.store import Store
+from serving.gateway.app import create_api
+from serving.gateway.context import GatewayContext
+from tests.unit.test_gateway_api import add_client
+
+
+def event(seq: int | None, type_: str = "message", **payload: Any) -> dict[str, Any]:
+    return {"seq": seq, "type": type_, "conversation_id": "c", **payload}
+
+
+class ScriptedSubscriptions:
+    """Each ``stream_events`` call plays the next script: a list of events, or an exception."""
+
+    def __init__(self, scripts: list[list[Any]]) -> None:
+        self.scripts = scripts
+        self.subscribed_after: list[int] = []
+        self.posted: list[str] = []
+
+    async def post_message(
+        self, conversation_id: str, content: str, author: str, **_kw: Any
+    ) -> dict[str, Any]:
+        if content == "boom":
+            raise Unavailable("actor restarting")
+        self.posted.append(content)
+        return {"turn_id": "turn_1", "message_id": "msg_1", "seq": 2}
+
+    async def stream_events(
+        self, conversation_id: str, after_seq: int
+    ) -> AsyncIterator[dict[str, Any]]:
+        self.subscribed_after.append(after_seq)
+        script = self.scripts[min(len(self.subscribed_after), len(self.scripts)) - 1]
+        for item in script:
+            if isinstance(item, Exception):
+                raise item
+            yield item
+        await asyncio.Event().wait()  # a live stream: stays open until the client leaves
+
+    async def complete_conversation(self, conversation_id: str) -> None:
+        return None
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store.open(f"sqlite:///{tmp_path / 'wonder.db'}")
+
+
+def connect(
+    store: Store, scripts: list[list[Any]]
+) -> tuple[TestClient, ScriptedSubscriptions, str, str]:
+    access = ScriptedSubscriptions(scripts)
+    client = TestClient(create_api(GatewayContext(store=store, conversations=access)))
+    key = add_client(store, "alice")
+    client_id = store.clients.client_for_key(key)
+    assert client_id
+    conv = create_conversation(store, client_id=client_id)
+    return client, access, key, conv.id
+
+
+def receive(ws: Any, count: int) -> list[dict[str, Any]]:
+    return [ws.receive_json() for _ in range(count)]
+
+
+def test_forwards_tokens_and_acks(store: Store) -> None:
+    client, access, key, conv = connect(store, [[event(1), event(None, "token", delta="hi")]])
+    with client.websocket_connect(f"/v1/conversations/{conv}/stream?api_key={key}") as ws:
+        assert [(e["seq"], e["type"]) for e in receive(ws, 2)] == [(1, "message"), (None, "token")]
+        ws.send_json({"type": "message", "content": "hello", "id": "r1"})
+        ack = ws.receive_json()
+        assert ack == {
+            "seq": None,
+            "type": "ack",
+            "turn_id": "turn_1",
+            "message_id": "msg_1",
+            "message_seq": 2,
+            "id": "r1",
+        }
+    assert access.posted == ["hello"]
+    assert access.subscribed_after == [0]
+
+
+def test_skips_duplicates_and_fills_gaps_from_the_store(store: Store) -> None:
+    client, _access, key, conv = connect(store, [])
+    for seq in (2, 3):  # the store holds what the source will skip
+        store.events.append(Event(conversation_id=conv, seq=seq, type=f"stored{seq}", at=utc_now()))
+    client.app.state.gateway.conversations.scripts = [[event(1), event(1), event(4), event(2)]]
+    headers = {"Authorization": f"Bearer {key}"}
+    with client.websocket_connect(f"/v1/conversations/{conv}/stream", headers=headers) as ws:
+        got = receive(ws, 4)
+        ws.send_json({"type": "ping"})
+        assert ws.receive_json()["type"] == "pong"  # nothing else was queued before it
+    assert [(e["seq"], e["type"]) for e in got] == [
+        (1, "message"),
+        (2, "stored2"),
+        (3, "stored3"),
+        (4, "message"),
+    ]
+
+
+def test_resubscribes_after_the_last_seq_when_the_actor_restarts(store: Store) -> None:
+    client, access, key, conv = connect(
+        store,
+        [
+            [event(1), event(2), Unavailable("actor died")],
+            [event(2), event(3)],  # a replay that overlaps what was already sent
+        ],
+    )
+    with client.websocket_connect(
+        f"/v1/conversations/{conv}/stream?api_key={key}&after_seq=0"
+    ) as ws:
+        assert [e["seq"] for e in receive(ws, 3)] == [1, 2, 3]
+    assert access.subscribed_after == [0, 2]
+
+
+def test_reconnect_resumes_after_seq(store: Store) -> None:
+    client, access, key, conv = connect(store, [[event(6)]])
+    with client.websocket_connect(
+        f"/v1/conversations/{conv}/stream?api_key={key}&after_seq=5"
+    ) as ws:
+        assert ws.receive_json()["seq"] == 6
+    assert access.subscribed_after == [5]
+
+
+@pytest.mark.parametrize(
+    ("frame", "fragment"),
+    [
+        ("not json", "invalid frame"),
+        ('{"type": "dance"}', "does not match any of the expected tags"),
+        ('{"type": "message"}', "content: Field required"),
+        ('{"type": "message", "content": ""}', "content"),
+        ('{"type": "message", "content": "x", "color": "red"}', "color: Extra inputs"),
+        ("[1, 2]", "invalid frame"),
+    ],
+)
+def test_bad_frames_get_error_frames_and_the_stream_goes_on(
+    store: Store, frame: str, fragment: str
+) -> None:
+    client, _access, key, conv = connect(store, [[]])
+    with client.websocket_connect(f"/v1/conversations/{conv}/stream?api_key={key}") as ws:
+        ws.send_text(frame)
+        error = ws.receive_json()
+        assert error["type"] == "error" and error["seq"] is None
+        assert error["error"]["code"] == "INVALID_INPUT"
+        assert fragment in error["error"]["message"], error
+        ws.send_bytes(b'{"type": "ping", "id": "p"}')
+        assert ws.receive_json() == {"seq": None, "type": "pong", "id": "p"}
+
+
+def test_failed_post_is_an_error_frame(store: Store) -> None:
+    client, _access, key, conv = connect(store, [[]])
+    with client.websocket_connect(f"/v1/conversations/{conv}/stream?api_key={key}") as ws:
+        ws.send_json({"type": "message", "content": "boom", "id": "r9"})
+        error = ws.receive_json()
+    assert error["id"] == "r9"
+    assert error["error"] == {
+        "code": "UNAVAILABLE",
+        "message": "actor restarting",
+        "retriable": True,
+    }
+
+
+@pytest.mark.parametrize(
+    ("query", "code", "error_code"),
+    [
+        ("", 4401, "UNAUTHORIZED"),
+        ("?api_key=wrong", 4401, "UNAUTHORIZED"),
+        ("?api_key={key}&after_seq=-1", 4400, "INVALID_INPUT"),
+        ("?api_key={key}&after_seq=abc", 4400, "INVALID_INPUT"),
+    ],
+)
+def test_refusals_close_with_a_reason(store: Store, query: str, code: int, error_code: str) -> None:
+    client, _access, key, conv = connect(store, [[]])
+    with client.websocket_connect(f"/v1/conversations/{conv}/stream{query.format(key=key)}") as ws:
+        assert ws.receive_json()["error"]["code"] == error_code
+        with pytest.raises(WebSocketDisconnect) as closed:
+            ws.receive_json()
+    assert closed.value.code == code
+
+
+def test_other_clients_conversation_is_not_found(store: Store) -> None:
+    client, _access, _key, conv = connect(store, [[]])
+    stranger = add_client(store, "mallory")
+    with client.websocket_connect(f"/v1/conversations/{conv}/stream?api_key={stranger}") as ws:
+        assert ws.receive_json()["error"]["code"] == "NOT_FOUND"
+        with pytest.raises(WebSocketDisconnect) as closed:
+            ws.receive_json()
+    assert closed.value.code == 4404
+
+
+@pytest.fixture(autouse=True)
+def _fast_backoff(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr("serving.gateway.stream.RESUBSCRIBE_BACKOFF_S", (0.0, 0.0, 0.0))
+    yield

@@ -1,0 +1,93 @@
+"""Pure parts of the gateway: cursors, seq bookkeeping, error → status mapping."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from core.domain import Conversation
+from core.errors import (
+    Conflict,
+    InvalidInput,
+    NonRetryableError,
+    NotFound,
+    PermissionDenied,
+    RetryableError,
+    Timeout,
+    Unauthorized,
+    WonderError,
+)
+from serving.gateway.errors import as_wonder_error, status_for, validation_error
+from serving.gateway.stream import parse_after_seq
+from serving.gateway.translation import SeqTracker, decode_cursor, encode_cursor
+
+
+def test_cursor_round_trip() -> None:
+    at = datetime(2026, 11, 22, 12, 0, 0, 123456, tzinfo=UTC)
+    conv = Conversation(id="conv_1", client_id="c", created_at=at)
+    assert decode_cursor(encode_cursor(conv)) == (at.isoformat(), "conv_1")
+
+
+@pytest.mark.parametrize("cursor", ["zzz", "", "W10", "x" * 600, "WyJub3QgYSBkYXRlIiwgImEiXQ"])
+def test_bad_cursors_are_invalid_input(cursor: str) -> None:
+    with pytest.raises(InvalidInput, match="after_cursor"):
+        decode_cursor(cursor)
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        (NotFound("x"), 404),
+        (InvalidInput("x"), 400),
+        (PermissionDenied("x"), 403),
+        (Conflict("x"), 409),
+        (Unauthorized("x"), 401),
+        (RetryableError("x"), 503),
+        (Timeout("x"), 503),
+        (NonRetryableError("x"), 400),
+        (WonderError("x"), 500),
+    ],
+)
+def test_status_for(error: WonderError, status: int) -> None:
+    assert status_for(error) == status
+
+
+def test_ray_errors_are_unwrapped() -> None:
+    from ray.exceptions import RayTaskError
+
+    wrapped = RayTaskError("post_message", "traceback", NotFound("conversation c not found"))
+    error = as_wonder_error(wrapped)
+    assert isinstance(error, NotFound) and error.message == "conversation c not found"
+    assert as_wonder_error(ValueError("x")) is None
+
+
+def test_validation_error_names_fields() -> None:
+    status, body = validation_error(
+        [{"type": "missing", "loc": ("body", "content"), "msg": "Field required"}]
+    )
+    assert status == 422
+    assert body["error"]["message"] == "body.content: Field required"
+    assert body["error"]["details"] == [{"path": "body.content", "message": "Field required"}]
+
+
+def test_seq_tracker() -> None:
+    seen = SeqTracker(last_seq=2)
+    assert seen.is_duplicate({"seq": 2}) and not seen.is_duplicate({"seq": 3})
+    assert not seen.is_duplicate({"seq": None})
+    assert seen.missing_before({"seq": 5}) == range(3, 5)
+    assert not seen.missing_before({"seq": 3})
+    seen.saw({"seq": 5})
+    seen.saw({"seq": None})
+    assert seen.last_seq == 5
+
+
+@pytest.mark.parametrize(("raw", "value"), [(None, 0), ("", 0), ("0", 0), ("17", 17)])
+def test_parse_after_seq(raw: str | None, value: int) -> None:
+    assert parse_after_seq(raw) == value
+
+
+@pytest.mark.parametrize("raw", ["-1", "1.5", "abc", "9" * 30])
+def test_parse_after_seq_rejects(raw: str) -> None:
+    with pytest.raises(InvalidInput, match="after_seq"):
+        parse_after_seq(raw)
