@@ -54,7 +54,18 @@ def create_conversation_actor(conversation_id: str, settings_env: dict[str, str]
 
 class _Directory(ConversationDirectory):
     def __init__(self, max_resident: int, settings_env: dict[str, str]) -> None:
-        super().__init__(max_resident, lambda cid: create_conversation_actor(cid, settings_env))
+        self.settings_env = dict(settings_env)
+        super().__init__(
+            max_resident, lambda cid: create_conversation_actor(cid, self.settings_env)
+        )
+
+    def configure(  # type: ignore[override]
+        self, max_resident: int | None = None, idle_ttl_s: float | None = None
+    ) -> dict[str, Any]:
+        """Change the cap, and the idle TTL of conversation actors created from now on."""
+        if idle_ttl_s is not None:
+            self.settings_env["WONDER_CONVERSATION_IDLE_TTL_S"] = str(idle_ttl_s)
+        return super().configure(max_resident)
 
 
 def directory() -> Any:
@@ -161,4 +172,11 @@ async def release_idle(conversation_id: str) -> bool:
 
 async def directory_stats() -> JsonObject:
     stats: JsonObject = await directory().stats.remote()
+    return stats
+
+
+async def configure_directory(
+    max_resident: int | None = None, idle_ttl_s: float | None = None
+) -> JsonObject:
+    stats: JsonObject = await directory().configure.remote(max_resident, idle_ttl_s)
     return stats

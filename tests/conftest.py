@@ -67,6 +67,7 @@ class Cluster:
 
     data_dir: Path
     env: dict[str, str]
+    dashboard_url: str
 
     @property
     def settings(self):  # type: ignore[no-untyped-def]
@@ -98,16 +99,21 @@ def ray_cluster() -> Iterator[Cluster]:
         "TRANSFORMERS_OFFLINE": "1",
     }
     os.environ.update(env)
+    dashboard_port = free_port()
     ray.init(
         num_cpus=4,
         namespace="wonder",
-        include_dashboard=False,
+        include_dashboard=True,
+        dashboard_host="127.0.0.1",
+        dashboard_port=dashboard_port,
         _temp_dir=ray_tmp,
         runtime_env={"env_vars": env},
         log_to_driver=True,
     )
     try:
-        yield Cluster(data_dir=data_dir, env=env)
+        yield Cluster(
+            data_dir=data_dir, env=env, dashboard_url=f"http://127.0.0.1:{dashboard_port}"
+        )
     finally:
         ray.shutdown()
         shutil.rmtree(data_dir, ignore_errors=True)

@@ -101,6 +101,14 @@ class ConversationDirectory:
         """Drop a handle known to be dead (the next activation creates a new actor)."""
         self._resident.pop(conversation_id, None)
 
+    def configure(self, max_resident: int | None = None) -> dict[str, Any]:
+        """Change the cap at run time (an operator knob; also used by tests and benchmarks)."""
+        if max_resident is not None:
+            if max_resident < 1:
+                raise ValueError("max_resident must be at least 1")
+            self.max_resident = max_resident
+        return self.stats()
+
     def stats(self) -> dict[str, Any]:
         return {
             "resident": len(self._resident),

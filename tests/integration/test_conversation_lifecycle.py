@@ -1,0 +1,172 @@
+"""Residency and recovery on a real local Ray: eviction, re-activation, kill -9, reconnect by seq."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+import ray
+
+from cluster import actors
+from core.domain import MessageRole, TurnStatus
+from tests.conftest import Cluster, async_wait_for
+from tests.factories import make_agent, make_client, make_conversation, scripted_profile
+
+
+def _alive_conversation_actors() -> set[str]:
+    from ray.util.state import list_actors
+
+    alive = list_actors(
+        filters=[("state", "=", "ALIVE")], limit=10_000, raise_on_missing_output=False
+    )
+    return {a.name for a in alive if (a.name or "").startswith("conversation:")}
+
+
+async def _completed(cluster: Cluster, turn_id: str) -> None:
+    await async_wait_for(
+        lambda: cluster.store.turns.get(turn_id).status is TurnStatus.COMPLETED, timeout=60
+    )
+
+
+@pytest.fixture
+async def small_cap(ray_cluster: Cluster):  # type: ignore[no-untyped-def]
+    before = await actors.directory_stats()
+    await actors.configure_directory(max_resident=3)
+    yield 3
+    await actors.configure_directory(max_resident=before["max_resident"])
+
+
+async def test_resident_actors_stay_under_the_cap_and_reactivate(
+    ray_cluster: Cluster, small_cap: int
+) -> None:
+    store = ray_cluster.store
+    client_id, _ = make_client(store)
+    agent = make_agent(store, client_id, scripted_profile(store))
+    convs = [make_conversation(store, client_id, agent) for _ in range(6)]
+    for conv in convs:
+        ack = await actors.post_message(conv.id, f"hello {conv.id}", "u")
+        await _completed(ray_cluster, ack["turn_id"])
+        stats = await actors.directory_stats()
+        assert stats["resident"] <= small_cap
+    assert (await actors.directory_stats())["evictions"] >= 3
+    mine = {f"conversation:{c.id}" for c in convs}
+    assert len(_alive_conversation_actors() & mine) <= small_cap
+
+    # The first conversation was evicted: messaging it re-activates it with its history intact.
+    first = convs[0]
+    assert f"conversation:{first.id}" not in _alive_conversation_actors()
+    ack = await actors.post_message(first.id, "again", "u")
+    await _completed(ray_cluster, ack["turn_id"])
+    contents = [m.content for m in store.messages.list(first.id)]
+    assert contents == [f"hello {first.id}", f"echo: hello {first.id}", "again", "echo: again"]
+    seqs = [e.seq for e in store.events.list(first.id)]
+    assert seqs == list(range(1, len(seqs) + 1))
+
+
+async def test_idle_actor_evicts_itself_after_the_ttl(ray_cluster: Cluster) -> None:
+    store = ray_cluster.store
+    client_id, _ = make_client(store)
+    agent = make_agent(store, client_id, scripted_profile(store))
+    conv = make_conversation(store, client_id, agent)
+    await actors.configure_directory(idle_ttl_s=0.5)
+    try:
+        ack = await actors.post_message(conv.id, "hi", "u")
+        await _completed(ray_cluster, ack["turn_id"])
+        name = f"conversation:{conv.id}"
+        await async_wait_for(
+            lambda: name not in _alive_conversation_actors(), timeout=30, interval=0.3
+        )
+    finally:
+        await actors.configure_directory(idle_ttl_s=600)
+    ack = await actors.post_message(conv.id, "back", "u")
+    await _completed(ray_cluster, ack["turn_id"])
+    assert store.messages.list(conv.id)[-1].content == "echo: back"
+
+
+async def test_kill_9_mid_turn_loses_no_acknowledged_message(ray_cluster: Cluster) -> None:
+    store = ray_cluster.store
+    client_id, _ = make_client(store)
+    slow = scripted_profile(store, [{"reply": "too late", "delay_s": 30}])
+    agent = make_agent(store, client_id, slow)
+    conv = make_conversation(store, client_id, agent)
+    ack = await actors.post_message(conv.id, "this must survive", "u")
+    status = await actors.conversation_status(conv.id)
+    assert status["active_turns"] == [ack["turn_id"]]
+
+    os.kill(status["pid"], signal.SIGKILL)
+
+    # The restarted actor fails the interrupted turn; the acknowledged message is still there.
+    await async_wait_for(
+        lambda: store.turns.get(ack["turn_id"]).status is TurnStatus.FAILED,
+        timeout=60,
+        interval=0.2,
+    )
+    turn = store.turns.get(ack["turn_id"])
+    assert turn.failure_reason == "interrupted"
+    assert store.messages.get(ack["message_id"]).content == "this must survive"
+
+    # The next message works (this agent answers slowly, so switch it to a fast script).
+    from core.ids import utc_now
+
+    persona = store.personas.get(store.agents.get(agent.id).persona_ref.id)  # type: ignore[union-attr]
+    fast = scripted_profile(store)
+    store.personas.put(persona.model_copy(update={"model_profile_id": fast.id}), utc_now())
+    second = await actors.post_message(conv.id, "still there?", "u")
+    await _completed(ray_cluster, second["turn_id"])
+    contents = [(m.role, m.content) for m in store.messages.list(conv.id)]
+    assert contents == [
+        (MessageRole.USER, "this must survive"),
+        (MessageRole.USER, "still there?"),
+        (MessageRole.AGENT, "echo: still there?"),
+    ]
+
+
+async def test_reconnect_by_seq_replays_exactly_what_was_missed(ray_cluster: Cluster) -> None:
+    store = ray_cluster.store
+    client_id, _ = make_client(store)
+    agent = make_agent(store, client_id, scripted_profile(store))
+    conv = make_conversation(store, client_id, agent)
+
+    async def durable_events(after: int, until_turns: int) -> list[dict]:
+        seen: list[dict] = []
+        completed = 0
+        async for event in actors.stream_events(conv.id, after):
+            if event["seq"] is None:
+                continue
+            seen.append(event)
+            completed += event["type"] == "turn.completed"
+            if completed >= until_turns:
+                return seen
+        return seen
+
+    first = await actors.post_message(conv.id, "one", "u")
+    await _completed(ray_cluster, first["turn_id"])
+    part1 = await asyncio.wait_for(durable_events(0, 1), 30)
+    last_seen = part1[-1]["seq"]
+
+    # While "disconnected", two more turns happen.
+    for text in ("two", "three"):
+        ack = await actors.post_message(conv.id, text, "u")
+        await _completed(ray_cluster, ack["turn_id"])
+    part2 = await asyncio.wait_for(durable_events(last_seen, 2), 30)
+
+    seqs = [e["seq"] for e in part1 + part2]
+    assert seqs == list(range(1, len(seqs) + 1))  # no gap, no duplicate
+    assert seqs[-1] == store.events.last_seq(conv.id)
+    replayed = [e["message"]["content"] for e in part2 if e["type"] == "message"]
+    assert replayed == ["two", "echo: two", "three", "echo: three"]
+
+
+async def test_post_message_is_idempotent_by_message_id(ray_cluster: Cluster) -> None:
+    store = ray_cluster.store
+    client_id, _ = make_client(store)
+    agent = make_agent(store, client_id, scripted_profile(store))
+    conv = make_conversation(store, client_id, agent)
+    first = await actors.post_message(conv.id, "once", "u", message_id="msg_fixed_" + conv.id)
+    again = await actors.post_message(conv.id, "once", "u", message_id="msg_fixed_" + conv.id)
+    assert first == again
+    await _completed(ray_cluster, first["turn_id"])
+    assert [m.content for m in store.messages.list(conv.id)] == ["once", "echo: once"]
+    assert ray.is_initialized()
