@@ -53,7 +53,7 @@ def get_action(kind: str) -> Action:
 
 def _load_builtin_actions() -> None:
     # Imported lazily so that importing the registry stays cheap and free of optional deps.
-    from actors.actions import context_actions, http_request, python_call  # noqa: F401
+    from actors.actions import context_actions, http_request, llm_action, python_call  # noqa: F401
 
     try:
         from actors.actions import memory_actions  # noqa: F401

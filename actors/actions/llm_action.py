@@ -1,0 +1,131 @@
+"""``llm``: one model call from a task, optionally returning JSON validated against a schema.
+
+Params: ``model_profile`` (a library id; default: the task's agent's persona profile, else
+``local``), ``system``, ``prompt``, ``transcript`` (``[{role, content}]``, rendered as text into the
+prompt), or ``messages`` (a full chat), ``max_tokens``, ``temperature``, and ``json_schema``: when
+given, the reply must be a JSON object valid against it (the model is told so; the first ``{...}``
+in the reply is parsed). Keep generated fields bounded (``maxLength``, ``maxItems``, ``maximum``):
+small local models loop on unbounded ones.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from actors.actions import ActionContext, JsonObject, action
+from actors.stores import open_store
+from core.domain import ModelProfile
+from core.errors import InvalidInput, NonRetryableError, NotFound
+from core.llm.protocol import ChatModel, ChatRequest, TextDelta
+
+DEFAULT_PROFILE = "local"
+MAX_TRANSCRIPT_CHARS = 12_000
+
+
+class ModelOutputInvalid(NonRetryableError):
+    """The model's reply was not the JSON the task asked for."""
+
+
+def resolve_profile(params: JsonObject, ctx: ActionContext) -> ModelProfile:
+    """The profile named in params, else the agent's persona's, else ``local``."""
+    store = open_store(ctx.settings_env)
+    inline = params.get("profile")
+    if isinstance(inline, dict):
+        return ModelProfile.model_validate(inline)
+    profile_id = params.get("model_profile")
+    if not profile_id and ctx.agent_id:
+        try:
+            agent = store.agents.get(ctx.agent_id)
+        except NotFound:
+            agent = None
+        if agent is not None and agent.persona is not None:
+            profile_id = agent.persona.model_profile_id
+        elif agent is not None and agent.persona_ref is not None:
+            persona = store.personas.get(agent.persona_ref.id, agent.persona_ref.version)
+            profile_id = persona.model_profile_id
+    return store.model_profiles.get(str(profile_id or DEFAULT_PROFILE))
+
+
+def render_transcript(transcript: Any) -> str:
+    """``[{role, content}]`` as ``role: content`` lines (the most recent text kept when long)."""
+    if not isinstance(transcript, list):
+        raise InvalidInput("llm: transcript must be a list of {role, content}")
+    lines = [
+        f"{item.get('role', 'user')}: {item.get('content', '')}"
+        for item in transcript
+        if isinstance(item, dict)
+    ]
+    text = "\n".join(lines)
+    return text[-MAX_TRANSCRIPT_CHARS:]
+
+
+def build_messages(params: JsonObject) -> list[JsonObject]:
+    if isinstance(params.get("messages"), list):
+        return list(params["messages"])
+    system = str(params.get("system") or "")
+    schema = params.get("json_schema")
+    if schema:
+        system += (
+            "\n\nAnswer with one JSON object only, no prose, valid against this JSON Schema:\n"
+            + json.dumps(schema, separators=(",", ":"))
+        )
+    prompt = str(params.get("prompt") or "")
+    if params.get("transcript") is not None:
+        prompt = (prompt + "\n\n" if prompt else "") + render_transcript(params["transcript"])
+    if not prompt:
+        raise InvalidInput("llm needs a prompt, a transcript or messages")
+    messages: list[JsonObject] = []
+    if system.strip():
+        messages.append({"role": "system", "content": system.strip()})
+    messages.append({"role": "user", "content": prompt})
+    return messages
+
+
+async def complete(model: ChatModel, request: ChatRequest) -> str:
+    """The model's whole text reply (tool calls are not offered to task-level calls)."""
+    parts: list[str] = []
+    async for chunk in model.stream(request):
+        if isinstance(chunk, TextDelta):
+            parts.append(chunk.text)
+    return "".join(parts)
+
+
+def parse_json_reply(text: str, schema: JsonObject) -> JsonObject:
+    """The first JSON object in ``text``, validated against ``schema``."""
+    from jsonschema import Draft202012Validator
+
+    start = text.find("{")
+    if start < 0:
+        raise ModelOutputInvalid(f"the model did not answer with JSON: {text[:200]!r}")
+    try:
+        value, _ = json.JSONDecoder().raw_decode(text[start:])
+    except json.JSONDecodeError as exc:
+        raise ModelOutputInvalid(f"the model's JSON does not parse: {exc}") from exc
+    errors = sorted(Draft202012Validator(schema).iter_errors(value), key=lambda e: e.path)
+    if errors:
+        raise ModelOutputInvalid(f"the model's JSON is invalid: {errors[0].message}")
+    if not isinstance(value, dict):
+        raise ModelOutputInvalid("the model's JSON is not an object")
+    return value
+
+
+@action("llm")
+async def llm(params: JsonObject, data: JsonObject, ctx: ActionContext) -> Any:
+    """Call a model profile; returns ``{"text"}`` or, with ``json_schema``, the parsed object."""
+    from serving.models import chat_model_for
+
+    profile = resolve_profile(params, ctx)
+    request = ChatRequest(
+        messages=build_messages(params),
+        model=profile.model,
+        temperature=float(params.get("temperature", profile.temperature)),
+        max_tokens=int(params.get("max_tokens") or profile.max_tokens),
+        timeout_s=profile.timeout_s,
+        tool_calling=profile.tool_calling,
+    )
+    text = await complete(chat_model_for(profile), request)
+    schema = params.get("json_schema")
+    if schema:
+        return parse_json_reply(text, schema)
+    return {"text": text}
