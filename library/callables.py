@@ -1,0 +1,102 @@
+"""Python callables the default library's tasks run (``python`` action, ``library.callables:...``).
+
+Each takes the task data (the tool input merged with ``input`` and ``previous``) and returns JSON.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from collections.abc import Callable
+from typing import Any
+
+from core.errors import InvalidInput
+
+MAX_EXPRESSION_CHARS = 200
+MAX_EXPONENT = 1000
+MAX_MAGNITUDE = 1e100
+
+Number = int | float
+
+_BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {
+    ast.UAdd: operator.pos,
+    ast.USub: operator.neg,
+}
+_FUNCTIONS: dict[str, Callable[..., Number]] = {
+    "abs": abs,
+    "round": round,
+    "min": min,
+    "max": max,
+    "sqrt": math.sqrt,
+}
+_CONSTANTS: dict[str, float] = {"pi": math.pi, "e": math.e}
+
+
+def evaluate(expression: str) -> Number:
+    """The value of an arithmetic expression, without ``eval``.
+
+    Numbers, ``+ - * / // % **``, parentheses, ``pi``, ``e`` and ``abs round min max sqrt``.
+
+    Raises:
+        InvalidInput: the expression is not arithmetic, is too long, or has no finite value.
+    """
+    if len(expression) > MAX_EXPRESSION_CHARS:
+        raise InvalidInput(f"expression is longer than {MAX_EXPRESSION_CHARS} characters")
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise InvalidInput(f"not an arithmetic expression: {exc.msg}") from None
+    try:
+        value = _eval(tree.body)
+    except ZeroDivisionError:
+        raise InvalidInput("division by zero") from None
+    except (OverflowError, ValueError) as exc:
+        raise InvalidInput(f"no finite value: {exc}") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidInput("the result is not a finite number")
+    return value
+
+
+def _eval(node: ast.expr) -> Number:
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return _bounded(node.value)
+    if isinstance(node, ast.Name) and node.id in _CONSTANTS:
+        return _CONSTANTS[node.id]
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        return _bounded(_UNARY[type(node.op)](_eval(node.operand)))
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        left, right = _eval(node.left), _eval(node.right)
+        if isinstance(node.op, ast.Pow) and abs(right) > MAX_EXPONENT:
+            raise InvalidInput(f"exponent {right} is larger than {MAX_EXPONENT}")
+        return _bounded(_BINARY[type(node.op)](left, right))
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
+        fn = _FUNCTIONS.get(node.func.id)
+        if fn is not None and 1 <= len(node.args) <= 10:
+            return _bounded(fn(*(_eval(arg) for arg in node.args)))
+    raise InvalidInput(f"unsupported in arithmetic: {ast.unparse(node)!r}")
+
+
+def _bounded(value: Any) -> Number:
+    if isinstance(value, complex):
+        raise InvalidInput("the result is a complex number")
+    if abs(value) > MAX_MAGNITUDE:
+        raise InvalidInput("the result is too large")
+    return value  # type: ignore[no-any-return]
+
+
+def calculate(data: dict[str, Any]) -> dict[str, Any]:
+    """Task callable: ``{"expression": "2 * (3 + 4)"}`` → ``{"expression", "result"}``."""
+    expression = data.get("expression")
+    if not isinstance(expression, str) or not expression.strip():
+        raise InvalidInput("calculate needs an 'expression' string")
+    return {"expression": expression, "result": evaluate(expression)}
