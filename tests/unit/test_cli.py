@@ -1,0 +1,162 @@
+"""The ``wonder`` CLI without Ray: help, library apply, keys, and the pure parts of up/down."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from cluster import bootstrap, cli
+from cluster.config import Settings
+from core.store import Store
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("WONDER_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("WONDER_RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("WONDER_API_KEY", raising=False)
+    return tmp_path
+
+
+def store_in(data_dir: Path) -> Store:
+    return Store.open(f"sqlite:///{data_dir / 'wonder.db'}")
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([], "COMMAND"),
+        (["up"], "--no-llm"),
+        (["down"], "recorded PID"),
+        (["status"], "gateway"),
+        (["chat"], "AGENT_ID"),
+        (["library", "apply"], "DIR"),
+        (["keys", "create"], "NAME"),
+    ],
+)
+def test_help(argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main([*argv, "--help"])
+    assert exited.value.code == 0
+    assert expected in capsys.readouterr().out
+
+
+def test_unknown_arguments_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["status", "--bogus"])
+    assert exited.value.code == 2
+    assert "unrecognized arguments: --bogus" in capsys.readouterr().err
+
+
+def test_job_passes_everything_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    import types
+
+    seen: list[list[str]] = []
+    fake = types.ModuleType("jobs.cli")
+    fake.main = lambda argv: seen.append(argv) or 0  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "jobs.cli", fake)
+    assert cli.main(["job", "embed", "--model", "m", "--help"]) == 0
+    assert seen == [["embed", "--model", "m", "--help"]]
+
+
+def test_library_apply_shipped_library(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["library", "apply", str(cli.default_library_dir())]) == 0
+    out = capsys.readouterr().out
+    assert "calculator" in out and "new version" in out
+    store = store_in(data_dir)
+    persona = store.personas.get("assistant")
+    assert persona.model_profile_id == "local"
+    for tool_id in persona.tool_ids:
+        tool = store.tools.get(tool_id)
+        assert store.tasks.get(tool.target_id).id == tool.target_id
+    assert cli.main(["library", "apply", str(cli.default_library_dir())]) == 0
+    assert "0 new versions" in capsys.readouterr().out
+
+
+def test_library_apply_reports_every_problem(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lib = tmp_path / "lib"
+    (lib / "personas").mkdir(parents=True)
+    (lib / "tools").mkdir()
+    (lib / "personas" / "ok.yaml").write_text("system_prompt: hi\n")
+    (lib / "personas" / "bad.yaml").write_text("system_prompt: 5\ncolour: red\n")
+    (lib / "tools" / "t.yaml").write_text(
+        "name: t\ndescription: d\ntarget_type: task\ntarget_id: x\n"
+        "input_schema: {type: object, properties: {a: {type: strnig}}}\n"
+    )
+    assert cli.main(["library", "apply", str(lib)]) == 1
+    err = capsys.readouterr().err
+    assert "personas/bad.yaml: system_prompt: Input should be a valid string" in err
+    assert "personas/bad.yaml: colour: Extra inputs are not permitted" in err
+    assert "tools/t.yaml: input_schema: Value error, input_schema is not a valid JSON Schema" in err
+    assert store_in(data_dir).personas.list_latest() == []  # nothing stored
+
+
+def test_keys_create(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["keys", "create", "my-app"]) == 0
+    out = capsys.readouterr().out
+    key = out.split("api key: ")[1].split()[0]
+    client_id = out.split("client: ")[1].split()[0]
+    assert store_in(data_dir).clients.client_for_key(key) == client_id
+
+
+def test_first_client_is_made_once(data_dir: Path) -> None:
+    settings = Settings()
+    store = store_in(data_dir)
+    first = cli.first_client(settings, store)
+    assert cli.first_client(settings, store) == first
+    assert store.agents.get(first["agent_id"]).persona_ref.id == "assistant"  # type: ignore[union-attr]
+    assert (data_dir / cli.FIRST_CLIENT_FILE).stat().st_mode & 0o777 == 0o600
+    assert cli.chat_key(settings, None) == first["api_key"]
+    assert cli.chat_key(settings, "given") == "given"
+
+
+def test_chat_without_key_fails_plainly(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["chat", "agent_x"]) == 1
+    assert "no API key" in capsys.readouterr().err
+
+
+def test_down_with_nothing_running(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["down"]) == 0
+    assert "nothing to stop" in capsys.readouterr().out
+
+
+def test_stale_head_record_is_ignored(data_dir: Path) -> None:
+    record = {
+        "pid": 2**22 + 12345,  # above pid_max on Linux: no such process
+        "address": "127.0.0.1:1",
+        "gcs_port": 1,
+        "dashboard_port": 2,
+        "temp_dir": "/tmp/x",
+        "log_file": "/tmp/x.log",
+        "started_at": 0.0,
+    }
+    (data_dir / bootstrap.HEAD_FILE).write_text(json.dumps(record))
+    settings = Settings()
+    assert bootstrap.read_head(settings) is None
+    assert bootstrap.cluster_address(settings) is None
+    assert not bootstrap.stop_local_head(settings, print)
+    assert not (data_dir / bootstrap.HEAD_FILE).exists()
+
+
+def test_ray_env_is_explicit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    monkeypatch.setenv("RAY_ADDRESS", "somewhere:1")
+    env = bootstrap.ray_process_env()
+    assert env["RAY_AUTH_MODE"] == "token" and "RAY_ADDRESS" not in env
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    assert bootstrap.ray_process_env()["RAY_AUTH_MODE"] == "disabled"
+    assert os.environ["RAY_ADDRESS"] == "somewhere:1"  # our own environment is left alone
+
+
+def test_long_data_dirs_get_a_short_ray_temp_dir(tmp_path: Path) -> None:
+    short = Settings(data_dir=Path("/tmp/w"))
+    assert bootstrap.ray_temp_dir(short) == Path("/tmp/w/ray")
+    deep = Settings(data_dir=tmp_path / ("d" * 80))
+    temp = bootstrap.ray_temp_dir(deep)
+    assert len(str(temp)) <= bootstrap.MAX_TEMP_DIR_CHARS and temp == bootstrap.ray_temp_dir(deep)
