@@ -139,6 +139,12 @@ async def start_agent_call(
     return result
 
 
+async def wait_for_turn(conversation_id: str, turn_id: str, timeout_s: float = 300.0) -> JsonObject:
+    """Wait for a turn to leave ``active``; returns ``{turn_id, status, failure_reason}``."""
+    result: JsonObject = await _call(conversation_id, "wait_for_turn", turn_id, timeout_s)
+    return result
+
+
 async def complete_conversation(conversation_id: str) -> JsonObject:
     result: JsonObject = await _call(conversation_id, "complete")
     return result

@@ -82,6 +82,14 @@ class Cluster:
         return open_store(self.env)
 
 
+_DASHBOARD: list[str] = []
+
+
+def dashboard_url() -> str:
+    """The dashboard of the session's Ray (for the state API: never guess among local clusters)."""
+    return _DASHBOARD[0]
+
+
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[Cluster]:
     """One real local Ray for the whole test session (≈10 s to start)."""
@@ -100,6 +108,7 @@ def ray_cluster() -> Iterator[Cluster]:
     }
     os.environ.update(env)
     dashboard_port = free_port()
+    _DASHBOARD[:] = [f"http://127.0.0.1:{dashboard_port}"]
     ray.init(
         num_cpus=4,
         namespace="wonder",

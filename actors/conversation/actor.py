@@ -208,6 +208,17 @@ class ConversationActor:
             "content": answer[-1].content if answer else "",
         }
 
+    async def wait_for_turn(self, turn_id: str, timeout_s: float = 300.0) -> JsonObject:
+        """Wait until ``turn_id`` is no longer running here; returns its stored status."""
+        task = self._turns.get(turn_id)
+        if task is not None:
+            await asyncio.wait_for(asyncio.shield(task), timeout_s)
+        turn = self.store.turns.get(turn_id)
+        if turn.conversation_id != self.id:
+            raise NotFound(f"turn {turn_id} not found in this conversation")
+        return {"turn_id": turn.id, "status": turn.status.value,
+                "failure_reason": turn.failure_reason}
+
     async def complete(self) -> JsonObject:
         """Mark the conversation completed (only by explicit user action)."""
         self._touch()

@@ -215,8 +215,12 @@ class StartSubworkflow:
 
 @dataclass(frozen=True, slots=True)
 class CallAgent:
+    """Run one turn of an agent: in ``conversation_id`` when given, else (delegate) in a fresh
+    child conversation of agent ``agent_id``."""
+
     token_id: str
-    conversation_id: str
+    agent_id: str | None
+    conversation_id: str | None
     input: JsonObject
     mode: str
     attempt: int

@@ -368,13 +368,15 @@ class _Planner:
                 self.emit(StartSubworkflow(token.id, target, node.target_version, node_input,
                                            attempt, delay_ms, node.timeout_s))
             case "agent":
-                conversation = target or resolve_ref(node.target_ref or "", self.scope(token))
-                if not isinstance(conversation, str) or not conversation:
-                    message = f"agent node {node.id}: {node.target_ref} gave no conversation id"
-                    self.fail_token(token, NodeError(INVALID_INPUT, message))
-                    return
-                self.emit(CallAgent(token.id, conversation, node_input, node.mode, attempt,
-                                    delay_ms, node.timeout_s))
+                conversation = None
+                if node.target_ref is not None:
+                    conversation = resolve_ref(node.target_ref, self.scope(token))
+                    if not isinstance(conversation, str) or not conversation:
+                        message = f"agent node {node.id}: {node.target_ref} gave no conversation"
+                        self.fail_token(token, NodeError(INVALID_INPUT, message))
+                        return
+                self.emit(CallAgent(token.id, node.target_id, conversation, node_input, node.mode,
+                                    attempt, delay_ms, node.timeout_s))
             case "pass":
                 raise AssertionError("pass nodes are never dispatched")
             case _:

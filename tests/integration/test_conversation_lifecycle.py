@@ -18,7 +18,10 @@ from tests.factories import make_agent, make_client, make_conversation, scripted
 def _alive_conversation_actors() -> set[str]:
     from ray.util.state import list_actors
 
+    from tests.conftest import dashboard_url
+
     alive = list_actors(
+        address=dashboard_url(),
         filters=[("state", "=", "ALIVE")], limit=10_000, raise_on_missing_output=False
     )
     return {a.name for a in alive if (a.name or "").startswith("conversation:")}

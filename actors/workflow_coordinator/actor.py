@@ -1,0 +1,409 @@
+"""The WorkflowCoordinator actor: the effectful shell around ``planning`` for one run.
+
+Named ``workflow:<run_id>`` (namespace ``wonder``, detached, ``num_cpus=0``, async), created by
+``cluster.workflows.start_workflow_run`` after the run row exists. Each step: plan the event(s) →
+apply the decisions to the state → persist the run row and every touched token in one transaction
+(intent first) → perform the effects (submit executor tasks, start child runs, call agents) →
+their outcomes come back as events. Events that arrive together are planned as one batch, so a
+fan-out of N tokens costs one store write for its dispatch, not N.
+
+When the run ends its result and node history stay in the store and the actor exits, after the
+callers blocked in ``wait`` have had their answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import ray
+
+from actors.actions import ActionContext
+from actors.executor import execute_task
+from actors.stores import open_store
+from actors.workflow_coordinator.domain import (
+    CallAgent,
+    CancelRun,
+    CancelToken,
+    CompleteRun,
+    CreateToken,
+    Decision,
+    DispatchTask,
+    FailRun,
+    NodeError,
+    NodeFailed,
+    NodeSucceeded,
+    RunCancelled,
+    RunStarted,
+    RunState,
+    StartRun,
+    StartSubworkflow,
+    WorkflowEvent,
+)
+from actors.workflow_coordinator.operations import WorkflowRunOps, node_record, run_error
+from actors.workflow_coordinator.planning import apply, plan
+from core.errors import ErrorCode, RetryableError, WonderError
+from core.ids import new_id, utc_now
+from core.workflows import RunEvent, RunStatus, WorkflowParent, WorkflowRun
+
+log = logging.getLogger("wonder.workflows")
+
+JsonObject = dict[str, Any]
+RUN_DECISIONS = (StartRun, CompleteRun, FailRun, CancelRun)
+EXIT_GRACE_S = 0.2
+
+
+class WorkflowCoordinator:
+    """One run of a workflow graph. Plain Python; ``cluster.workflows`` applies ``ray.remote``."""
+
+    def __init__(self, run_id: str, settings_env: dict[str, str]) -> None:
+        self.run_id = run_id
+        self.settings_env = dict(settings_env)
+        self.store = open_store(settings_env or None)
+        self.runs = WorkflowRunOps(self.store.db)
+        self.run: WorkflowRun = self.runs.get(run_id)
+        workflow = self.store.workflows.get(self.run.workflow_id, self.run.workflow_version)
+        self.state = RunState.new(run_id, workflow, self.run.input)
+        self._queue: list[WorkflowEvent] = []
+        self._drain_scheduled = False
+        self._inflight: dict[str, Any] = {}  # token id -> ObjectRef or asyncio.Task
+        self._child_runs: dict[str, str] = {}  # token id -> child run id
+        self._task_json: dict[tuple[str, int | None], str] = {}
+        self._finished: asyncio.Event | None = None
+        self._waiters = 0
+        self._background: set[asyncio.Task[Any]] = set()
+
+    # ------------------------------------------------------------------ entry points
+
+    async def start(self) -> JsonObject:
+        """Start the run (idempotent): the start tokens are dispatched when this returns."""
+        if self.run.status is RunStatus.PENDING:
+            self._handle([RunStarted(utc_now())])
+        return {"run_id": self.run_id, "status": self.run.status.value}
+
+    async def wait(self, timeout_s: float | None = None) -> JsonObject:
+        """The run record once the run has ended (or as it is after ``timeout_s``)."""
+        self._waiters += 1
+        try:
+            if not self.run.status.terminal:
+                await asyncio.wait_for(self._finished_event().wait(), timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            self._waiters -= 1
+        return self.run.model_dump(mode="json")
+
+    async def cancel(self, reason: str = "cancelled") -> JsonObject:
+        self._handle([RunCancelled(reason, utc_now())])
+        return self.run.model_dump(mode="json")
+
+    async def status(self) -> JsonObject:
+        """The run plus its live tokens (for debugging and the REST status)."""
+        live = [
+            {"token_id": t.id, "node_id": t.node_id, "state": t.state.value}
+            for t in (self.state.tokens[i] for i in sorted(self.state.live))
+        ]
+        return {"run": self.run.model_dump(mode="json"), "live": live}
+
+    # ------------------------------------------------------------------ the step
+
+    def _finished_event(self) -> asyncio.Event:
+        if self._finished is None:
+            self._finished = asyncio.Event()
+            if self.run.status.terminal:
+                self._finished.set()
+        return self._finished
+
+    def _post(self, event: WorkflowEvent) -> None:
+        """Queue an outcome; everything queued before the loop gets to it is planned together."""
+        self._queue.append(event)
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            asyncio.get_running_loop().call_soon(self._drain)
+
+    def _drain(self) -> None:
+        self._drain_scheduled = False
+        events, self._queue = self._queue, []
+        if events:
+            self._handle(events)
+
+    def _handle(self, events: list[WorkflowEvent]) -> None:
+        decisions: list[Decision] = []
+        for event in events:
+            planned = plan(self.state, event)
+            for decision in planned:
+                apply(self.state, decision)
+            decisions.extend(planned)
+        if not decisions:
+            return
+        for decision in decisions:
+            if isinstance(decision, StartSubworkflow):  # the child's id is part of the intent
+                self._child_runs[decision.token_id] = new_id("run")
+        self._persist(decisions)
+        for decision in decisions:
+            self._perform(decision)
+
+    def _persist(self, decisions: list[Decision]) -> None:
+        created: dict[str, None] = {}
+        touched: dict[str, None] = {}
+        run_changed = False
+        for decision in decisions:
+            if isinstance(decision, CreateToken):
+                created[decision.token.id] = None
+            elif isinstance(decision, RUN_DECISIONS):
+                run_changed = True
+                self._update_run(decision)
+            token_id = getattr(decision, "token_id", None)
+            if token_id is not None and token_id not in created:
+                touched[token_id] = None
+        self.runs.record(
+            self.run if run_changed else None,
+            [self._record(t) for t in created],
+            [self._record(t) for t in touched],
+        )
+
+    def _record(self, token_id: str) -> Any:
+        token = self.state.tokens[token_id]
+        kind = self.state.graph.node(token.node_id).kind
+        return node_record(self.run_id, token, kind, self._child_runs.get(token_id))
+
+    def _update_run(self, decision: Decision) -> None:
+        run = self.run
+        match decision:
+            case StartRun(at=at):
+                run = run.model_copy(update={
+                    "status": RunStatus.RUNNING, "started_at": at,
+                    "events": [*run.events, RunEvent(type="workflow_started", at=at,
+                                                     payload={"workflow_id": run.workflow_id})],
+                })
+            case CompleteRun(at=at, output=output):
+                run = run.model_copy(update={
+                    "status": RunStatus.COMPLETED, "output": output, "finished_at": at,
+                    "events": [*run.events, RunEvent(type="workflow_completed", at=at)],
+                })
+            case FailRun(at=at) | CancelRun(at=at):
+                status = RunStatus.FAILED if isinstance(decision, FailRun) else RunStatus.CANCELLED
+                error = (
+                    run_error(decision.error, decision.node_id, decision.token_id)
+                    if isinstance(decision, FailRun)
+                    else run_error(NodeError("CANCELLED", decision.reason))
+                )
+                run = run.model_copy(update={
+                    "status": status, "error": error, "finished_at": at,
+                    "events": [*run.events, RunEvent(type="workflow_failed", at=at,
+                                                     payload={"error": error.model_dump()})],
+                })
+        self.run = run
+
+    # ------------------------------------------------------------------ effects
+
+    def _perform(self, decision: Decision) -> None:
+        match decision:
+            case DispatchTask():
+                self._later(decision.token_id, decision.delay_ms, lambda: self._submit(decision))
+            case StartSubworkflow():
+                self._later(decision.token_id, decision.delay_ms,
+                            lambda: self._spawn(decision.token_id, self._subworkflow(decision)))
+            case CallAgent():
+                self._later(decision.token_id, decision.delay_ms,
+                            lambda: self._spawn(decision.token_id, self._agent(decision)))
+            case CancelToken():
+                self._cancel_work(decision.token_id)
+            case CompleteRun() | FailRun() | CancelRun():
+                self._finished_event().set()
+                self._background_task(self._exit_when_answered())
+            case _:
+                pass  # state-only decisions: already applied and persisted
+
+    def _later(self, token_id: str, delay_ms: int, submit: Callable[[], None]) -> None:
+        if delay_ms <= 0:
+            submit()
+            return
+
+        async def delayed() -> None:
+            await asyncio.sleep(delay_ms / 1000)
+            if self.state.tokens[token_id].state.live:
+                submit()
+
+        self._background_task(delayed())
+
+    def _submit(self, decision: DispatchTask) -> None:
+        try:
+            task_json = self._task(decision.task_id, decision.task_version)
+        except WonderError as exc:
+            self._post(NodeFailed(decision.token_id, _node_error(exc), utc_now()))
+            return
+        ref = execute_task.remote(task_json, decision.input, self._action_context())
+        self._spawn(decision.token_id, self._task_outcome(decision, ref), ref)
+
+    def _task(self, task_id: str, version: int | None) -> str:
+        key = (task_id, version)
+        if key not in self._task_json:
+            self._task_json[key] = self.store.tasks.get(task_id, version).model_dump_json()
+        return self._task_json[key]
+
+    def _action_context(self) -> ActionContext:
+        ctx = self.run.context
+        return ActionContext(
+            client_id=self.run.client_id,
+            conversation_id=ctx.conversation_id,
+            agent_id=ctx.agent_id,
+            turn_id=ctx.turn_id,
+            settings_env=self.settings_env,
+        )
+
+    def _spawn(self, token_id: str, outcome: Awaitable[WorkflowEvent], ref: Any = None) -> None:
+        async def run() -> None:
+            event = await outcome
+            self._inflight.pop(token_id, None)
+            self._post(event)
+
+        task = self._background_task(run())
+        self._inflight[token_id] = ref if ref is not None else task
+
+    def _background_task(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def _task_outcome(self, decision: DispatchTask, ref: Any) -> WorkflowEvent:
+        token_id = decision.token_id
+        try:
+            result = await _with_timeout(ref, decision.timeout_s)
+        except TimeoutError:
+            ray.cancel(ref)
+            message = f"task {decision.task_id} timed out after {decision.timeout_s}s"
+            return NodeFailed(token_id, NodeError(ErrorCode.TIMEOUT, message, True), utc_now())
+        except Exception as exc:  # every failure becomes an event
+            return NodeFailed(token_id, _ray_error(exc), utc_now())
+        if result.get("success"):
+            return NodeSucceeded(token_id, result.get("result"), utc_now())
+        error = result.get("error") or {}
+        return NodeFailed(token_id, NodeError(
+            str(error.get("code", ErrorCode.EXECUTION_FAILED)),
+            str(error.get("message", "task failed")),
+            bool(error.get("retriable", False)),
+        ), utc_now())
+
+    async def _subworkflow(self, decision: StartSubworkflow) -> WorkflowEvent:
+        from cluster.workflows import start_workflow_run, wait_for_run
+
+        token_id = decision.token_id
+        child_id = self._child_runs[token_id]
+        try:
+            await start_workflow_run(
+                decision.workflow_id, decision.input, decision.workflow_version,
+                parent=WorkflowParent(run_id=self.run_id, token_id=token_id),
+                run_id=child_id, settings_env=self.settings_env,
+            )
+            child = await wait_for_run(child_id, decision.timeout_s,
+                                       settings_env=self.settings_env)
+        except Exception as exc:  # every failure becomes an event
+            return NodeFailed(token_id, _ray_error(exc), utc_now())
+        if child.status is RunStatus.COMPLETED:
+            return NodeSucceeded(token_id, child.output, utc_now())
+        if not child.status.terminal:
+            from cluster.workflows import cancel_run
+
+            await cancel_run(child_id, "timed out", settings_env=self.settings_env)
+            message = f"subworkflow {decision.workflow_id} timed out after {decision.timeout_s}s"
+            return NodeFailed(token_id, NodeError(ErrorCode.TIMEOUT, message, True), utc_now())
+        cause = child.error.message if child.error else child.status.value
+        message = f"subworkflow {decision.workflow_id} ({child_id}) failed: {cause}"
+        return NodeFailed(token_id, NodeError(ErrorCode.EXECUTION_FAILED, message), utc_now())
+
+    async def _agent(self, decision: CallAgent) -> WorkflowEvent:
+        token_id = decision.token_id
+        try:
+            answer = await asyncio.wait_for(self._call_agent(decision), decision.timeout_s)
+        except TimeoutError:
+            message = f"agent call timed out after {decision.timeout_s}s"
+            return NodeFailed(token_id, NodeError(ErrorCode.TIMEOUT, message, True), utc_now())
+        except Exception as exc:  # every failure becomes an event
+            return NodeFailed(token_id, _ray_error(exc), utc_now())
+        if answer.get("status") != "completed":
+            reason = answer.get("failure_reason") or answer.get("status")
+            message = f"agent turn in {answer.get('conversation_id')} failed: {reason}"
+            return NodeFailed(token_id, NodeError(ErrorCode.AGENT_DECLINED, message), utc_now())
+        return NodeSucceeded(token_id, {
+            "answer": answer.get("content", ""),
+            "conversation_id": answer.get("conversation_id"),
+            "turn_id": answer.get("turn_id"),
+        }, utc_now())
+
+    async def _call_agent(self, decision: CallAgent) -> JsonObject:
+        from cluster.actors import start_agent_call
+
+        conversation_id = decision.conversation_id or self._delegate_conversation(decision)
+        text = decision.input.get("message", decision.input.get("input"))
+        message = text if isinstance(text, str) else json.dumps(decision.input, default=str)
+        caller = {"type": "workflow", "run_id": self.run_id}
+        result: JsonObject = await start_agent_call(conversation_id, message, caller,
+                                                    decision.mode)
+        return result
+
+    def _delegate_conversation(self, decision: CallAgent) -> str:
+        """A fresh child conversation of the target agent (delegate mode: a clean context)."""
+        from core.conversations import create_conversation
+
+        agent = self.store.agents.get(decision.agent_id or "", self.run.client_id)
+        conversation = create_conversation(
+            self.store,
+            client_id=agent.client_id,
+            agent_id=agent.id,
+            title=f"workflow run {self.run_id} ({decision.token_id})",
+            started_by_conversation_id=self.run.context.conversation_id,
+        )
+        return conversation.id
+
+    def _cancel_work(self, token_id: str) -> None:
+        work = self._inflight.pop(token_id, None)
+        if isinstance(work, ray.ObjectRef):
+            ray.cancel(work)
+        elif isinstance(work, asyncio.Task):
+            work.cancel()
+        child_id = self._child_runs.get(token_id)
+        if child_id is not None:
+            from cluster.workflows import cancel_run
+
+            self._background_task(cancel_run(child_id, f"parent run {self.run_id} cancelled it",
+                                             settings_env=self.settings_env))
+
+    async def _exit_when_answered(self) -> None:
+        """Leave once blocked ``wait`` callers have their answer (the store keeps the rest)."""
+        await asyncio.sleep(EXIT_GRACE_S)
+        for _ in range(600):
+            if self._waiters == 0 and len(self._background) <= 1:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(EXIT_GRACE_S)
+        ray.get_runtime_context().current_actor.__ray_terminate__.remote()
+
+
+async def _with_timeout(ref: Any, timeout_s: float | None) -> Any:
+    async def get() -> Any:
+        return await ref
+
+    return await asyncio.wait_for(get(), timeout_s)
+
+
+def _node_error(exc: WonderError) -> NodeError:
+    return NodeError(str(exc.code), exc.message, exc.retriable)
+
+
+def _ray_error(exc: BaseException) -> NodeError:
+    """Map an exception from a dispatch to a node error (infrastructure ones are retriable)."""
+    cause = getattr(exc, "cause", None) if isinstance(exc, ray.exceptions.RayTaskError) else exc
+    if isinstance(cause, WonderError):
+        return _node_error(cause)
+    if isinstance(exc, ray.exceptions.TaskCancelledError | asyncio.CancelledError):
+        return NodeError("CANCELLED", "cancelled")
+    if isinstance(exc, ray.exceptions.RayActorError | ray.exceptions.WorkerCrashedError |
+                  ray.exceptions.ObjectLostError | RetryableError):
+        return NodeError(ErrorCode.EXECUTION_FAILED, f"infrastructure: {exc}", True)
+    log.warning("workflow dispatch failed: %r", exc)
+    return NodeError(ErrorCode.EXECUTION_FAILED, f"{type(cause or exc).__name__}: {cause or exc}")

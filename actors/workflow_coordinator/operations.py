@@ -1,0 +1,146 @@
+"""Storage of workflow runs and their node history (storage only, no business rules).
+
+A run is one ``workflow_runs`` row; each token is one ``workflow_node_history`` row, inserted when
+the token is created and updated as it moves (waiting → done / failed / cancelled). The coordinator
+writes one transaction per planning batch: the run row (when it changed) and every touched token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from sqlalchemy import Connection, bindparam, insert, select, update
+
+from actors.workflow_coordinator.domain import NodeError, Token
+from core.errors import NotFound
+from core.store import Database, schema
+from core.workflows import NodeKind, NodeRecord, RunError, WorkflowRun
+
+
+def node_record(run_id: str, token: Token, kind: NodeKind, child_run_id: str | None) -> NodeRecord:
+    """The stored history row for ``token``."""
+    return NodeRecord(
+        run_id=run_id,
+        token_id=token.id,
+        seq=token.seq,
+        node_id=token.node_id,
+        kind=kind,
+        state=token.state.value,
+        parent_token_id=token.parent_id,
+        branch=[(step.group_id, step.index) for step in token.branch],
+        attempt=token.attempt,
+        input=token.input,
+        output=token.output,
+        error=run_error(token.error) if token.error else None,
+        child_run_id=child_run_id,
+        created_at=token.created_at,
+        finished_at=token.finished_at,
+    )
+
+
+def run_error(
+    error: NodeError, node_id: str | None = None, token_id: str | None = None
+) -> RunError:
+    return RunError(code=error.code, message=error.message, retriable=error.retriable,
+                    node_id=node_id, token_id=token_id)
+
+
+class WorkflowRunOps:
+    """Runs and node history over one database."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    @contextmanager
+    def _write(self, conn: Connection | None) -> Iterator[Connection]:
+        if conn is not None:
+            yield conn
+        else:
+            with self.db.begin() as own:
+                yield own
+
+    def insert(self, run: WorkflowRun, conn: Connection | None = None) -> WorkflowRun:
+        parent_run = run.parent.run_id if run.parent and run.parent.type == "workflow" else None
+        with self._write(conn) as c:
+            c.execute(
+                insert(schema.workflow_runs).values(
+                    id=run.id,
+                    workflow_id=run.workflow_id,
+                    status=run.status.value,
+                    client_id=run.client_id,
+                    parent_run_id=parent_run,
+                    created_at=run.created_at.isoformat(),
+                    data=run.model_dump_json(),
+                )
+            )
+        return run
+
+    def save(self, run: WorkflowRun, conn: Connection | None = None) -> WorkflowRun:
+        t = schema.workflow_runs
+        with self._write(conn) as c:
+            c.execute(
+                update(t)
+                .where(t.c.id == run.id)
+                .values(status=run.status.value, data=run.model_dump_json())
+            )
+        return run
+
+    def get(self, run_id: str, client_id: str | None = None) -> WorkflowRun:
+        t = schema.workflow_runs
+        query = select(t.c.data).where(t.c.id == run_id)
+        if client_id is not None:
+            query = query.where(t.c.client_id == client_id)
+        with self.db.connect() as c:
+            found = c.execute(query).scalar_one_or_none()
+        if found is None:
+            raise NotFound(f"workflow run {run_id} not found")
+        return WorkflowRun.model_validate_json(found)
+
+    def children(self, parent_run_id: str) -> list[WorkflowRun]:
+        t = schema.workflow_runs
+        query = select(t.c.data).where(t.c.parent_run_id == parent_run_id).order_by(t.c.id)
+        with self.db.connect() as c:
+            return [WorkflowRun.model_validate_json(row) for row in c.execute(query).scalars()]
+
+    def record(
+        self,
+        run: WorkflowRun | None,
+        created: Sequence[NodeRecord],
+        changed: Sequence[NodeRecord],
+    ) -> None:
+        """One transaction: the run row (if given), new history rows, changed history rows."""
+        t = schema.workflow_node_history
+        with self.db.begin() as c:
+            if run is not None:
+                self.save(run, c)
+            if created:
+                c.execute(insert(t), [self._row(r) for r in created])
+            if changed:
+                c.execute(
+                    update(t)
+                    .where(t.c.run_id == bindparam("b_run"), t.c.seq == bindparam("b_seq"))
+                    .values(state=bindparam("b_state"), data=bindparam("b_data")),
+                    [
+                        {"b_run": r.run_id, "b_seq": r.seq, "b_state": r.state,
+                         "b_data": r.model_dump_json()}
+                        for r in changed
+                    ],
+                )
+
+    @staticmethod
+    def _row(record: NodeRecord) -> dict[str, object]:
+        return {
+            "run_id": record.run_id,
+            "seq": record.seq,
+            "token_id": record.token_id,
+            "node_id": record.node_id,
+            "state": record.state,
+            "data": record.model_dump_json(),
+        }
+
+    def history(self, run_id: str) -> list[NodeRecord]:
+        t = schema.workflow_node_history
+        query = select(t.c.data).where(t.c.run_id == run_id).order_by(t.c.seq)
+        with self.db.connect() as c:
+            return [NodeRecord.model_validate_json(row) for row in c.execute(query).scalars()]

@@ -1,0 +1,320 @@
+"""Turn overhead, re-activation latency and residency at scale (issue: the walking system).
+
+Starts its own local Ray (own temp dir, free ports, no dashboard auth), a Serve gateway, and a
+store in a temp dir. The model is a zero-latency scripted echo and the persona has no tools, so
+what is measured is Wonder's own overhead. Figures:
+
+- ``actor_rtt_p50_ms``: a plain Ray async actor round trip (the baseline, same run);
+- ``turn_overhead_p50/p99_ms``: message posted → turn completed through the Conversation actor's
+  handle, with both hooks (context assembly and memory extraction as executor tasks);
+- ``turn_overhead_nohooks_p50_ms``: the same without hooks;
+- ``gateway_turn_overhead_p50/p99_ms``: the same through the gateway WebSocket (send a message
+  frame → receive ``turn.completed``);
+- ``reactivation_p50/p99_ms``: message to an evicted conversation → acknowledged;
+- scale run: N conversations messaged once each, ``max_resident_actors`` sampled from the Ray
+  state API and the directory's peak, under ``--cap``.
+
+Prints progress, then ONE JSON object as the last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def _ms(seconds: list[float]) -> dict[str, float]:
+    ms = [s * 1000 for s in seconds]
+    return {"p50": round(_pct(ms, 0.5), 2), "p99": round(_pct(ms, 0.99), 2),
+            "mean": round(statistics.fmean(ms), 2)}
+
+
+def progress(message: str) -> None:
+    print(f"[turn_overhead] {message}", flush=True)
+
+
+class Pinger:
+    async def ping(self) -> int:
+        return 1
+
+
+def _setup_store(store: Any) -> dict[str, Any]:
+    from core.domain import Agent, Client, Persona, PersonaRef, TaskAction, TaskDef
+    from core.ids import new_id, utc_now
+    from serving.models import ModelProfile
+
+    client = Client(id=new_id("client"), name="bench", created_at=utc_now())
+    store.clients.insert(client)
+    key = f"wk_{new_id()}"
+    store.clients.add_api_key(client.id, key, utc_now())
+    store.model_profiles.put(ModelProfile(id="bench-echo", provider="scripted", model="echo"),
+                             utc_now())
+    store.tasks.put(TaskDef(id="bench-context", actions=[
+        TaskAction(kind="context.get", params={"key": "notes"})]), utc_now())
+    store.tasks.put(TaskDef(id="bench-extract", actions=[
+        TaskAction(kind="context.set", params={"key": "last_turn", "value": "{{turn_id}}"})]),
+        utc_now())
+    agents = {}
+    for name, hooks in (("hooks", True), ("nohooks", False)):
+        persona = store.personas.put(Persona(
+            id=f"bench-{name}", system_prompt="You echo.", model_profile_id="bench-echo",
+            context_assembly_workflow_id="bench-context" if hooks else None,
+            memory_extraction_workflow_id="bench-extract" if hooks else None,
+        ), utc_now())
+        agent = Agent(id=new_id("agent"), client_id=client.id, name=name,
+                      persona_ref=PersonaRef(id=persona.id), created_at=utc_now())
+        agents[name] = store.agents.insert(agent)
+    return {"client_id": client.id, "key": key, "agents": agents}
+
+
+async def _actor_turns(conv_id: str, n: int) -> list[float]:
+    from cluster import actors
+
+    handle = await actors.directory().activate.remote(conv_id, False)
+    await handle.status.remote()
+    samples = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        ack = await handle.post_message.remote(f"m{i}", "bench", message_id=None)
+        done = await handle.wait_for_turn.remote(ack["turn_id"])
+        samples.append(time.perf_counter() - t0)
+        assert done["status"] == "completed", done
+    return samples
+
+
+async def _gateway_turns(port: int, key: str, conv_id: str, n: int) -> list[float]:
+    import websockets
+
+    url = f"ws://127.0.0.1:{port}/v1/conversations/{conv_id}/stream?after_seq=0"
+    samples = []
+    async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {key}"},
+                                  max_size=None) as ws:
+        # Drain the replay of conversation_started.
+        await ws.send(json.dumps({"type": "ping", "id": "warm"}))
+        while json.loads(await ws.recv()).get("type") != "pong":
+            pass
+        for i in range(n):
+            t0 = time.perf_counter()
+            await ws.send(json.dumps({"type": "message", "content": f"g{i}"}))
+            turn_id = None
+            while True:
+                frame = json.loads(await ws.recv())
+                if frame.get("type") == "ack":
+                    turn_id = frame.get("turn_id")
+                if frame.get("type") == "turn.completed" and (
+                    turn_id is None or frame.get("turn_id") == turn_id
+                ):
+                    break
+                if frame.get("type") in ("turn.failed", "error"):
+                    raise RuntimeError(frame)
+            samples.append(time.perf_counter() - t0)
+    return samples
+
+
+DASHBOARD: dict[str, str] = {}
+
+
+def _alive_conversations() -> int:
+    from ray.util.state import list_actors
+
+    alive = list_actors(address=DASHBOARD["url"], filters=[("state", "=", "ALIVE")],
+                        limit=100_000, raise_on_missing_output=False)
+    return sum(1 for a in alive if (a.name or "").startswith("conversation:"))
+
+
+async def _reactivation(store: Any, setup: dict[str, Any], n: int) -> list[float]:
+    from cluster import actors
+    from core.conversations import create_conversation
+
+    samples = []
+    for i in range(n):
+        conv = create_conversation(store, client_id=setup["client_id"],
+                                   agent_id=setup["agents"]["nohooks"].id)
+        first = await actors.post_message(conv.id, "warm", "bench")
+        await actors.wait_for_turn(conv.id, first["turn_id"])
+        assert await actors.directory().evict.remote(conv.id)
+        t0 = time.perf_counter()
+        ack = await actors.post_message(conv.id, f"back {i}", "bench")
+        samples.append(time.perf_counter() - t0)
+        await actors.wait_for_turn(conv.id, ack["turn_id"])
+    return samples
+
+
+async def _scale(store: Any, setup: dict[str, Any], total: int, cap: int,
+                 concurrency: int) -> dict[str, Any]:
+    from cluster import actors
+    from core.conversations import create_conversation
+
+    await actors.configure_directory(max_resident=cap)
+    convs = [create_conversation(store, client_id=setup["client_id"],
+                                 agent_id=setup["agents"]["nohooks"].id) for _ in range(total)]
+    done = 0
+    peak_alive = 0
+    stop = asyncio.Event()
+
+    async def sample() -> None:
+        nonlocal peak_alive
+        while not stop.is_set():
+            peak_alive = max(peak_alive, await asyncio.to_thread(_alive_conversations))
+            await asyncio.sleep(1.0)
+
+    async def worker(queue: asyncio.Queue[str]) -> None:
+        nonlocal done
+        while True:
+            try:
+                conv_id = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            ack = await actors.post_message(conv_id, "hello", "bench")
+            result = await actors.wait_for_turn(conv_id, ack["turn_id"])
+            assert result["status"] == "completed", result
+            done += 1
+            if done % 100 == 0:
+                stats = await actors.directory_stats()
+                progress(f"scale: {done}/{total} conversations answered, "
+                         f"resident {stats['resident']}, peak alive {peak_alive}")
+
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    for conv in convs:
+        queue.put_nowait(conv.id)
+    sampler = asyncio.create_task(sample())
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(queue) for _ in range(concurrency)))
+    elapsed = time.perf_counter() - t0
+    stop.set()
+    await sampler
+    stats = await actors.directory_stats()
+    return {"conversations": total, "cap": cap, "elapsed_s": round(elapsed, 1),
+            "turns_per_s": round(total / elapsed, 1), "peak_resident": stats["peak_resident"],
+            "max_alive_sampled": max(peak_alive, _alive_conversations())}
+
+
+async def main_async(args: argparse.Namespace, store: Any, port: int) -> dict[str, Any]:
+    import ray
+
+    from cluster import actors
+    from core.conversations import create_conversation
+
+    setup = _setup_store(store)
+    pinger = ray.remote(Pinger).options(num_cpus=0).remote()  # type: ignore[attr-defined]
+    await pinger.ping.remote()
+    rtts = []
+    for _ in range(args.turns):
+        t0 = time.perf_counter()
+        await pinger.ping.remote()
+        rtts.append(time.perf_counter() - t0)
+    progress(f"plain actor round trip p50 {_ms(rtts)['p50']} ms")
+
+    results: dict[str, Any] = {"actor_rtt": _ms(rtts)}
+    for name in ("hooks", "nohooks"):
+        conv = create_conversation(store, client_id=setup["client_id"],
+                                   agent_id=setup["agents"][name].id)
+        await _actor_turns(conv.id, 10)  # warm: actor, executor workers, imports
+        samples = await _actor_turns(conv.id, args.turns)
+        results[f"turn_{name}"] = _ms(samples)
+        progress(f"turn via actor ({name}): {results[f'turn_{name}']}")
+
+    conv = create_conversation(store, client_id=setup["client_id"],
+                               agent_id=setup["agents"]["hooks"].id)
+    await _gateway_turns(port, setup["key"], conv.id, 10)
+    results["gateway"] = _ms(await _gateway_turns(port, setup["key"], conv.id, args.turns))
+    progress(f"turn via gateway WebSocket (hooks): {results['gateway']}")
+
+    results["reactivation"] = _ms(await _reactivation(store, setup, args.reactivations))
+    progress(f"re-activation of an evicted conversation: {results['reactivation']}")
+
+    if args.conversations:
+        progress(f"scale run: {args.conversations} conversations, cap {args.cap}")
+        results["scale"] = await _scale(store, setup, args.conversations, args.cap,
+                                        args.concurrency)
+        progress(f"scale: {results['scale']}")
+    await actors.configure_directory(max_resident=64)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--turns", type=int, default=200, help="turns per latency series")
+    parser.add_argument("--reactivations", type=int, default=20)
+    parser.add_argument("--conversations", type=int, default=2000, help="scale run size (0: skip)")
+    parser.add_argument("--cap", type=int, default=50, help="resident conversation cap (scale run)")
+    parser.add_argument("--concurrency", type=int, default=8, help="scale run concurrency")
+    args = parser.parse_args()
+
+    import ray
+    from ray import serve
+
+    data_dir = Path(tempfile.mkdtemp(prefix="wonder-bench-"))
+    ray_tmp = tempfile.mkdtemp(prefix="wb", dir="/tmp")
+    env = {"WONDER_DATA_DIR": str(data_dir), "WONDER_MAX_RESIDENT_CONVERSATIONS": "64",
+           "RAY_AUTH_MODE": "disabled"}
+    os.environ.update(env)
+    os.environ.pop("RAY_ADDRESS", None)
+    progress("starting a local Ray and the gateway")
+    dashboard_port = _free_port()
+    DASHBOARD["url"] = f"http://127.0.0.1:{dashboard_port}"
+    ray.init(num_cpus=2, namespace="wonder", _temp_dir=ray_tmp, include_dashboard=True,
+             dashboard_host="127.0.0.1", dashboard_port=dashboard_port,
+             runtime_env={"env_vars": env}, log_to_driver=False)
+    port = _free_port()
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        from actors.stores import open_store
+        from serving.gateway.app import build_gateway_app
+
+        serve.run(build_gateway_app(env), name="gateway", route_prefix="/")
+        store = open_store(env)
+        results = asyncio.run(main_async(args, store, port))
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+        shutil.rmtree(data_dir, ignore_errors=True)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+    summary = {
+        "actor_rtt_p50_ms": results["actor_rtt"]["p50"],
+        "turn_overhead_p50_ms": results["turn_hooks"]["p50"],
+        "turn_overhead_p99_ms": results["turn_hooks"]["p99"],
+        "turn_overhead_nohooks_p50_ms": results["turn_nohooks"]["p50"],
+        "turn_overhead_nohooks_p99_ms": results["turn_nohooks"]["p99"],
+        "gateway_turn_overhead_p50_ms": results["gateway"]["p50"],
+        "gateway_turn_overhead_p99_ms": results["gateway"]["p99"],
+        "reactivation_p50_ms": results["reactivation"]["p50"],
+        "reactivation_p99_ms": results["reactivation"]["p99"],
+    }
+    if "scale" in results:
+        scale = results["scale"]
+        summary.update({
+            "scale_conversations": scale["conversations"],
+            "scale_cap": scale["cap"],
+            "scale_elapsed_s": scale["elapsed_s"],
+            "max_resident_actors": max(scale["peak_resident"], scale["max_alive_sampled"]),
+        })
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
