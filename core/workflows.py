@@ -286,8 +286,9 @@ NodeKind = Literal["task", "subworkflow", "agent", "pass"]
 class Node(_Model):
     """One step of the graph.
 
-    ``target_id`` names the task, the workflow, or (agent nodes) the conversation whose agent
-    answers; an agent node may take that conversation id from ``target_ref`` instead.
+    ``target_id`` names the task, the workflow, or the agent. An agent node runs one turn of that
+    agent in a fresh child conversation (``delegate``: clean context), or, with ``target_ref``, in
+    the conversation whose id the reference gives (that conversation's agent answers).
     """
 
     id: NodeId
@@ -480,6 +481,14 @@ class WorkflowParent(_Model):
 RunParent = Annotated[ConversationParent | WorkflowParent, Field(discriminator="type")]
 
 
+class RunContext(_Model):
+    """Where a run works: handed to its tasks' actions and inherited by its subworkflows."""
+
+    conversation_id: str | None = None
+    agent_id: str | None = None
+    turn_id: str | None = None
+
+
 class RunError(_Model):
     """Why a run or a node failed (``code`` is an ``ErrorCode`` value)."""
 
@@ -508,6 +517,7 @@ class WorkflowRun(_Model):
     error: RunError | None = None
     parent: RunParent | None = None
     client_id: str | None = None
+    context: RunContext = Field(default_factory=RunContext)
     depth: int = 0
     created_at: datetime
     started_at: datetime | None = None

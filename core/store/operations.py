@@ -448,6 +448,9 @@ class Store:
         )
         self.tools: LibraryOps[Tool] = LibraryOps(db, "tool", Tool)
         self.tasks: LibraryOps[TaskDef] = LibraryOps(db, "task", TaskDef)
+        from core.workflows import WorkflowDef
+
+        self.workflows: LibraryOps[WorkflowDef] = LibraryOps(db, "workflow", WorkflowDef)
         self.agents = AgentOps(db)
         self.conversations = ConversationOps(db)
         self.turns = TurnOps(db)

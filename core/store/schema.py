@@ -122,3 +122,27 @@ context_entries = Table(
     Column("key", String(200), primary_key=True),
     Column("value", Text, nullable=False),
 )
+
+# Workflow runs (one row per run) and their node history (one row per token: a visit to a node).
+workflow_runs = Table(
+    "workflow_runs",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("workflow_id", String(128), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("client_id", String(64), nullable=True, index=True),
+    Column("parent_run_id", String(64), nullable=True, index=True),
+    Column("created_at", String(40), nullable=False),
+    Column("data", Text, nullable=False),
+)
+
+workflow_node_history = Table(
+    "workflow_node_history",
+    metadata,
+    Column("run_id", String(64), primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("token_id", String(32), nullable=False),
+    Column("node_id", String(64), nullable=False),
+    Column("state", String(32), nullable=False),
+    Column("data", Text, nullable=False),
+)

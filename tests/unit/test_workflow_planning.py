@@ -457,25 +457,27 @@ def test_failed_subworkflow_fails_the_parent() -> None:
     assert of(FailRun, sim.decisions)[0].node_id == "sub"
 
 
-AGENT_CASES: list[tuple[str, dict[str, Any], str | None]] = [
-    ("static conversation", {"target_id": "conv1"}, "conv1"),
-    ("conversation from input", {"target_ref": "input.conversation"}, "conv9"),
+AGENT_CASES: list[tuple[str, dict[str, Any], tuple[str | None, str | None] | None]] = [
+    # (case, target fields, expected (agent_id, conversation_id) of the call; None: run fails)
+    ("delegate to an agent", {"target_id": "agent1"}, ("agent1", None)),
+    ("conversation from input", {"target_ref": "input.conversation"}, (None, "conv9")),
     ("missing conversation", {"target_ref": "input.nope"}, None),
 ]
 
 
-@pytest.mark.parametrize(("case", "target", "conversation"), AGENT_CASES,
+@pytest.mark.parametrize(("case", "target", "expected"), AGENT_CASES,
                          ids=[c[0] for c in AGENT_CASES])
-def test_agent_node(case: str, target: dict[str, Any], conversation: str | None) -> None:
+def test_agent_node(case: str, target: dict[str, Any],
+                    expected: tuple[str | None, str | None] | None) -> None:
     definition = workflow([{"id": "ask", "kind": "agent", "mode": "delegate",
                             "input_mapping": {"message": "input.q"}, **target}])
     sim = Sim.start(definition, {"q": "why?", "conversation": "conv9"})
     calls = of(CallAgent, sim.decisions)
-    if conversation is None:
+    if expected is None:
         assert not calls and sim.state.status is RunStatus.FAILED
         return
-    assert [(c.conversation_id, c.input, c.mode) for c in calls] == [
-        (conversation, {"message": "why?"}, "delegate")]
+    assert [(c.agent_id, c.conversation_id, c.input, c.mode) for c in calls] == [
+        (*expected, {"message": "why?"}, "delegate")]
     assert sim.state.tokens["t1"].state is TokenState.WAITING_FOR_AGENT
     sim.run(lambda _d: {"reply": "because"})
     assert of(CompleteRun, sim.decisions)[0].output == {"reply": "because"}

@@ -1,0 +1,1 @@
+"""Workflow graphs of the default library (``*.yaml``) and the Python steps their tasks call."""
