@@ -1,0 +1,77 @@
+"""The Embedder Serve deployment: same vectors as in-process, batching concurrent callers, and
+memory actions in executor tasks (Ray workers) embedding through its handle."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import ray
+
+from actors.actions import ActionContext
+from actors.executor import execute_task
+from core.domain import TaskDef
+from core.ids import new_id
+from core.memory.embedding import SentenceTransformerEmbedder
+from serving.embedder import ServeEmbedder, get_embedder
+from tests.conftest import Cluster
+
+
+def _close(a: list[float], b: list[float]) -> bool:
+    return all(math.isclose(x, y, abs_tol=1e-4) for x, y in zip(a, b, strict=True))
+
+
+async def test_deployment_matches_in_process_model_and_batches(embedder_app: str) -> None:
+    remote = await ServeEmbedder.connect(embedder_app)
+    assert (remote.model_name, remote.dim) == ("all-MiniLM-L6-v2", 384)
+    texts = [f"sentence number {i} about memory" for i in range(24)]
+    before = await remote.handle.info.remote()
+    answers = await asyncio.gather(*(remote.embed([t]) for t in texts))
+    after = await remote.handle.info.remote()
+    served = after["requests"] - before["requests"]
+    assert served == len(texts)
+    assert after["batches"] - before["batches"] < served  # concurrent calls shared forward passes
+    local = SentenceTransformerEmbedder().embed_sync(texts[:3])
+    for answer, expected in zip(answers[:3], local, strict=False):
+        assert _close(answer[0], expected)
+    assert await remote.embed([]) == []
+    assert isinstance(await get_embedder(), ServeEmbedder)
+
+
+def test_executor_tasks_use_the_deployment(embedder_app: str, ray_cluster: Cluster) -> None:
+    from ray import serve
+
+    agent = new_id("agent")
+    ctx = ActionContext(
+        agent_id=agent,
+        conversation_id="c",
+        turn_id="t",
+        settings_env={**ray_cluster.env, "WONDER_EMBEDDER": "serve"},
+    )
+    write = TaskDef(
+        id="w",
+        actions=[
+            {
+                "kind": "memory.write",
+                "params": {
+                    "memories": [
+                        {"type": "fact", "content": "The office is in Lyon", "subject": "office"},
+                        {"type": "note", "content": "Buy a new kettle"},
+                    ]
+                },
+            }
+        ],
+    )
+    search = TaskDef(
+        id="s", actions=[{"kind": "memory.search", "params": {"query": "{{input.q}}", "k": 1}}]
+    )
+    handle = serve.get_app_handle(embedder_app)
+    before = handle.info.remote().result()["requests"]
+    written = ray.get(execute_task.remote(write.model_dump_json(), {}, ctx), timeout=120)
+    assert written["success"] and written["result"]["created"] == 2
+    found = ray.get(
+        execute_task.remote(search.model_dump_json(), {"q": "where is the office"}, ctx),
+        timeout=120,
+    )
+    assert found["result"]["memories"][0]["content"] == "The office is in Lyon"
+    assert handle.info.remote().result()["requests"] > before
