@@ -4,7 +4,9 @@ A local head is ``ray start --head --block`` run as a child in its own session, 
 group is ours alone; its PID, address and ports are recorded in ``<data_dir>/ray-head.json`` and
 ``stop_local_head`` signals exactly that group. Never ``ray stop``: it kills every Ray on the
 machine. Token authentication is on (``RAY_AUTH_MODE=token``) unless the environment says
-otherwise explicitly; the token lives in ``~/.ray/auth_token`` (created on first start).
+otherwise explicitly. A head we start uses its own token, ``<data_dir>/ray-auth-token`` (made on
+first start, mode 0600, handed to Ray as ``RAY_AUTH_TOKEN_PATH``), unless ``RAY_AUTH_TOKEN`` or
+``RAY_AUTH_TOKEN_PATH`` names one; attaching to ``WONDER_RAY_ADDRESS`` uses the environment's.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -29,10 +32,11 @@ from cluster.config import Settings
 Report = Callable[[str], None]
 
 HEAD_FILE = "ray-head.json"
+TOKEN_FILE = "ray-auth-token"
 # Ray puts unix sockets under its temp dir; their paths must stay under ~107 bytes.
 MAX_TEMP_DIR_CHARS = 40
 HEAD_START_TIMEOUT_S = 120.0
-HEAD_STOP_TIMEOUT_S = 30.0
+HEAD_STOP_TIMEOUT_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,7 @@ class HeadInfo:
     temp_dir: str
     log_file: str
     started_at: float
+    token_path: str | None = None
 
 
 def auth_mode() -> str:
@@ -53,13 +58,29 @@ def auth_mode() -> str:
     return os.environ.get("RAY_AUTH_MODE") or "token"
 
 
-def ray_process_env() -> dict[str, str]:
+def ray_process_env(token_path: str | None = None) -> dict[str, str]:
     """The environment for Ray processes we start: explicit auth, no stray address."""
     env = dict(os.environ)
     env["RAY_AUTH_MODE"] = auth_mode()
     env.pop("RAY_ADDRESS", None)
     env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if token_path is not None:
+        env["RAY_AUTH_TOKEN_PATH"] = token_path
     return env
+
+
+def head_token(settings: Settings) -> str | None:
+    """The token file a head we start uses; None when auth is off or the env names a token."""
+    if auth_mode() != "token" or os.environ.get("RAY_AUTH_TOKEN"):
+        return None
+    if os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return os.environ["RAY_AUTH_TOKEN_PATH"]
+    path = settings.data_dir.resolve() / TOKEN_FILE
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    return str(path)
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -79,13 +100,18 @@ def free_port() -> int:
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, exited but not yet reaped, counts as gone)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def head_file(settings: Settings) -> Path:
@@ -147,11 +173,12 @@ def start_local_head(settings: Settings, report: Report) -> HeadInfo:
     if settings.ray_num_cpus is not None:
         command += ["--num-cpus", str(settings.ray_num_cpus)]
     log_file = data_dir / "ray-head.log"
+    token_path = head_token(settings)
     report(f"starting a local Ray head (auth {auth_mode()}, temp dir {temp_dir}, log {log_file})")
     with log_file.open("ab") as log:
         process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=ray_process_env(), start_new_session=True,
+            env=ray_process_env(token_path), start_new_session=True,
         )  # fmt: skip
     info = HeadInfo(
         pid=process.pid,
@@ -161,6 +188,7 @@ def start_local_head(settings: Settings, report: Report) -> HeadInfo:
         temp_dir=str(temp_dir),
         log_file=str(log_file),
         started_at=time.time(),
+        token_path=token_path,
     )
     head_file(settings).write_text(json.dumps(asdict(info), indent=2))
     _wait_for_head(process, info)
@@ -193,16 +221,37 @@ def stop_local_head(settings: Settings, report: Report) -> bool:
         path.unlink(missing_ok=True)
         return False
     report(f"stopping the Ray head (pid {info.pid}) and its processes")
+    # SIGTERM lets the raylet and GCS shut down cleanly; `ray start --block` itself and the
+    # autoscaler monitor keep running after it, so once the core processes are gone the whole
+    # group gets SIGKILL (workers are in the group too).
     _signal_group(info.pid, signal.SIGTERM)
     deadline = time.monotonic() + HEAD_STOP_TIMEOUT_S
-    while pid_alive(info.pid) and time.monotonic() < deadline:
+    while _core_processes_alive(info.pid) and time.monotonic() < deadline:
         time.sleep(0.3)
-    if pid_alive(info.pid):
-        report("the head did not stop in time; killing its process group")
-    # Ray's workers may outlive `ray start`; they are in its process group, so this ends them too.
+    if _core_processes_alive(info.pid):
+        report("the raylet/GCS did not stop in time; killing them")
     _signal_group(info.pid, signal.SIGKILL)
     path.unlink(missing_ok=True)
     return True
+
+
+def group_members(pgid: int) -> dict[int, str]:
+    """Live (not zombie) processes of process group ``pgid``: pid → command name."""
+    members: dict[int, str] = {}
+    for stat_path in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            stat = stat_path.read_text()
+        except OSError:
+            continue
+        name, _, rest = stat.partition(" (")[2].rpartition(") ")
+        fields = rest.split()
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
+            members[int(stat_path.parent.name)] = name
+    return members
+
+
+def _core_processes_alive(pgid: int) -> bool:
+    return bool({"raylet", "gcs_server"} & set(group_members(pgid).values()))
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -220,10 +269,14 @@ def cluster_address(settings: Settings) -> str | None:
 
 def connect(settings: Settings, address: str) -> None:
     """Attach this process to Ray at ``address`` in Wonder's namespace, with its settings."""
-    import ray
-
+    # Ray reads its auth settings when it is first imported: set them before that.
     os.environ["RAY_AUTH_MODE"] = auth_mode()
     os.environ.pop("RAY_ADDRESS", None)
+    head = read_head(settings)
+    if head is not None and head.address == address and head.token_path:
+        os.environ.setdefault("RAY_AUTH_TOKEN_PATH", head.token_path)
+    import ray
+
     if ray.is_initialized():
         return
     ray.init(

@@ -223,12 +223,17 @@ def cmd_up(args: argparse.Namespace) -> int:
             )
         address = bootstrap.start_local_head(settings, say).address
         started_head = already is None
-    bootstrap.connect(settings, address)
-    store = open_settings_store(settings)
-    say(f"applying the default library ({default_library_dir()})")
-    if apply_library_dir(store, default_library_dir()) != 0:
-        return 1
-    apps = deploy(settings)
+    try:
+        store = open_settings_store(settings)
+        say(f"applying the default library ({default_library_dir()})")
+        if apply_library_dir(store, default_library_dir()) != 0:
+            raise SystemExit(1)
+        bootstrap.connect(settings, address)
+        apps = deploy(settings)
+    except BaseException:
+        if started_head:  # leave nothing half-started behind
+            bootstrap.stop_local_head(settings, say)
+        raise
     previous = _read_json(_state_path(settings, UP_FILE))
     _write_private(
         _state_path(settings, UP_FILE),
@@ -247,7 +252,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     dashboard = _dashboard_url(settings)
     print(
         f"\nWonder is up.\n  gateway    {url}  (API docs {url}/docs, console {url}/)\n"
-        f"  dashboard  {dashboard}  (token: `RAY_AUTH_MODE=token ray get-auth-token`)\n"
+        f"  dashboard  {dashboard}\n"
         f"  api key    {first['api_key']}  (client {first['client_id']})\n"
         f"  agent      {first['agent_id']}  (persona 'assistant')\n\n"
         f"Try:  wonder chat {first['agent_id']}\nStop: wonder down",
@@ -261,7 +266,8 @@ def _dashboard_url(settings: Settings) -> str:
 
     head = bootstrap.read_head(settings)
     port = head.dashboard_port if head else settings.dashboard_port
-    return f"http://127.0.0.1:{port}"
+    token = f"  (Ray token in {head.token_path})" if head and head.token_path else ""
+    return f"http://127.0.0.1:{port}{token}"
 
 
 def cmd_down(args: argparse.Namespace) -> int:

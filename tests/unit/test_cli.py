@@ -160,3 +160,8 @@ def test_long_data_dirs_get_a_short_ray_temp_dir(tmp_path: Path) -> None:
     deep = Settings(data_dir=tmp_path / ("d" * 80))
     temp = bootstrap.ray_temp_dir(deep)
     assert len(str(temp)) <= bootstrap.MAX_TEMP_DIR_CHARS and temp == bootstrap.ray_temp_dir(deep)
+
+
+def test_group_members_sees_this_process() -> None:
+    members = bootstrap.group_members(os.getpgid(0))
+    assert os.getpid() in members
