@@ -316,11 +316,13 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def chat_key(settings: Settings, given: str | None) -> str | None:
-    """The API key for chat: ``--api-key``, ``WONDER_API_KEY``, else the first client's."""
+    """The API key for chat: ``--api-key``, ``WONDER_API_KEY`` (or ``WONDER_KEY``), else the
+    first client's (made by ``wonder up``)."""
     if given:
         return given
-    if os.environ.get("WONDER_API_KEY"):
-        return os.environ["WONDER_API_KEY"]
+    for variable in ("WONDER_API_KEY", "WONDER_KEY"):
+        if os.environ.get(variable):
+            return os.environ[variable]
     key = _read_json(_state_path(settings, FIRST_CLIENT_FILE)).get("api_key")
     return str(key) if key else None
 

@@ -1,4 +1,4 @@
-"""Library objects: personas, model profiles, tools, tasks. Versioned; shared by every client.
+"""Library objects: personas, model profiles, tools, tasks, workflows. Versioned; shared by all.
 
 ``PUT /v1/<kind>/{id}`` stores a new version (an unchanged body returns the current one),
 ``GET /v1/<kind>/{id}`` the latest or ``?version=N``, ``GET /v1/<kind>`` the latest of each,
@@ -18,6 +18,7 @@ from core.domain import NAME_PATTERN, ModelProfile, Persona, TaskDef, Tool
 from core.errors import InvalidInput
 from core.ids import utc_now
 from core.store.operations import LibraryOps
+from core.workflows import WorkflowDef
 from serving.gateway.auth import ClientId, Context
 from serving.gateway.protocol import (
     Items,
@@ -25,6 +26,7 @@ from serving.gateway.protocol import (
     PersonaBody,
     TaskBody,
     ToolBody,
+    WorkflowBody,
 )
 
 
@@ -44,6 +46,7 @@ KINDS: tuple[LibraryKind, ...] = (
     ),
     LibraryKind("tools", "tools", Tool, ToolBody, "tool"),
     LibraryKind("tasks", "tasks", TaskDef, TaskBody, "task"),
+    LibraryKind("workflows", "workflows", WorkflowDef, WorkflowBody, "workflow"),
 )
 
 ObjectId = Annotated[str, Path(pattern=NAME_PATTERN, description="Library object id")]

@@ -21,6 +21,7 @@ from core.domain import (
     Tool,
     Turn,
 )
+from core.workflows import WorkflowDef
 
 T = TypeVar("T")
 
@@ -82,6 +83,11 @@ class ToolBody(Tool):
 
 
 class TaskBody(TaskDef):
+    id: LibraryId | None = None  # type: ignore[assignment]
+    version: int | None = None  # type: ignore[assignment]
+
+
+class WorkflowBody(WorkflowDef):
     id: LibraryId | None = None  # type: ignore[assignment]
     version: int | None = None  # type: ignore[assignment]
 

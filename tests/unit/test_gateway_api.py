@@ -355,3 +355,13 @@ def test_completed_conversation_refuses_messages(api: TestClient, store: Store) 
     store.conversations.save(conv.model_copy(update={"status": ConversationStatus.COMPLETED}))
     response = api.post(f"/v1/conversations/{conv_id}/messages", json={"content": "hi"})
     assert response.status_code == 409 and error_of(response)["code"] == "CONFLICT"
+
+
+def test_workflows_are_library_objects(api: TestClient) -> None:
+    workflow = {"nodes": [{"id": "a", "kind": "task", "target_id": "calculator"}]}
+    response = api.put("/v1/workflows/wf", json=workflow)
+    assert response.status_code == 200, response.text
+    assert response.json()["version"] == 1
+    assert [w["id"] for w in api.get("/v1/workflows").json()["items"]] == ["wf"]
+    bad = api.put("/v1/workflows/wf", json={"nodes": []})
+    assert bad.status_code == 422 and "body.nodes" in error_of(bad)["message"]
