@@ -118,8 +118,9 @@ async def post_message(
     source: str = "human",
     reply_to_message_id: str | None = None,
     message_id: str | None = None,
+    agent_id: str | None = None,
 ) -> JsonObject:
-    """Persist a user message, start its turn; returns ``{turn_id, message_id, seq}``."""
+    """Persist a user message, start its turn; returns ``{turn_id, message_id, seq, queued}``."""
     result: JsonObject = await _call(
         conversation_id,
         "post_message",
@@ -128,7 +129,39 @@ async def post_message(
         message_id=message_id or new_id("msg"),
         source=source,
         reply_to_message_id=reply_to_message_id,
+        agent_id=agent_id,
     )
+    return result
+
+
+async def run_agent_turn(conversation_id: str, turn_id: str) -> JsonObject:
+    """Run a turn its creator already wrote (a delegated child's first turn) and answer."""
+    result: JsonObject = await _call(conversation_id, "run_agent_turn", turn_id)
+    return result
+
+
+async def deliver_operation(conversation_id: str, op_id: str) -> bool:
+    delivered: bool = await _call(conversation_id, "deliver_operation", op_id)
+    return delivered
+
+
+async def cancel_turn(conversation_id: str, turn_id: str, reason: str = "cancelled") -> JsonObject:
+    result: JsonObject = await _call(conversation_id, "cancel_turn", turn_id, reason)
+    return result
+
+
+async def add_participant(conversation_id: str, agent_id: str) -> JsonObject:
+    result: JsonObject = await _call(conversation_id, "add_participant", agent_id)
+    return result
+
+
+async def remove_participant(conversation_id: str, agent_id: str) -> JsonObject:
+    result: JsonObject = await _call(conversation_id, "remove_participant", agent_id)
+    return result
+
+
+async def set_policy(conversation_id: str, policy: str) -> JsonObject:
+    result: JsonObject = await _call(conversation_id, "set_policy", policy)
     return result
 
 

@@ -173,6 +173,15 @@ class Participant(Model):
     id: str
 
 
+class ConcurrencyPolicy(StrEnum):
+    """What a message that arrives while a turn is active does (seed 001: parallel)."""
+
+    PARALLEL = "parallel"
+    QUEUE = "queue"
+    REJECT = "reject"
+    INTERRUPT = "interrupt"
+
+
 class Conversation(Model):
     id: str
     client_id: str
@@ -186,6 +195,7 @@ class Conversation(Model):
     forked_at_turn_id: str | None = None
     branch: str | None = None
     depth: int = 0
+    concurrency_policy: ConcurrencyPolicy = ConcurrencyPolicy.PARALLEL
     created_at: datetime
 
 
@@ -242,6 +252,8 @@ class Turn(Model):
     issues: TurnIssues = Field(default_factory=TurnIssues)
     usage: Usage = Field(default_factory=Usage)
     created_at: datetime
+    started_at: datetime | None = None  # set when the loop starts running it
+    awaiting_operations: bool = False  # answered; waits only for async operations
     completed_at: datetime | None = None
 
 
@@ -294,6 +306,29 @@ class Move(Model):
     tool_result: ToolResult | None = None
     raw: JsonObject | None = None
     created_at: datetime
+
+
+class OperationStatus(StrEnum):
+    PENDING = "pending"  # dispatched, running
+    COMPLETED = "completed"  # result stored, not yet delivered to the conversation
+    DELIVERED = "delivered"  # the conversation answered with it (exactly once)
+    CANCELLED = "cancelled"
+
+
+class AsyncOperation(Model):
+    """An async tool call: recorded before dispatch, delivered to its turn exactly once."""
+
+    id: str
+    conversation_id: str
+    turn_id: str
+    tool_call_id: str
+    tool_id: str
+    tool_name: str
+    input: JsonObject = Field(default_factory=dict)
+    status: OperationStatus = OperationStatus.PENDING
+    result: ToolResult | None = None
+    created_at: datetime
+    completed_at: datetime | None = None
 
 
 class Event(Model):

@@ -1,82 +1,60 @@
 """The Conversation actor: the thin, effectful shell around ``planning``.
 
 One instance per conversation, named ``conversation:<id>``, created through the directory
-(``actors.conversation.directory``), which also evicts idle ones. Its state lives in the store:
-``__init__`` reloads it, and a turn a crash left ``active`` is failed with reason ``interrupted``.
-Each turn runs as an asyncio task, so several turns can be active at once.
-
-A turn: persist message + turn (then acknowledge) → context assembly → model call (streamed) →
-tools → ... → agent message → memory extraction → completed. Planning decides each next step from
-what just happened; this class only performs the effects and feeds their outcomes back in.
+(``actors.conversation.directory``), which also evicts idle ones. Its state lives in the store, so
+``__init__`` reloads it and recovers from a crash: a turn that was mid-loop is failed with reason
+``interrupted`` (its open tool calls closed with an error result); a turn that had answered and only
+waits for async operations stays active, and completed operations are re-delivered; a turn that was
+acknowledged but never started is started. Each turn runs as an asyncio task (``turns.TurnRunner``),
+so several turns can be active at once; what a message arriving mid-turn does is the conversation's
+``concurrency_policy``: parallel (default), queue, reject or interrupt.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
+import re
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
-from actors.actions import ActionContext
-from actors.conversation import planning
-from actors.conversation.domain import (
-    AppendAgentMessage,
-    CallModel,
-    CompleteTurn,
-    DispatchTool,
-    FailTurn,
-    ModelAnswered,
-    ReturnToolError,
-    ToolCatalog,
-    ToolsReturned,
-    TurnProgress,
-)
+from pydantic import TypeAdapter
+
 from actors.conversation.operations import ConversationLog, PendingEvent, event_dict
 from actors.conversation.tool_dispatch import ToolDispatcher
+from actors.conversation.turns import WAITING, AgentSetup, TurnRunner
 from actors.stores import open_store, settings_from_env
 from core.domain import (
-    Agent,
-    AgentCaller,
+    Caller,
+    ConcurrencyPolicy,
     Conversation,
     ConversationStatus,
     Message,
     MessageRole,
-    ModelProfile,
-    Move,
-    Persona,
-    ToolCallRecord,
+    OperationStatus,
+    Participant,
+    ToolError,
     ToolResult,
     Turn,
     TurnStatus,
-    Usage,
     UserCaller,
 )
-from core.errors import Conflict, NotFound, RetryableError, WonderError
+from core.errors import Conflict, ErrorCode, InvalidInput, NotFound, RetryableError
 from core.ids import new_id, utc_now
-from core.llm.protocol import ChatModel, ChatRequest, ModelFinished, TextDelta, ToolCallRequested
-from core.retry import CONTEXT_ASSEMBLY, LLM_CALL, MEMORY_EXTRACTION, with_retries
 
 log = logging.getLogger("wonder.conversation")
 
 JsonObject = dict[str, Any]
+CALLER = TypeAdapter(Caller)
+MENTION = re.compile(r"(?<![\w@])@([A-Za-z0-9_.:-]+)")
+
+__all__ = ["AgentSetup", "ConversationActor", "Hibernating"]
 
 
 class Hibernating(RetryableError):
     """The actor is being evicted; the caller re-activates the conversation and retries."""
-
-
-@dataclass(frozen=True, slots=True)
-class AgentSetup:
-    """What a turn needs to know about its agent, loaded once per turn."""
-
-    agent: Agent
-    persona: Persona
-    profile: ModelProfile
-    catalog: ToolCatalog
 
 
 class ConversationActor:
@@ -89,46 +67,91 @@ class ConversationActor:
         self.store = open_store(self.env)
         self.conversation: Conversation = self.store.conversations.get(conversation_id)
         self._subscribers: set[asyncio.Queue[JsonObject]] = set()
-        self._turns: dict[str, asyncio.Task[None]] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._queued: list[str] = []
         self._last_activity = time.monotonic()
         self._closing = False
-        self._watchdog: asyncio.Task[None] | None = None
-        self.log = ConversationLog(self.store, conversation_id, self._publish)
+        self._started = False
+        self._background: list[asyncio.Task[None]] = []
+        self.log = ConversationLog(self.store, conversation_id, self.publish)
         self.tools = ToolDispatcher(self)
-        self._recover_interrupted_turns()
+        self.turns = TurnRunner(self)
+        self._to_start, self._to_deliver = self._recover()
 
     # ------------------------------------------------------------------ lifecycle
 
-    def _recover_interrupted_turns(self) -> None:
+    def _recover(self) -> tuple[list[str], list[str]]:
+        """Classify turns left active by a previous incarnation (see the module docstring)."""
+        to_start: list[str] = []
+        to_deliver: list[str] = []
         for turn in self.store.turns.list(self.id, status=TurnStatus.ACTIVE):
-            failed = turn.model_copy(
-                update={
-                    "status": TurnStatus.FAILED,
-                    "failure_reason": "interrupted",
-                    "completed_at": utc_now(),
-                }
-            )
-            self.log.save_turn(failed, "turn.failed", {"reason": "interrupted"})
-            log.info("turn %s of %s marked interrupted after restart", turn.id, self.id)
+            if turn.started_at is None:
+                to_start.append(turn.id)
+            elif turn.awaiting_operations:
+                ops = self.store.operations.list(self.id, turn_id=turn.id, statuses=WAITING)
+                to_deliver += [op.id for op in ops]
+            else:
+                self.turns.close_dangling(turn.id, "the conversation restarted mid-turn")
+                self.turns.fail(turn.id, "interrupted")
+                log.info("turn %s of %s marked interrupted after restart", turn.id, self.id)
+        return to_start, to_deliver
 
     def _touch(self) -> None:
         if self._closing:
             raise Hibernating(f"conversation {self.id} is hibernating")
         self._last_activity = time.monotonic()
-        if self._watchdog is None:
-            self._watchdog = asyncio.get_running_loop().create_task(self._watch_idle())
+        if not self._started:
+            self._started = True
+            loop = asyncio.get_running_loop()
+            self._background = [
+                loop.create_task(self._watch_idle()),
+                loop.create_task(self._resume_recovered()),
+            ]
+
+    async def _resume_recovered(self) -> None:
+        to_start, self._to_start = self._to_start, []
+        for turn_id in to_start:
+            if turn_id in self._tasks:
+                continue  # already started by run_agent_turn
+            turn = self._mark_started(self.store.turns.get(turn_id))
+            self._launch(turn_id, self.turns.run(turn))
+        if self._to_deliver:
+            from actors.operations_runner import running_operations
+
+            running = set(await running_operations())
+            for op_id in self._to_deliver:
+                op = self.store.operations.get(op_id)
+                if op.status is OperationStatus.PENDING and op.id not in running:
+                    lost = ToolResult(
+                        tool_call_id=op.tool_call_id,
+                        success=False,
+                        error=ToolError(
+                            code=ErrorCode.EXECUTION_FAILED,
+                            message="the operation was lost",
+                            retriable=True,
+                        ),
+                    )
+                    self.store.operations.save(
+                        op.model_copy(update={"status": OperationStatus.COMPLETED, "result": lost})
+                    )
+                if self.store.operations.get(op_id).status is OperationStatus.COMPLETED:
+                    self._launch(f"{op.turn_id}:{op_id}", self.turns.follow_up(op_id))
 
     def is_idle(self) -> bool:
-        return not self._turns and not self._subscribers
+        awaiting = self.store.turns.list(self.id, status=TurnStatus.ACTIVE)
+        return not self._tasks and not self._subscribers and not awaiting
 
     async def status(self) -> JsonObject:
+        self._touch()
         return {
             "conversation_id": self.id,
-            "active_turns": sorted(self._turns),
+            "active_turns": sorted({key.split(":")[0] for key in self._tasks}),
+            "queued_turns": list(self._queued),
             "subscribers": len(self._subscribers),
             "idle_s": time.monotonic() - self._last_activity,
             "pid": os.getpid(),
             "last_seq": self.log.seq,
+            "policy": self.conversation.concurrency_policy.value,
         }
 
     async def try_hibernate(self) -> bool:
@@ -142,7 +165,7 @@ class ConversationActor:
         ttl = self.settings.conversation_idle_ttl_s
         while not self._closing:
             await asyncio.sleep(min(max(ttl / 4, 0.05), 5.0))
-            if self.is_idle() and time.monotonic() - self._last_activity >= ttl:
+            if time.monotonic() - self._last_activity >= ttl and self.is_idle():
                 from cluster.actors import release_idle
 
                 await release_idle(self.id)
@@ -157,8 +180,12 @@ class ConversationActor:
         message_id: str | None = None,
         source: str = "human",
         reply_to_message_id: str | None = None,
+        agent_id: str | None = None,
     ) -> JsonObject:
-        """Persist a user message and its turn, start the turn, and acknowledge with their ids."""
+        """Persist a user message and its turn, start (or queue) the turn, acknowledge the ids.
+
+        ``agent_id`` (or an ``@agent`` mention of a participant) picks which agent answers.
+        """
         self._touch()
         if message_id is not None:
             existing = self._existing_ack(message_id)
@@ -166,12 +193,30 @@ class ConversationActor:
                 return existing
         if self.conversation.status in (ConversationStatus.COMPLETED, ConversationStatus.FAILED):
             raise Conflict(f"conversation {self.id} is {self.conversation.status.value}")
+        policy = self.conversation.concurrency_policy
+        busy = bool(self._tasks) or bool(self._queued)
+        if busy and policy is ConcurrencyPolicy.REJECT:
+            raise Conflict("a turn is active and this conversation rejects messages mid-turn")
+        if busy and policy is ConcurrencyPolicy.INTERRUPT:
+            for turn_id in sorted({key.split(":")[0] for key in self._tasks}):
+                await self.cancel_turn(turn_id, "interrupted by a new message")
+        queue = busy and policy is ConcurrencyPolicy.QUEUE
         turn, message = self._new_turn(
-            content, author, UserCaller(user_id=author), source, reply_to_message_id, message_id
+            content,
+            author,
+            UserCaller(user_id=author),
+            source,
+            reply_to_message_id,
+            message_id,
+            self._addressee(content, agent_id),
+            started=not queue,
         )
         stored = self.log.begin_turn(turn, message)
-        self._start(turn)
-        return {"turn_id": turn.id, "message_id": stored.id, "seq": stored.seq}
+        if queue:
+            self._queued.append(turn.id)
+        else:
+            self._launch(turn.id, self.turns.run(turn))
+        return {"turn_id": turn.id, "message_id": stored.id, "seq": stored.seq, "queued": queue}
 
     def _existing_ack(self, message_id: str) -> JsonObject | None:
         try:
@@ -180,58 +225,170 @@ class ConversationActor:
             return None
         if message.conversation_id != self.id:
             raise Conflict(f"message id {message_id} is used by another conversation")
-        return {"turn_id": message.turn_id, "message_id": message.id, "seq": message.seq}
+        return {
+            "turn_id": message.turn_id,
+            "message_id": message.id,
+            "seq": message.seq,
+            "queued": False,
+        }
+
+    def _addressee(self, content: str, agent_id: str | None) -> str | None:
+        agents = {p.id for p in self.conversation.participants if p.type == "agent"}
+        if agent_id is not None:
+            if agent_id not in agents and agent_id != self.conversation.agent_id:
+                raise InvalidInput(f"agent {agent_id} is not a participant of this conversation")
+            return agent_id
+        for mention in MENTION.findall(content):
+            if mention in agents:
+                return str(mention)
+        return self.conversation.agent_id
 
     async def start_agent_call(
         self, input: str, caller: JsonObject, mode: str = "delegate"
     ) -> JsonObject:
-        """Run one turn for another agent (delegate mode) and return its answer."""
+        """Run one turn for another agent or a workflow and return its answer."""
         self._touch()
-        agent_caller = AgentCaller.model_validate(caller)
+        parsed = CALLER.validate_python(caller)
+        author = getattr(parsed, "agent_id", None) or getattr(parsed, "run_id", "workflow")
+        source = "agent" if parsed.type == "agent" else "trigger"
         turn, message = self._new_turn(
-            input, agent_caller.agent_id, agent_caller, "agent", None, None
+            input, author, parsed, source, None, None, self.conversation.agent_id, started=True
         )
         self.log.begin_turn(turn, message)
-        task = self._start(turn)
-        await asyncio.shield(task)
-        done = self.store.turns.get(turn.id)
-        answer = [
+        return await self._answer(turn.id, self._launch(turn.id, self.turns.run(turn)))
+
+    async def run_agent_turn(self, turn_id: str) -> JsonObject:
+        """Run a turn written by whoever created this conversation (a delegated child's first)."""
+        self._touch()
+        task = self._tasks.get(turn_id)
+        if turn_id in self._to_start:
+            self._to_start.remove(turn_id)
+        if task is None:
+            turn = self.store.turns.get(turn_id)
+            if turn.status is TurnStatus.ACTIVE:
+                turn = self._mark_started(turn)
+                task = self._launch(turn_id, self.turns.run(turn))
+        return await self._answer(turn_id, task)
+
+    async def _answer(self, turn_id: str, task: asyncio.Task[None] | None) -> JsonObject:
+        if task is not None:
+            await asyncio.shield(task)
+        done = self.store.turns.get(turn_id)
+        answers = [
             m
-            for m in self.store.messages.list(self.id, turn_ids=[turn.id])
+            for m in self.store.messages.list(self.id, turn_ids=[turn_id])
             if m.role is MessageRole.AGENT
         ]
         return {
             "conversation_id": self.id,
-            "turn_id": turn.id,
+            "turn_id": turn_id,
             "status": done.status.value,
             "failure_reason": done.failure_reason,
-            "content": answer[-1].content if answer else "",
+            "content": answers[-1].content if answers else "",
         }
 
-    async def wait_for_turn(self, turn_id: str, timeout_s: float = 300.0) -> JsonObject:
-        """Wait until ``turn_id`` is no longer running here; returns its stored status."""
-        task = self._turns.get(turn_id)
-        if task is not None:
-            await asyncio.wait_for(asyncio.shield(task), timeout_s)
+    async def deliver_operation(self, op_id: str) -> bool:
+        """An async operation finished: answer with its result on its turn (exactly once)."""
+        self._touch()
+        op = self.store.operations.get(op_id)
+        if op.conversation_id != self.id:
+            raise NotFound(f"operation {op_id} not found in this conversation")
+        if op.status is not OperationStatus.COMPLETED:
+            return False
+        self._launch(f"{op.turn_id}:{op_id}", self.turns.follow_up(op_id))
+        return True
+
+    async def cancel_turn(self, turn_id: str, reason: str = "cancelled") -> JsonObject:
+        """Stop a turn: its open tool calls get an error result and it fails with ``reason``."""
+        self._touch()
         turn = self.store.turns.get(turn_id)
         if turn.conversation_id != self.id:
             raise NotFound(f"turn {turn_id} not found in this conversation")
-        return {"turn_id": turn.id, "status": turn.status.value,
-                "failure_reason": turn.failure_reason}
+        tasks = [t for key, t in self._tasks.items() if key.split(":")[0] == turn_id]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if turn_id in self._queued:
+            self._queued.remove(turn_id)
+        self.turns.close_dangling(turn_id, reason)
+        self.turns.fail(turn_id, reason)
+        return {"turn_id": turn_id, "status": self.store.turns.get(turn_id).status.value}
+
+    async def wait_for_turn(self, turn_id: str, timeout_s: float = 300.0) -> JsonObject:
+        """Wait until ``turn_id`` stops running here; returns its stored status."""
+        self._touch()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            tasks = [t for key, t in self._tasks.items() if key.split(":")[0] == turn_id]
+            if not tasks and turn_id not in self._queued:
+                break
+            if tasks:
+                await asyncio.wait(tasks, timeout=max(0.0, deadline - time.monotonic()))
+            else:
+                await asyncio.sleep(0.01)
+            if time.monotonic() > deadline:
+                break
+        turn = self.store.turns.get(turn_id)
+        if turn.conversation_id != self.id:
+            raise NotFound(f"turn {turn_id} not found in this conversation")
+        return {
+            "turn_id": turn.id,
+            "status": turn.status.value,
+            "failure_reason": turn.failure_reason,
+            "awaiting_operations": turn.awaiting_operations,
+        }
+
+    async def add_participant(self, agent_id: str) -> JsonObject:
+        """Loop an agent in: it sees this conversation's history and answers when addressed."""
+        self._touch()
+        if any(p.id == agent_id for p in self.conversation.participants):
+            return {"agent_id": agent_id, "joined": False}
+        participants = [*self.conversation.participants, Participant(type="agent", id=agent_id)]
+        self._save_conversation(
+            self.conversation.model_copy(update={"participants": participants}),
+            "participant_joined",
+            {"agent_id": agent_id},
+        )
+        return {"agent_id": agent_id, "joined": True}
+
+    async def remove_participant(self, agent_id: str) -> JsonObject:
+        self._touch()
+        if agent_id == self.conversation.agent_id:
+            raise InvalidInput("the primary agent cannot leave its conversation")
+        participants = [p for p in self.conversation.participants if p.id != agent_id]
+        if len(participants) == len(self.conversation.participants):
+            raise NotFound(f"agent {agent_id} is not a participant")
+        self._save_conversation(
+            self.conversation.model_copy(update={"participants": participants}),
+            "participant_left",
+            {"agent_id": agent_id},
+        )
+        return {"agent_id": agent_id, "left": True}
+
+    async def set_policy(self, policy: str) -> JsonObject:
+        self._touch()
+        chosen = ConcurrencyPolicy(policy)
+        self._save_conversation(
+            self.conversation.model_copy(update={"concurrency_policy": chosen}),
+            "conversation_updated",
+            {"concurrency_policy": chosen.value},
+        )
+        return {"concurrency_policy": chosen.value}
 
     async def complete(self) -> JsonObject:
         """Mark the conversation completed (only by explicit user action)."""
         self._touch()
-        self.conversation = self.conversation.model_copy(
-            update={"status": ConversationStatus.COMPLETED}
-        )
-        conv = self.conversation
+        done = self.conversation.model_copy(update={"status": ConversationStatus.COMPLETED})
+        self._save_conversation(done, "conversation_ended", {"status": done.status.value})
+        return {"conversation_id": self.id, "status": done.status.value}
+
+    def _save_conversation(self, updated: Conversation, event: str, payload: JsonObject) -> None:
         self.log.commit(
             utc_now(),
-            [PendingEvent("conversation_ended", {"status": conv.status.value})],
-            lambda conn, _e: self.store.conversations.save(conv, conn),
+            [PendingEvent(event, payload)],
+            lambda conn, _e: self.store.conversations.save(updated, conn),
         )
-        return {"conversation_id": self.id, "status": conv.status.value}
+        self.conversation = updated
 
     async def events(self, after_seq: int = 0) -> AsyncIterator[JsonObject]:
         """Stored events after ``after_seq``, then live ones (token deltas have ``seq`` None)."""
@@ -255,7 +412,7 @@ class ConversationActor:
             self._subscribers.discard(queue)
             self._last_activity = time.monotonic()
 
-    def _publish(self, event: JsonObject) -> None:
+    def publish(self, event: JsonObject) -> None:
         for queue in self._subscribers:
             queue.put_nowait(event)
 
@@ -265,22 +422,26 @@ class ConversationActor:
         self,
         content: str,
         author: str,
-        caller: UserCaller | AgentCaller,
+        caller: Any,
         source: str,
         reply_to_message_id: str | None,
         message_id: str | None,
+        agent_id: str | None,
+        *,
+        started: bool,
     ) -> tuple[Turn, Message]:
         now = utc_now()
         turn = Turn(
             id=new_id("turn"),
             conversation_id=self.id,
-            agent_id=self.conversation.agent_id,
+            agent_id=agent_id,
             parent_turn_id=self._parent_turn(reply_to_message_id),
             caller=caller,
             input=content,
-            source=source,  # type: ignore[arg-type]
-            reply_to_message_id=reply_to_message_id,
+            source=source,
+            reply_to_message_id=reply_to_message_id,  # type: ignore[arg-type]
             created_at=now,
+            started_at=now if started else None,
         )
         message = Message(
             id=message_id or new_id("msg"),
@@ -295,327 +456,30 @@ class ConversationActor:
 
     def _parent_turn(self, reply_to_message_id: str | None) -> str | None:
         if reply_to_message_id is not None:
-            replied = self.store.messages.get(reply_to_message_id)
-            if replied.conversation_id != self.id:
+            try:
+                replied = self.store.messages.get(reply_to_message_id)
+            except NotFound:
+                replied = None
+            if replied is None or replied.conversation_id != self.id:
                 raise NotFound(f"message {reply_to_message_id} not found in this conversation")
             return replied.turn_id
         latest = self.store.turns.list(self.id, last=1)
         return latest[-1].id if latest else None
 
-    def _start(self, turn: Turn) -> asyncio.Task[None]:
-        task = asyncio.get_running_loop().create_task(self._run_turn(turn))
-        self._turns[turn.id] = task
-        task.add_done_callback(lambda _t: self._turn_finished(turn.id))
+    def _mark_started(self, turn: Turn) -> Turn:
+        started = turn.model_copy(update={"started_at": utc_now()})
+        self.store.turns.save(started)
+        return started
+
+    def _launch(self, key: str, work: Any) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(work)
+        self._tasks[key] = task
+        task.add_done_callback(lambda _t: self._finished(key))
         return task
 
-    def _turn_finished(self, turn_id: str) -> None:
-        self._turns.pop(turn_id, None)
+    def _finished(self, key: str) -> None:
+        self._tasks.pop(key, None)
         self._last_activity = time.monotonic()
-
-    async def _run_turn(self, turn: Turn) -> None:
-        try:
-            setup = self._load_setup()
-            base = await self._assemble_context(turn, setup)
-            if base is None:
-                return
-            await self._loop(turn, setup, base)
-        except WonderError as exc:
-            log.warning("turn %s failed: %s", turn.id, exc.message)
-            self._fail(turn.id, exc.message)
-        except Exception as exc:  # the loop must never leave a turn dangling
-            log.exception("turn %s crashed", turn.id)
-            self._fail(turn.id, f"internal error: {type(exc).__name__}: {exc}")
-
-    def _load_setup(self) -> AgentSetup:
-        if self.conversation.agent_id is None:
-            raise NotFound("this conversation has no agent to answer")
-        agent = self.store.agents.get(self.conversation.agent_id)
-        if agent.persona is not None:
-            persona = agent.persona
-        elif agent.persona_ref is not None:
-            persona = self.store.personas.get(agent.persona_ref.id, agent.persona_ref.version)
-        else:
-            raise NotFound(f"agent {agent.id} has no persona")
-        profile = self.store.model_profiles.get(persona.model_profile_id)
-        tools = [self.store.tools.get(tool_id) for tool_id in persona.tool_ids]
-        return AgentSetup(agent, persona, profile, planning.build_catalog(persona, tools))
-
-    async def _assemble_context(self, turn: Turn, setup: AgentSetup) -> ChatRequest | None:
-        history = self._recent_history(turn, setup.persona.recent_turns_limit)
-        system_context = ""
-        hook = setup.persona.context_assembly_workflow_id
-        if hook:
-            try:
-                result = await with_retries(
-                    CONTEXT_ASSEMBLY,
-                    lambda: self.tools.run_hook(hook, self._hook_input(turn, setup, history)),
-                )
-            except WonderError as exc:
-                self.log.note(
-                    utc_now(),
-                    "context_assembly.failed",
-                    {"turn_id": turn.id, "error": exc.to_dict()},
-                )
-                self._fail(
-                    turn.id, f"context assembly failed: {exc.message}", context_assembly_failed=True
-                )
-                return None
-            system_context = str((result or {}).get("system_context") or "")
-        return planning.assemble_context(
-            setup.persona, setup.profile, history, setup.catalog, setup.agent.id, system_context
-        )
-
-    def _recent_history(self, turn: Turn, limit: int) -> list[Message]:
-        turn_ids = [t.id for t in self.store.turns.list(self.id, last=limit + 1)]
-        wanted = planning.recent_turn_ids(turn_ids, turn.id, limit)
-        return self.store.messages.list(self.id, turn_ids=wanted)
-
-    def _hook_input(self, turn: Turn, setup: AgentSetup, history: list[Message]) -> JsonObject:
-        return {
-            "agent_id": setup.agent.id,
-            "conversation_id": self.id,
-            "turn_id": turn.id,
-            "query": turn.input,
-            "recent_messages": planning.history_messages(history, setup.agent.id),
-            "pending": [],
-            "tools": [
-                {"name": t.name, "description": t.description} for t in setup.catalog.visible()
-            ],
-        }
-
-    async def _loop(self, turn: Turn, setup: AgentSetup, base: ChatRequest) -> None:
-        model = self._chat_model(setup.profile)
-        max_moves = setup.persona.constraints.max_moves_per_turn
-        progress = TurnProgress(turn.id)
-        step = CallModel(transcript=())
-        usage = Usage()
-        while True:
-            answer, finished = await self._call_model(
-                turn.id, model, planning.request_for_step(base, step)
-            )
-            usage = Usage(
-                prompt_tokens=usage.prompt_tokens + finished.prompt_tokens,
-                completion_tokens=usage.completion_tokens + finished.completion_tokens,
-            )
-            decisions = planning.plan(progress, answer, setup.catalog, max_moves)
-            if isinstance(decisions[0], AppendAgentMessage | FailTurn):
-                await self._finish(turn.id, setup, answer.text, decisions, progress, usage)
-                return
-            results = await self._run_tools(turn.id, setup, decisions)
-            self._record_tool_moves(turn.id, progress, answer, results)
-            returned = ToolsReturned(calls=answer.tool_calls, results=tuple(results))
-            next_step = planning.plan(progress, returned, setup.catalog, max_moves)[0]
-            assert isinstance(next_step, CallModel)
-            progress = TurnProgress(turn.id, progress.moves_made + 1, next_step.transcript)
-            step = next_step
-
-    def _chat_model(self, profile: ModelProfile) -> ChatModel:
-        from serving.models import chat_model_for
-
-        return chat_model_for(profile)
-
-    async def _call_model(
-        self, turn_id: str, model: ChatModel, request: ChatRequest
-    ) -> tuple[ModelAnswered, ModelFinished]:
-        async def attempt() -> tuple[ModelAnswered, ModelFinished]:
-            text: list[str] = []
-            calls: list[ToolCallRequested] = []
-            finished = ModelFinished()
-            async for chunk in model.stream(request):
-                if isinstance(chunk, TextDelta):
-                    text.append(chunk.text)
-                    self._publish(
-                        {
-                            "seq": None,
-                            "type": "token",
-                            "conversation_id": self.id,
-                            "turn_id": turn_id,
-                            "delta": chunk.text,
-                        }
-                    )
-                elif isinstance(chunk, ToolCallRequested):
-                    calls.append(chunk)
-                else:
-                    finished = chunk
-            return ModelAnswered("".join(text), tuple(calls)), finished
-
-        async def on_retry(number: int, error: Exception) -> None:
-            self._publish(
-                {
-                    "seq": None,
-                    "type": "llm.retry",
-                    "conversation_id": self.id,
-                    "turn_id": turn_id,
-                    "attempt": number,
-                    "error": str(error),
-                }
-            )
-
-        policy = LLM_CALL
-        return await with_retries(policy, attempt, on_retry)
-
-    async def _run_tools(
-        self, turn_id: str, setup: AgentSetup, decisions: list[Any]
-    ) -> list[ToolResult]:
-        async def one(decision: DispatchTool | ReturnToolError) -> ToolResult:
-            if isinstance(decision, ReturnToolError):
-                return decision.result
-            return await self.tools.dispatch(turn_id, setup, decision)
-
-        return list(await asyncio.gather(*(one(d) for d in decisions)))
-
-    def _record_tool_moves(
-        self, turn_id: str, progress: TurnProgress, answer: ModelAnswered, results: list[ToolResult]
-    ) -> None:
-        now = utc_now()
-        base_seq = len(self.store.moves.list(turn_id))
-        moves: list[Move] = []
-        failures: list[PendingEvent] = []
-        for n, (call, result) in enumerate(zip(answer.tool_calls, results, strict=True)):
-            moves.append(
-                Move(
-                    id=new_id("move"),
-                    turn_id=turn_id,
-                    sequence=base_seq + n + 1,
-                    reasoning=answer.text or None if n == 0 else None,
-                    tool_call=ToolCallRecord(
-                        id=call.id, tool_id=call.name, name=call.name, input=_arguments(call)
-                    ),
-                    tool_result=result,
-                    raw={"iteration": progress.moves_made + 1},
-                    created_at=now,
-                )
-            )
-            if not result.success:
-                assert result.error is not None
-                failures.append(
-                    PendingEvent(
-                        "tool.failed",
-                        {
-                            "turn_id": turn_id,
-                            "tool": call.name,
-                            "error": result.error.model_dump(mode="json"),
-                        },
-                    )
-                )
-        self.log.record_moves(moves, failures)
-
-    async def _finish(
-        self,
-        turn_id: str,
-        setup: AgentSetup,
-        text: str,
-        decisions: list[Any],
-        progress: TurnProgress,
-        usage: Usage,
-    ) -> None:
-        for decision in decisions:
-            match decision:
-                case AppendAgentMessage(content=content):
-                    self._append_agent_message(turn_id, setup.agent.id, content, progress)
-                case CompleteTurn():
-                    await self._complete(turn_id, setup, usage)
-                case FailTurn(reason=reason):
-                    self._fail(turn_id, reason)
-                case _:
-                    raise AssertionError(f"unexpected decision {decision!r}")
-
-    def _append_agent_message(
-        self, turn_id: str, agent_id: str, content: str, progress: TurnProgress
-    ) -> None:
-        now = utc_now()
-        move = Move(
-            id=new_id("move"),
-            turn_id=turn_id,
-            sequence=len(self.store.moves.list(turn_id)) + 1,
-            reasoning=content,
-            raw={"iteration": progress.moves_made + 1},
-            created_at=now,
-        )
-        self.log.record_moves([move], [])
-        self.log.append_message(
-            Message(
-                id=new_id("msg"),
-                conversation_id=self.id,
-                turn_id=turn_id,
-                role=MessageRole.AGENT,
-                author=agent_id,
-                content=content,
-                created_at=now,
-            )
-        )
-
-    async def _complete(self, turn_id: str, setup: AgentSetup, usage: Usage) -> None:
-        turn = self.store.turns.get(turn_id)
-        issues = turn.issues
-        hook = setup.persona.memory_extraction_workflow_id
-        if hook:
-            issues = await self._extract_memories(turn, setup, hook)
-        failures = sum(
-            1
-            for m in self.store.moves.list(turn_id)
-            if m.tool_result is not None and not m.tool_result.success
-        )
-        done = turn.model_copy(
-            update={
-                "status": TurnStatus.COMPLETED,
-                "completed_at": utc_now(),
-                "usage": usage,
-                "issues": issues.model_copy(update={"tool_failures": failures}),
-            }
-        )
-        self.log.save_turn(done, "turn.completed")
-
-    async def _extract_memories(self, turn: Turn, setup: AgentSetup, hook: str) -> Any:
-        transcript = [
-            {"role": m.role.value, "content": m.content}
-            for m in self.store.messages.list(self.id, turn_ids=[turn.id])
-        ]
-        payload = {
-            "agent_id": setup.agent.id,
-            "conversation_id": self.id,
-            "turn_id": turn.id,
-            "transcript": transcript,
-        }
-        try:
-            await with_retries(MEMORY_EXTRACTION, lambda: self.tools.run_hook(hook, payload))
-        except WonderError as exc:
-            log.warning("memory extraction for turn %s failed: %s", turn.id, exc.message)
-            self.log.note(
-                utc_now(), "memory_extraction.failed", {"turn_id": turn.id, "error": exc.to_dict()}
-            )
-            return turn.issues.model_copy(update={"memory_extraction_failed": True})
-        return turn.issues
-
-    def _fail(self, turn_id: str, reason: str, *, context_assembly_failed: bool = False) -> None:
-        turn = self.store.turns.get(turn_id)
-        if turn.status is not TurnStatus.ACTIVE:
-            return
-        issues = turn.issues.model_copy(update={"context_assembly_failed": context_assembly_failed})
-        failed = turn.model_copy(
-            update={
-                "status": TurnStatus.FAILED,
-                "failure_reason": reason,
-                "completed_at": utc_now(),
-                "issues": issues,
-            }
-        )
-        self.log.save_turn(failed, "turn.failed", {"reason": reason})
-
-
-def _arguments(call: ToolCallRequested) -> JsonObject:
-    try:
-        parsed = json.loads(call.arguments or "{}")
-    except json.JSONDecodeError:
-        return {"_raw": call.arguments}
-    return parsed if isinstance(parsed, dict) else {"_value": parsed}
-
-
-def hook_context(actor: ConversationActor, turn_id: str, agent_id: str) -> ActionContext:
-    return ActionContext(
-        client_id=actor.conversation.client_id,
-        conversation_id=actor.id,
-        agent_id=agent_id,
-        turn_id=turn_id,
-        settings_env=actor.env,
-    )
+        if self._queued and not self._tasks:
+            turn = self._mark_started(self.store.turns.get(self._queued.pop(0)))
+            self._launch(turn.id, self.turns.run(turn))

@@ -86,11 +86,24 @@ class CompleteTurn:
 
 
 @dataclass(frozen=True, slots=True)
+class AwaitOperations:
+    """The agent answered, but async operations of this turn are still out: keep it active."""
+
+
+@dataclass(frozen=True, slots=True)
 class FailTurn:
     reason: str
 
 
-Decision = DispatchTool | ReturnToolError | CallModel | AppendAgentMessage | CompleteTurn | FailTurn
+Decision = (
+    DispatchTool
+    | ReturnToolError
+    | CallModel
+    | AppendAgentMessage
+    | AwaitOperations
+    | CompleteTurn
+    | FailTurn
+)
 
 
 @dataclass(frozen=True, slots=True)

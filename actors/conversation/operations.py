@@ -14,7 +14,18 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from core.domain import Event, Message, Move, Turn
+from core.domain import (
+    AgentCaller,
+    AsyncOperation,
+    Conversation,
+    Event,
+    Message,
+    MessageRole,
+    Move,
+    Participant,
+    Turn,
+)
+from core.ids import new_id, utc_now
 from core.store import Store
 
 JsonObject = dict[str, Any]
@@ -97,16 +108,35 @@ class ConversationLog:
         )
         return numbered
 
-    def append_message(self, message: Message) -> Message:
+    def append_message(
+        self,
+        message: Message,
+        extra: list[Move] | None = None,
+        delivered: AsyncOperation | None = None,
+    ) -> Message:
+        """Append an agent message, with its moves and the delivery it completes, atomically."""
         numbered = message
+        moves = extra or []
 
         def writes(conn: Connection, events: list[Event]) -> None:
             nonlocal numbered
-            numbered = message.model_copy(update={"seq": events[0].seq})
-            events[0].payload["message"] = numbered.model_dump(mode="json")
+            for move in moves:
+                self.store.moves.insert(move, conn)
+            if delivered is not None:
+                self.store.operations.save(delivered, conn)
+            numbered = message.model_copy(update={"seq": events[-1].seq})
+            events[-1].payload["message"] = numbered.model_dump(mode="json")
             self.store.messages.insert(numbered, conn)
 
-        self.commit(message.created_at, [PendingEvent("message")], writes)
+        events = [PendingEvent("move", {"move": m.model_dump(mode="json")}) for m in moves]
+        if delivered is not None:
+            events.append(
+                PendingEvent(
+                    "operation.delivered",
+                    {"turn_id": delivered.turn_id, "operation_id": delivered.id},
+                )
+            )
+        self.commit(message.created_at, [*events, PendingEvent("message")], writes)
         return numbered
 
     def save_turn(self, turn: Turn, event_type: str, extra: JsonObject | None = None) -> None:
@@ -139,3 +169,82 @@ def _turn_payload(turn: Turn) -> JsonObject:
         "issues": turn.issues.model_dump(),
         "usage": turn.usage.model_dump(),
     }
+
+
+def create_child_conversation(
+    store: Store,
+    *,
+    parent: Conversation,
+    agent_id: str,
+    participants: list[Participant],
+    title: str,
+    started_by_message_id: str | None,
+    content: str,
+    caller: AgentCaller,
+    session_label: str,
+) -> tuple[str, str]:
+    """A delegated child conversation created atomically with its first message (seed 003).
+
+    One transaction writes the conversation, its ``conversation_started`` event, the first turn
+    (not yet started: the child's actor starts it), the message and their events, and the
+    sub-agent session label that lets a later call resume it. Returns ``(conversation_id,
+    turn_id)``.
+    """
+    from core.conversations import started_event
+
+    now = utc_now()
+    child = Conversation(
+        id=new_id("conv"),
+        client_id=parent.client_id,
+        agent_id=agent_id,
+        participants=participants,
+        title=title,
+        started_by_conversation_id=parent.id,
+        started_by_message_id=started_by_message_id,
+        depth=parent.depth + 1,
+        created_at=now,
+    )
+    turn = Turn(
+        id=new_id("turn"),
+        conversation_id=child.id,
+        agent_id=agent_id,
+        caller=caller,
+        input=content,
+        source="agent",
+        created_at=now,
+    )
+    message = Message(
+        id=new_id("msg"),
+        conversation_id=child.id,
+        turn_id=turn.id,
+        role=MessageRole.USER,
+        author=caller.agent_id,
+        content=content,
+        seq=3,
+        created_at=now,
+    )
+    events = [
+        started_event(child),
+        Event(
+            conversation_id=child.id,
+            seq=2,
+            type="turn.started",
+            payload=_turn_payload(turn),
+            at=now,
+        ),
+        Event(
+            conversation_id=child.id,
+            seq=3,
+            type="message",
+            payload={"message": message.model_dump(mode="json")},
+            at=now,
+        ),
+    ]
+    with store.db.begin() as conn:
+        store.conversations.insert(child, conn)
+        store.turns.insert(turn, conn)
+        store.messages.insert(message, conn)
+        for event in events:
+            store.events.append(event, conn)
+        store.sessions.put(parent.client_id, session_label, child.id, now, conn)
+    return child.id, turn.id

@@ -19,6 +19,7 @@ from jsonschema import Draft202012Validator
 
 from actors.conversation.domain import (
     AppendAgentMessage,
+    AwaitOperations,
     CallModel,
     CompleteTurn,
     Decision,
@@ -114,21 +115,63 @@ def plan(
     event: ModelAnswered | ToolsReturned,
     catalog: ToolCatalog,
     max_moves: int,
+    pending_operations: int = 0,
 ) -> list[Decision]:
-    """The next decisions of a turn after ``event``."""
+    """The next decisions of a turn after ``event``.
+
+    ``pending_operations`` counts this turn's async operations not yet delivered: an answer while
+    some are out keeps the turn active instead of completing it.
+    """
     match event:
         case ModelAnswered():
-            return plan_after_model(event, catalog)
+            return plan_after_model(event, catalog, pending_operations)
         case ToolsReturned():
             return [plan_after_tools(progress, event, max_moves)]
         case _:
             assert_never(event)
 
 
-def plan_after_model(answer: ModelAnswered, catalog: ToolCatalog) -> list[Decision]:
+def plan_after_model(
+    answer: ModelAnswered, catalog: ToolCatalog, pending_operations: int = 0
+) -> list[Decision]:
     if not answer.tool_calls:
-        return [AppendAgentMessage(answer.text), CompleteTurn()]
+        then = AwaitOperations() if pending_operations > 0 else CompleteTurn()
+        return [AppendAgentMessage(answer.text), then]
     return [plan_tool_call(call, catalog) for call in answer.tool_calls]
+
+
+def async_ack(tool_call_id: str, operation_id: str) -> ToolResult:
+    """What the model hears right after dispatching an async tool."""
+    return ToolResult(
+        tool_call_id=tool_call_id,
+        success=True,
+        result={
+            "status": "dispatched",
+            "operation_id": operation_id,
+            "note": "This runs in the background. Tell the user you are on it; the result will "
+            "arrive later in this conversation.",
+        },
+    )
+
+
+def pending_operations_note(pending: Sequence[Any]) -> str:
+    """System context listing background work still out, across all active turns."""
+    if not pending:
+        return ""
+    lines = [
+        f"- {op.tool_name} (operation {op.id}, started in turn {op.turn_id})" for op in pending
+    ]
+    return "Background operations still running:\n" + "\n".join(lines)
+
+
+def operation_result_message(tool_name: str, operation_id: str, result: ToolResult) -> JsonObject:
+    """The message that hands a finished async operation's result to the model."""
+    outcome = "finished" if result.success else "failed"
+    return {
+        "role": "user",
+        "content": f"[background result] {tool_name} (operation {operation_id}) {outcome}: "
+        f"{tool_result_text(result)}. Tell the user what it means.",
+    }
 
 
 def plan_after_tools(progress: TurnProgress, returned: ToolsReturned, max_moves: int) -> CallModel:

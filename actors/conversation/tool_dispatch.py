@@ -1,13 +1,15 @@
 """Dispatching a validated tool call to its target, with the tool's retry policy.
 
-Targets: ``task`` → the executor (a Ray remote function); ``agent`` (delegate) → a new child
-conversation whose actor runs one turn and returns its answer; ``workflow`` → a WorkflowCoordinator
+Targets: ``task`` → the executor (a Ray remote function); ``agent`` → ``delegate``: a child
+conversation (a resumable sub-agent session) whose actor runs one isolated turn and returns its
+answer, or ``loop_in``: the agent joins this conversation; ``workflow`` → a WorkflowCoordinator
 run. Infrastructure errors are retried per ``tool.retry`` and, when exhausted, come back as a failed
 ``ToolResult`` with ``retriable: true``; business errors come back at once.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +18,7 @@ import ray
 from actors.actions import ActionContext
 from actors.conversation.domain import DispatchTool
 from actors.executor import execute_task
-from core.domain import Conversation, Participant, ToolError, ToolResult
+from core.domain import Agent, AgentCaller, Participant, ToolError, ToolResult
 from core.errors import (
     ErrorCode,
     NonRetryableError,
@@ -25,10 +27,11 @@ from core.errors import (
     RetryableError,
     WonderError,
 )
+from core.ids import new_id
 from core.retry import RetryPolicy, with_retries
 
 if TYPE_CHECKING:
-    from actors.conversation.actor import AgentSetup, ConversationActor
+    from actors.conversation.actor import ConversationActor
 
 log = logging.getLogger("wonder.tools")
 
@@ -73,7 +76,8 @@ class ToolDispatcher:
         result = outcome.get("result")
         return result if isinstance(result, dict) else {"result": result}
 
-    async def dispatch(self, turn_id: str, setup: AgentSetup, decision: DispatchTool) -> ToolResult:
+    async def dispatch(self, turn_id: str, agent_id: str, decision: DispatchTool) -> ToolResult:
+        """Run one validated tool call on its target with the tool's retry policy."""
         tool = decision.tool
         policy = RetryPolicy.exponential(
             tool.retry.max_attempts, tool.retry.backoff_ms, tool.retry.timeout_ms
@@ -81,7 +85,7 @@ class ToolDispatcher:
         call_id = decision.call.id
         try:
             outcome = await with_retries(
-                policy, lambda: self._dispatch_once(turn_id, setup, decision)
+                policy, lambda: self._dispatch_once(turn_id, agent_id, decision)
             )
         except NonRetryableError as exc:
             return _failed(call_id, exc.code, exc.message, retriable=False)
@@ -91,62 +95,88 @@ class ToolDispatcher:
         if outcome.get("success"):
             return ToolResult(tool_call_id=call_id, success=True, result=outcome.get("result"))
         error = outcome.get("error") or {}
-        code = error.get("code", ErrorCode.EXECUTION_FAILED)
         return _failed(
             call_id,
-            ErrorCode(code),
+            ErrorCode(error.get("code", ErrorCode.EXECUTION_FAILED)),
             str(error.get("message", "tool failed")),
             retriable=bool(error.get("retriable", False)),
         )
 
     async def _dispatch_once(
-        self, turn_id: str, setup: AgentSetup, decision: DispatchTool
+        self, turn_id: str, agent_id: str, decision: DispatchTool
     ) -> JsonObject:
         tool = decision.tool
         if tool.target_type == "task":
             return await self.run_task(
-                tool.target_id, decision.input, self._context(turn_id, setup.agent.id)
+                tool.target_id, decision.input, self._context(turn_id, agent_id)
             )
         if tool.target_type == "agent":
-            return await self._delegate(turn_id, setup, decision)
-        return await self._run_workflow(turn_id, setup, decision)
+            if tool.invocation_mode == "loop_in":
+                return await self._loop_in(decision)
+            return await self._delegate(turn_id, agent_id, decision)
+        return await self._run_workflow(turn_id, decision)
 
-    async def _run_workflow(
-        self, turn_id: str, setup: AgentSetup, decision: DispatchTool
-    ) -> JsonObject:
-        try:
-            from cluster.workflows import run_workflow_to_end
-        except ImportError:
-            raise NotFound("workflow targets are not available in this build") from None
+    async def _run_workflow(self, turn_id: str, decision: DispatchTool) -> JsonObject:
+        from cluster.workflows import run_workflow_to_end
+
         return await run_workflow_to_end(
             decision.tool.target_id,
             decision.input,
             parent={"conversation_id": self.actor.id, "turn_id": turn_id},
         )
 
-    async def _delegate(
-        self, turn_id: str, setup: AgentSetup, decision: DispatchTool
-    ) -> JsonObject:
-        """Delegate: a one-shot turn of the target agent in a new child conversation."""
-        from cluster.actors import start_agent_call
+    async def _loop_in(self, decision: DispatchTool) -> JsonObject:
+        """Loop in: the target agent joins this conversation and answers when addressed."""
+        from cluster.actors import add_participant
+
+        target = self._target_agent(decision)
+        await add_participant(self.actor.id, target.id)
+        return {
+            "success": True,
+            "result": {
+                "agent_id": target.id,
+                "joined": True,
+                "note": f"{target.name} now sees this conversation; address them as @{target.id}.",
+            },
+        }
+
+    def _target_agent(self, decision: DispatchTool) -> Agent:
+        try:
+            return self.actor.store.agents.get(
+                decision.tool.target_id, self.actor.conversation.client_id
+            )
+        except NotFound:
+            raise NonRetryableError(
+                f"agent {decision.tool.target_id} is not available", code=ErrorCode.AGENT_DECLINED
+            ) from None
+
+    async def _delegate(self, turn_id: str, agent_id: str, decision: DispatchTool) -> JsonObject:
+        """Delegate: one isolated turn of the target agent in a child conversation (a sub-agent
+        session). With ``session_id`` in the input, the same child conversation is resumed."""
+        from cluster.actors import run_agent_turn, start_agent_call
 
         parent = self.actor.conversation
         depth_limit = self.actor.settings.max_delegation_depth
         if parent.depth + 1 > depth_limit:
             raise PermissionDenied(f"delegation depth limit {depth_limit} reached")
-        if decision.tool.invocation_mode != "delegate":
-            raise NotFound("loop_in invocation is not available in this build")
-        target = self.actor.store.agents.get(decision.tool.target_id, parent.client_id)
-        child = self._create_child(turn_id, setup, target.id)
-        text = decision.input.get("input") or decision.input.get("message")
-        message = text if isinstance(text, str) else _as_text(decision.input)
+        target = self._target_agent(decision)
+        message = _delegated_text(decision.input)
         caller = {
             "type": "agent",
-            "agent_id": setup.agent.id,
+            "agent_id": agent_id,
             "turn_id": turn_id,
             "conversation_id": parent.id,
         }
-        answer = await start_agent_call(child.id, message, caller, "delegate")
+        session_id = str(decision.input.get("session_id") or new_id("session"))
+        label = f"subagent:{parent.id}:{target.id}:{session_id}"
+        existing = self.actor.store.sessions.get(parent.client_id, label)
+        if existing is not None:
+            answer = await start_agent_call(existing, message, caller, "delegate")
+        else:
+            child_id, child_turn = self._create_child(
+                turn_id, agent_id, target.id, message, caller, label
+            )
+            answer = await run_agent_turn(child_id, child_turn)
         if answer["status"] != "completed":
             return {
                 "success": False,
@@ -160,33 +190,37 @@ class ToolDispatcher:
             "success": True,
             "result": {
                 "agent_id": target.id,
-                "conversation_id": child.id,
+                "session_id": session_id,
+                "conversation_id": answer["conversation_id"],
                 "answer": answer["content"],
             },
         }
 
-    def _create_child(self, turn_id: str, setup: AgentSetup, agent_id: str) -> Conversation:
-        from core.conversations import create_conversation
+    def _create_child(
+        self,
+        turn_id: str,
+        agent_id: str,
+        target_id: str,
+        message: str,
+        caller: JsonObject,
+        label: str,
+    ) -> tuple[str, str]:
+        """The child conversation and its first message, turn and session label, in one commit."""
+        from actors.conversation.operations import create_child_conversation
 
         parent = self.actor.conversation
         turn_messages = self.actor.store.messages.list(parent.id, turn_ids=[turn_id])
-        participants = [
-            *parent.participants,
-            *(
-                []
-                if any(p.id == agent_id for p in parent.participants)
-                else [Participant(type="agent", id=agent_id)]
-            ),
-        ]
-        return create_conversation(
+        participants = [p for p in parent.participants if p.id != target_id]
+        return create_child_conversation(
             self.actor.store,
-            client_id=parent.client_id,
-            agent_id=agent_id,
-            participants=participants,
-            title=f"delegated by {setup.agent.id}",
-            started_by_conversation_id=parent.id,
+            parent=parent,
+            agent_id=target_id,
+            participants=[*participants, Participant(type="agent", id=target_id)],
+            title=f"delegated by {agent_id}",
             started_by_message_id=turn_messages[0].id if turn_messages else None,
-            depth=parent.depth + 1,
+            content=message,
+            caller=AgentCaller.model_validate(caller),
+            session_label=label,
         )
 
 
@@ -198,7 +232,9 @@ def _failed(call_id: str, code: ErrorCode, message: str, *, retriable: bool) -> 
     )
 
 
-def _as_text(value: JsonObject) -> str:
-    import json
-
-    return json.dumps(value)
+def _delegated_text(value: JsonObject) -> str:
+    text = value.get("input") or value.get("message") or value.get("task")
+    if isinstance(text, str):
+        return text
+    rest = {k: v for k, v in value.items() if k not in ("session_id",)}
+    return json.dumps(rest)

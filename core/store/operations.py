@@ -18,11 +18,13 @@ from sqlalchemy import Connection, and_, delete, func, insert, or_, select, upda
 
 from core.domain import (
     Agent,
+    AsyncOperation,
     Client,
     Conversation,
     Event,
     Message,
     Move,
+    OperationStatus,
     Turn,
     TurnStatus,
 )
@@ -434,6 +436,90 @@ class ContextOps(_Ops):
             )
 
 
+class AsyncOperationOps(_Ops):
+    def insert(self, op: AsyncOperation, conn: Connection | None = None) -> AsyncOperation:
+        with self._write(conn) as c:
+            c.execute(
+                insert(schema.async_operations).values(
+                    id=op.id,
+                    conversation_id=op.conversation_id,
+                    turn_id=op.turn_id,
+                    status=op.status.value,
+                    data=op.model_dump_json(),
+                )
+            )
+        return op
+
+    def save(self, op: AsyncOperation, conn: Connection | None = None) -> AsyncOperation:
+        t = schema.async_operations
+        with self._write(conn) as c:
+            c.execute(
+                update(t)
+                .where(t.c.id == op.id)
+                .values(status=op.status.value, data=op.model_dump_json())
+            )
+        return op
+
+    def get(self, op_id: str, conn: Connection | None = None) -> AsyncOperation:
+        t = schema.async_operations
+        with self._read(conn) as c:
+            found = c.execute(select(t.c.data).where(t.c.id == op_id)).scalar_one_or_none()
+        if found is None:
+            raise NotFound(f"async operation {op_id} not found")
+        return AsyncOperation.model_validate_json(found)
+
+    def list(
+        self,
+        conversation_id: str,
+        *,
+        turn_id: str | None = None,
+        statuses: tuple[OperationStatus, ...] | None = None,
+        conn: Connection | None = None,
+    ) -> list[AsyncOperation]:
+        t = schema.async_operations
+        query = select(t.c.data).where(t.c.conversation_id == conversation_id)
+        if turn_id is not None:
+            query = query.where(t.c.turn_id == turn_id)
+        if statuses is not None:
+            query = query.where(t.c.status.in_([s.value for s in statuses]))
+        with self._read(conn) as c:
+            return [
+                AsyncOperation.model_validate_json(r)
+                for r in c.execute(query.order_by(t.c.id)).scalars()
+            ]
+
+
+class SessionOps(_Ops):
+    """Stable labels pointing at conversations (sessions, sub-agent sessions)."""
+
+    def get(self, client_id: str, label: str, conn: Connection | None = None) -> str | None:
+        t = schema.sessions
+        with self._read(conn) as c:
+            return c.execute(
+                select(t.c.conversation_id).where(t.c.client_id == client_id, t.c.label == label)
+            ).scalar_one_or_none()
+
+    def put(
+        self,
+        client_id: str,
+        label: str,
+        conversation_id: str,
+        created_at: datetime,
+        conn: Connection | None = None,
+    ) -> None:
+        t = schema.sessions
+        with self._write(conn) as c:
+            c.execute(delete(t).where(t.c.client_id == client_id, t.c.label == label))
+            c.execute(
+                insert(t).values(
+                    client_id=client_id,
+                    label=label,
+                    conversation_id=conversation_id,
+                    created_at=_ts(created_at),
+                )
+            )
+
+
 class Store:
     """All operations over one database: ``store.turns``, ``store.messages``, ..."""
 
@@ -458,6 +544,8 @@ class Store:
         self.moves = MoveOps(db)
         self.events = EventOps(db)
         self.context = ContextOps(db)
+        self.operations = AsyncOperationOps(db)
+        self.sessions = SessionOps(db)
 
     @classmethod
     def open(cls, url: str) -> Store:
@@ -479,7 +567,13 @@ class Store:
                 frontier.extend(children)
             turn_ids = select(schema.turns.c.id).where(schema.turns.c.conversation_id.in_(doomed))
             c.execute(delete(schema.moves).where(schema.moves.c.turn_id.in_(turn_ids)))
-            for table in (schema.messages, schema.turns, schema.events, schema.context_entries):
+            for table in (
+                schema.messages,
+                schema.turns,
+                schema.events,
+                schema.context_entries,
+                schema.async_operations,
+            ):
                 c.execute(delete(table).where(table.c.conversation_id.in_(doomed)))
             c.execute(delete(schema.conversations).where(schema.conversations.c.id.in_(doomed)))
         return doomed

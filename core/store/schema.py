@@ -146,3 +146,24 @@ workflow_node_history = Table(
     Column("state", String(32), nullable=False),
     Column("data", Text, nullable=False),
 )
+
+# Async tool operations: recorded before dispatch, completed by the runner, delivered exactly once.
+async_operations = Table(
+    "async_operations",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("conversation_id", String(64), nullable=False, index=True),
+    Column("turn_id", String(64), nullable=False, index=True),
+    Column("status", String(16), nullable=False),
+    Column("data", Text, nullable=False),
+)
+
+# Sessions (seed 004) and sub-agent sessions (seed 002): a stable label → a conversation.
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("client_id", String(64), primary_key=True),
+    Column("label", String(300), primary_key=True),
+    Column("conversation_id", String(64), nullable=False),
+    Column("created_at", String(40), nullable=False),
+)

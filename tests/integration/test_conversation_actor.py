@@ -24,14 +24,17 @@ async def test_a_turn_streams_tokens_and_stores_the_answer(ray_cluster: Cluster)
     conv = make_conversation(store, client_id, agent)
 
     events: list[dict] = []
+    subscribed = asyncio.Event()
 
     async def listen() -> None:
         async for event in actors.stream_events(conv.id, 0):
             events.append(event)
+            subscribed.set()  # the replay of conversation_started: live events follow
             if event["type"] == "turn.completed":
                 return
 
     listener = asyncio.create_task(listen())
+    await asyncio.wait_for(subscribed.wait(), 30)
     ack = await actors.post_message(conv.id, "hi", "user-1")
     await asyncio.wait_for(listener, 60)
 
