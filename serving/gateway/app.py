@@ -11,7 +11,16 @@ from fastapi import FastAPI
 from ray import serve
 from ray.serve import Application
 
-from serving.gateway import agents, console, conversations, library, messages, stream, turns
+from serving.gateway import (
+    agents,
+    console,
+    conversations,
+    library,
+    messages,
+    stream,
+    turns,
+    workflows,
+)
 from serving.gateway.context import ClusterConversations, GatewayContext
 from serving.gateway.errors import install_error_handlers
 from serving.gateway.protocol import ErrorResponse
@@ -49,6 +58,7 @@ def create_api(context: GatewayContext) -> FastAPI:
         conversations.router,
         messages.router,
         turns.router,
+        workflows.router,
     ):
         api.include_router(router, responses=ERROR_RESPONSES)
     return api

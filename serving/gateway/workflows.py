@@ -1,0 +1,98 @@
+"""Workflow runs: start one, read its status and node history, cancel it.
+
+The workflow definitions themselves are library objects (``PUT/GET /v1/workflows/{id}``, see
+``library.py``). A run belongs to the client that started it; another client gets a 404.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, status
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.domain import NAME_PATTERN, JsonObject
+from core.workflows import NodeRecord, WorkflowRun
+from serving.gateway.auth import ClientId, Context
+
+router = APIRouter(tags=["workflow runs"])
+
+WorkflowId = Annotated[str, Path(pattern=NAME_PATTERN, description="Library workflow id")]
+RunId = Annotated[str, Path(max_length=64, description="Workflow run id")]
+MAX_WAIT_S = 300.0
+
+
+class RunStart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    input: JsonObject = Field(default_factory=dict, description="Checked against input_schema")
+    version: int | None = Field(None, ge=1, description="Default: the latest version")
+    wait_s: float = Field(
+        0.0, ge=0.0, le=MAX_WAIT_S,
+        description="Wait up to this long for the run to end before answering (0: answer now)",
+    )
+
+
+class RunView(BaseModel):
+    run: WorkflowRun
+    nodes: list[NodeRecord] = Field(description="Node history: one record per token, in order")
+
+
+class RunCancel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field("cancelled by the client", max_length=500)
+
+
+def _view(context: Any, run: WorkflowRun) -> RunView:
+    from cluster.workflows import get_history
+
+    return RunView(run=run, nodes=get_history(run.id, settings_env=context.settings_env or None))
+
+
+@router.post(
+    "/v1/workflows/{workflow_id}/runs",
+    response_model=RunView,
+    status_code=status.HTTP_202_ACCEPTED,
+    summary="Start a run (202 with the run; with wait_s, the run as it stands after waiting)",
+)
+async def start_run(
+    workflow_id: WorkflowId, body: RunStart, context: Context, client_id: ClientId
+) -> RunView:
+    from cluster.workflows import start_workflow_run, wait_for_run
+
+    env = context.settings_env or None
+    run_id = await start_workflow_run(
+        workflow_id, body.input, body.version, client_id=client_id, settings_env=env
+    )
+    if body.wait_s > 0:
+        run = await wait_for_run(run_id, body.wait_s, settings_env=env)
+    else:
+        from cluster.workflows import get_run
+
+        run = get_run(run_id, client_id, settings_env=env)
+    return _view(context, run)
+
+
+@router.get(
+    "/v1/workflow-runs/{run_id}",
+    response_model=RunView,
+    summary="A run's status, output or error, events, and node history",
+)
+def read_run(run_id: RunId, context: Context, client_id: ClientId) -> RunView:
+    from cluster.workflows import get_run
+
+    return _view(context, get_run(run_id, client_id, settings_env=context.settings_env or None))
+
+
+@router.post(
+    "/v1/workflow-runs/{run_id}/cancel",
+    response_model=RunView,
+    summary="Cancel a run and its live work (a finished run is returned as it is)",
+)
+async def cancel(run_id: RunId, body: RunCancel, context: Context, client_id: ClientId) -> RunView:
+    from cluster.workflows import cancel_run, get_run
+
+    env = context.settings_env or None
+    get_run(run_id, client_id, settings_env=env)  # ownership: 404 for another client's run
+    return _view(context, await cancel_run(run_id, body.reason, settings_env=env))
