@@ -35,13 +35,16 @@ class ScriptedToolCall(Model):
 
 
 class ScriptStep(Model):
-    """One scripted model call: a reply (with ``{{last_user}}``, ``{{last_tool}}``, ``{{context}}``
-    placeholders), tool calls, or a retryable failure. Test doubles only."""
+    """One scripted model call: a reply (with ``{{last_user}}``, ``{{last_tool}}``, ``{{context}}``,
+    ``{{history}}`` placeholders), tool calls, or a retryable failure. Test doubles only."""
 
     reply: str | None = None
     tool_calls: list[ScriptedToolCall] | None = None
     fail: str | None = None
     delay_s: float = Field(0.0, ge=0.0, le=120.0, description="Wait before answering")
+    match: str | None = Field(
+        None, description="Rule-style: play this step when the last message contains this text"
+    )
 
 
 class ModelProfile(Model):

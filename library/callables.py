@@ -100,3 +100,17 @@ def calculate(data: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(expression, str) or not expression.strip():
         raise InvalidInput("calculate needs an 'expression' string")
     return {"expression": expression, "result": evaluate(expression)}
+
+
+async def sleep(data: dict[str, Any]) -> dict[str, Any]:
+    """Wait ``seconds`` (≤ 300) — a stand-in for slow work (research, builds) in examples and tests."""
+    import asyncio
+
+    seconds = min(float(data.get("seconds") or data.get("input", {}).get("seconds") or 1.0), 300.0)
+    await asyncio.sleep(seconds)
+    return {"slept_s": seconds}
+
+
+def echo(data: dict[str, Any]) -> dict[str, Any]:
+    """Return the task's input unchanged."""
+    return dict(data.get("input") or {})

@@ -305,11 +305,13 @@ class ConversationActor:
         if turn.conversation_id != self.id:
             raise NotFound(f"turn {turn_id} not found in this conversation")
         tasks = [t for key, t in self._tasks.items() if key.split(":")[0] == turn_id]
+        self.turns.cancel_reasons[turn_id] = reason
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         if turn_id in self._queued:
             self._queued.remove(turn_id)
+        self.turns.cancel_reasons.pop(turn_id, None)
         self.turns.close_dangling(turn_id, reason)
         self.turns.fail(turn_id, reason)
         return {"turn_id": turn_id, "status": self.store.turns.get(turn_id).status.value}

@@ -77,6 +77,7 @@ class TurnRunner:
         self.store = actor.store
         self.log = actor.log
         self.inflight: dict[str, list[ToolCallRequested]] = {}
+        self.cancel_reasons: dict[str, str] = {}
         self._turn_locks: dict[str, asyncio.Lock] = {}
 
     def lock(self, turn_id: str) -> asyncio.Lock:
@@ -108,8 +109,9 @@ class TurnRunner:
         try:
             await step(*args)
         except asyncio.CancelledError:
-            self.close_dangling(turn_id, "the turn was cancelled")
-            self.fail(turn_id, "cancelled")
+            reason = self.cancel_reasons.pop(turn_id, "cancelled")
+            self.close_dangling(turn_id, f"the turn was cancelled: {reason}")
+            self.fail(turn_id, reason)
         except WonderError as exc:
             log.warning("turn %s failed: %s", turn_id, exc.message)
             self.fail(turn_id, exc.message)
@@ -302,10 +304,10 @@ class TurnRunner:
             return await self.actor.tools.dispatch(turn_id, setup.agent.id, decision)
 
         self.inflight[turn_id] = list(calls)
-        try:
-            return list(await asyncio.gather(*(one(d) for d in decisions)))
-        finally:
-            self.inflight.pop(turn_id, None)
+        results = list(await asyncio.gather(*(one(d) for d in decisions)))
+        # Only a normal return clears them: a cancelled turn closes them with an error result.
+        self.inflight.pop(turn_id, None)
+        return results
 
     async def _dispatch_async(
         self, turn_id: str, setup: AgentSetup, decision: DispatchTool

@@ -3,8 +3,8 @@
 A script is a list of steps; each call to ``stream`` consumes the next step (the last one repeats).
 A step is a reply text, a list of tool calls, a ``Fail``, or a callable that computes one of those
 from the request (pydantic-ai's ``FunctionModel`` idea). Reply texts may use placeholders filled
-from the request: ``{{last_user}}``, ``{{last_tool}}`` (the latest tool result) and ``{{context}}``
-(every system message), which lets a script answer from what context assembly gave it.
+from the request: ``{{last_user}}``, ``{{last_tool}}`` (the latest tool result), ``{{context}}``
+(every system message) and ``{{history}}`` (the user/assistant messages), which lets a script answer from what context assembly gave it.
 """
 
 from __future__ import annotations
@@ -43,13 +43,21 @@ class Delay:
 
 
 @dataclass(frozen=True, slots=True)
+class Match:
+    """Play ``then`` when the request's last message contains ``pattern`` (rule-style scripts)."""
+
+    pattern: str
+    then: Step
+
+
+@dataclass(frozen=True, slots=True)
 class Fail:
     """Raise a retryable infrastructure error for this step."""
 
     message: str = "scripted failure"
 
 
-Step = str | list[Call] | Fail | Delay | Callable[[ChatRequest], "str | list[Call]"]
+Step = str | list[Call] | Fail | Delay | Match | Callable[[ChatRequest], "str | list[Call]"]
 
 
 @dataclass
@@ -61,11 +69,21 @@ class ScriptedModel:
     def from_profile_script(cls, script: Sequence[ScriptStep]) -> ScriptedModel:
         return cls([_from_stored(step) for step in script] or ["ok"])
 
+    def _select(self, request: ChatRequest) -> Step:
+        """Rule-style scripts pick the first step matching the last message; others go in order."""
+        rules = [s for s in self.steps if isinstance(s, Match)]
+        if rules:
+            last = str(request.messages[-1].get("content") or "") if request.messages else ""
+            for rule in rules:
+                if rule.pattern in last:
+                    return rule.then
+            return "ok"
+        return self.steps[min(len(self.requests), len(self.steps) - 1)]
+
     async def stream(self, request: ChatRequest) -> AsyncIterator[ChatChunk]:
-        index = min(len(self.requests), len(self.steps) - 1)
+        step = self._select(request)
         self.requests.append(request)
-        step = self.steps[index]
-        if callable(step) and not isinstance(step, list | Fail | Delay):
+        if callable(step) and not isinstance(step, list | Fail | Delay | Match):
             step = step(request)
         if isinstance(step, Delay):
             await asyncio.sleep(step.seconds)
@@ -80,7 +98,9 @@ class ScriptedModel:
             return
         for n, call in enumerate(step):
             args = call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments)
-            yield ToolCallRequested(id=f"call_{len(self.requests)}_{n}", name=call.name, arguments=args)
+            yield ToolCallRequested(
+                id=f"call_{len(self.requests)}_{n}", name=call.name, arguments=args
+            )
         yield ModelFinished(prompt_tokens=_count(request), finish_reason="tool_calls")
 
 
@@ -92,7 +112,8 @@ def _from_stored(step: ScriptStep) -> Step:
         played = [Call(c.name, c.arguments) for c in step.tool_calls]
     else:
         played = step.reply or ""
-    return Delay(step.delay_s, played) if step.delay_s else played
+    timed: Step = Delay(step.delay_s, played) if step.delay_s else played
+    return Match(step.match, timed) if step.match is not None else timed
 
 
 def fill_placeholders(text: str, request: ChatRequest) -> str:
@@ -103,6 +124,11 @@ def fill_placeholders(text: str, request: ChatRequest) -> str:
         "{{last_tool}}": _last(request, "tool"),
         "{{context}}": " ".join(
             str(m.get("content") or "") for m in request.messages if m.get("role") == "system"
+        ),
+        "{{history}}": " | ".join(
+            str(m.get("content") or "")
+            for m in request.messages
+            if m.get("role") in ("user", "assistant") and m.get("content")
         ),
     }
     for key, value in values.items():
