@@ -47,15 +47,19 @@ def _env(settings_env: dict[str, str] | None) -> dict[str, str]:
 
 def create_coordinator(run_id: str, settings_env: dict[str, str]) -> Any:
     """Get or create the named detached coordinator of ``run_id``."""
-    return ray.remote(WorkflowCoordinator).options(  # type: ignore[attr-defined]
-        name=workflow_actor_name(run_id),
-        namespace=NAMESPACE,
-        lifetime="detached",
-        get_if_exists=True,
-        num_cpus=0,
-        max_restarts=0,  # a restarted coordinator would not have its tokens back
-        max_concurrency=1000,
-    ).remote(run_id, settings_env)
+    return (
+        ray.remote(WorkflowCoordinator)
+        .options(  # type: ignore[attr-defined]
+            name=workflow_actor_name(run_id),
+            namespace=NAMESPACE,
+            lifetime="detached",
+            get_if_exists=True,
+            num_cpus=0,
+            max_restarts=0,  # a restarted coordinator would not have its tokens back
+            max_concurrency=1000,
+        )
+        .remote(run_id, settings_env)
+    )
 
 
 def _ops(settings_env: dict[str, str] | None) -> tuple[Any, WorkflowRunOps]:
@@ -111,16 +115,23 @@ async def start_workflow_run(
         depth, context = parent_run.depth + 1, parent_run.context
         client_id = client_id or parent_run.client_id
     elif isinstance(owner, ConversationParent):
-        context = RunContext(conversation_id=owner.conversation_id, agent_id=owner.agent_id,
-                             turn_id=owner.turn_id)
+        context = RunContext(
+            conversation_id=owner.conversation_id, agent_id=owner.agent_id, turn_id=owner.turn_id
+        )
         if client_id is None:
             client_id = store.conversations.get(owner.conversation_id).client_id
     if depth > MAX_SUBWORKFLOW_DEPTH:
         raise PermissionDenied(f"subworkflows nest at most {MAX_SUBWORKFLOW_DEPTH} deep")
     run = WorkflowRun(
-        id=run_id or new_id("run"), workflow_id=definition.id,
-        workflow_version=definition.version, input=input, parent=owner, client_id=client_id,
-        context=context, depth=depth, created_at=utc_now(),
+        id=run_id or new_id("run"),
+        workflow_id=definition.id,
+        workflow_version=definition.version,
+        input=input,
+        parent=owner,
+        client_id=client_id,
+        context=context,
+        depth=depth,
+        created_at=utc_now(),
     )
     runs.insert(run)
     try:
@@ -136,10 +147,13 @@ def _fail_unstarted(runs: WorkflowRunOps, run_id: str, message: str) -> Workflow
     run = runs.get(run_id)
     if run.status.terminal:
         return run
-    failed = run.model_copy(update={
-        "status": RunStatus.FAILED, "finished_at": utc_now(),
-        "error": RunError(code="INTERNAL_ERROR", message=message, retriable=True),
-    })
+    failed = run.model_copy(
+        update={
+            "status": RunStatus.FAILED,
+            "finished_at": utc_now(),
+            "error": RunError(code="INTERNAL_ERROR", message=message, retriable=True),
+        }
+    )
     return runs.save(failed)
 
 
@@ -219,15 +233,25 @@ async def run_workflow_to_end(
         if exc.retriable:
             raise
         return {"success": False, "error": exc.to_dict()}
-    run = await wait_for_run(run_id, timeout_s)
+    try:
+        run = await wait_for_run(run_id, timeout_s)
+    except asyncio.CancelledError:  # the caller gave up (a tool timeout): so does the run
+        await asyncio.shield(cancel_run(run_id, "the caller stopped waiting"))
+        raise
     if run.status is RunStatus.COMPLETED:
         return {"success": True, "result": run.output, "run_id": run_id}
     if not run.status.terminal:
         await cancel_run(run_id, "timed out")
-        error: JsonObject = {"code": "TIMEOUT", "message": f"workflow run {run_id} timed out",
-                             "retriable": True}
+        error: JsonObject = {
+            "code": "TIMEOUT",
+            "message": f"workflow run {run_id} timed out",
+            "retriable": True,
+        }
         return {"success": False, "error": error, "run_id": run_id}
     cause = run.error.message if run.error else run.status.value
-    error = {"code": "EXECUTION_FAILED", "message": f"workflow {workflow_id} failed: {cause}",
-             "retriable": False}
+    error = {
+        "code": "EXECUTION_FAILED",
+        "message": f"workflow {workflow_id} failed: {cause}",
+        "retriable": False,
+    }
     return {"success": False, "error": error, "run_id": run_id}

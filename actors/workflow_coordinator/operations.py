@@ -103,6 +103,20 @@ class WorkflowRunOps:
         with self.db.connect() as c:
             return [WorkflowRun.model_validate_json(row) for row in c.execute(query).scalars()]
 
+    def list(
+        self, *, workflow_id: str | None = None, client_id: str | None = None, limit: int = 100
+    ) -> list[WorkflowRun]:
+        """Runs, newest first, optionally of one workflow and/or one client."""
+        t = schema.workflow_runs
+        query = select(t.c.data)
+        if workflow_id is not None:
+            query = query.where(t.c.workflow_id == workflow_id)
+        if client_id is not None:
+            query = query.where(t.c.client_id == client_id)
+        query = query.order_by(t.c.id.desc()).limit(limit)
+        with self.db.connect() as c:
+            return [WorkflowRun.model_validate_json(row) for row in c.execute(query).scalars()]
+
     def record(
         self,
         run: WorkflowRun | None,

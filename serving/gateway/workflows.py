@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, status
+from fastapi import APIRouter, Path, Query, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.domain import NAME_PATTERN, JsonObject
 from core.workflows import NodeRecord, WorkflowRun
 from serving.gateway.auth import ClientId, Context
+from serving.gateway.protocol import Items
 
 router = APIRouter(tags=["workflow runs"])
 
@@ -28,7 +29,9 @@ class RunStart(BaseModel):
     input: JsonObject = Field(default_factory=dict, description="Checked against input_schema")
     version: int | None = Field(None, ge=1, description="Default: the latest version")
     wait_s: float = Field(
-        0.0, ge=0.0, le=MAX_WAIT_S,
+        0.0,
+        ge=0.0,
+        le=MAX_WAIT_S,
         description="Wait up to this long for the run to end before answering (0: answer now)",
     )
 
@@ -83,6 +86,24 @@ def read_run(run_id: RunId, context: Context, client_id: ClientId) -> RunView:
     from cluster.workflows import get_run
 
     return _view(context, get_run(run_id, client_id, settings_env=context.settings_env or None))
+
+
+RunList = Items[WorkflowRun]
+
+
+@router.get("/v1/workflow-runs", response_model=RunList, summary="This client's runs, newest first")
+def list_runs(
+    context: Context,
+    client_id: ClientId,
+    workflow_id: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> RunList:
+    from actors.workflow_coordinator.operations import WorkflowRunOps
+
+    runs = WorkflowRunOps(context.store.db).list(
+        workflow_id=workflow_id, client_id=client_id, limit=limit
+    )
+    return RunList(items=runs)
 
 
 @router.post(

@@ -80,6 +80,8 @@ def test_put_a_workflow_start_a_run_and_read_its_history(client: httpx.Client) -
     assert [e["type"] for e in body["run"]["events"]] == ["workflow_started", "workflow_completed"]
     assert [n["node_id"] for n in body["nodes"]] == ["split", "say", "say", "say", "join"]
     assert all(n["state"] == "done" for n in body["nodes"])
+    listed = client.get("/v1/workflow-runs", params={"workflow_id": workflow_id}).json()
+    assert [r["id"] for r in listed["items"]] == [run_id]
 
 
 def test_wait_s_answers_with_the_finished_run(client: httpx.Client) -> None:
@@ -120,6 +122,7 @@ def test_runs_belong_to_their_client(client: httpx.Client, gateway: str,
     with http_client(gateway, other_key) as other:
         assert other.get(f"/v1/workflow-runs/{run_id}").status_code == 404
         assert other.post(f"/v1/workflow-runs/{run_id}/cancel", json={}).status_code == 404
+        assert other.get("/v1/workflow-runs").json()["items"] == []
     with http_client(gateway, None) as anonymous:
         assert anonymous.get(f"/v1/workflow-runs/{run_id}").status_code == 401
     assert run_until_done(client, run_id)["run"]["output"] == {"said": []}

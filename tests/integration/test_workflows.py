@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from actors.workflow_coordinator.operations import WorkflowRunOps
 from cluster.workflows import (
     cancel_run,
     get_history,
@@ -211,11 +212,6 @@ async def test_cancel_run_cancels_its_work(ray_cluster: Cluster) -> None:
     assert [r.state for r in get_history(run_id)] == ["cancelled"]
 
 
-@pytest.mark.xfail(
-    reason="ConversationActor.start_agent_call validates the caller as AgentCaller only; a "
-    "workflow caller {type: workflow, run_id} is rejected until it accepts the Caller union",
-    strict=True,
-)
 async def test_agent_node_runs_a_delegated_turn(ray_cluster: Cluster) -> None:
     store = ray_cluster.store
     client_id, _key = make_client(store, "workflow-agent")
@@ -235,3 +231,36 @@ async def test_agent_node_runs_a_delegated_turn(ray_cluster: Cluster) -> None:
     assert record.output["conversation_id"] and record.output["turn_id"]
     child = store.conversations.get(record.output["conversation_id"])
     assert child.agent_id == agent.id and child.client_id == client_id
+
+
+async def test_a_conversation_tool_runs_a_workflow(ray_cluster: Cluster) -> None:
+    from cluster.actors import post_message, wait_for_turn
+    from core.domain import Tool
+    from tests.factories import make_conversation
+
+    store = ray_cluster.store
+    workflow = research_workflow(store, {"mode": "all"})
+    tool = store.tools.put(Tool(
+        id=f"tool-research-{new_id().lower()}", name="research",
+        description="research a topic", target_type="workflow", target_id=workflow.id,
+        input_schema={"type": "object", "properties": {"topic": {"type": "string"},
+                                                       "n": {"type": "integer"}}},
+    ), utc_now())
+    client_id, _key = make_client(store, "workflow-tool")
+    profile = scripted_profile(store, [
+        {"tool_calls": [{"name": "research", "arguments": {"topic": "bees", "n": 3}}]},
+        {"reply": "found: {{last_tool}}"},
+    ])
+    conversation = make_conversation(store, client_id, make_agent(store, client_id, profile,
+                                                                  tools=[tool]))
+
+    posted = await post_message(conversation.id, "research bees", "user-1")
+    turn = await wait_for_turn(conversation.id, posted["turn_id"], 60)
+
+    assert turn["status"] == "completed", turn
+    answer = [m for m in store.messages.list(conversation.id) if m.role.value == "agent"][-1]
+    assert '"count": 3' in answer.content and "What is bees?" in answer.content
+    [run] = WorkflowRunOps(store.db).list(workflow_id=workflow.id)
+    assert run.parent is not None and run.parent.type == "conversation"
+    assert run.client_id == client_id and run.context.turn_id == posted["turn_id"]
+
