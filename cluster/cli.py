@@ -383,28 +383,44 @@ class TerminalChat:
         self.write("\n[gave up reconnecting]\n")
 
     async def _print_reply(self, ws: Any, turn: dict[str, str | None]) -> bool:
-        """Print frames of our turn until it ends; True when it did (or the server refused)."""
+        """Print frames of our turn until it ends; True when it did (or the server refused).
+
+        The ack (which names our turn) can arrive after the turn's first events, so events of
+        turns not yet known are held until it does.
+        """
+        held: list[dict[str, Any]] = []
         async for raw in ws:
             event = json.loads(raw)
             if event.get("seq") is not None:
                 self.last_seq = max(self.last_seq, int(event["seq"]))
             kind = event.get("type")
+            if kind == "error":
+                self.write(f"[error: {event['error']['message']}]\n")
+                return True
             if kind == "ack":
                 turn["id"] = event.get("turn_id")
                 self.write("agent> ")
-            elif kind == "error":
-                self.write(f"[error: {event['error']['message']}]\n")
-                return True
-            elif event.get("turn_id") != turn["id"] or turn["id"] is None:
+                events, held = [e for e in held if e.get("turn_id") == turn["id"]], []
+            elif turn["id"] is None:
+                held.append(event)
                 continue
-            elif kind == "token":
-                self.write(str(event.get("delta", "")))
-            elif kind == "turn.completed":
-                self.write("\n")
+            else:
+                events = [event] if event.get("turn_id") == turn["id"] else []
+            if any(self._show(e) for e in events):
                 return True
-            elif kind == "turn.failed":
-                self.write(f"\n[the turn failed: {event.get('reason', 'unknown')}]\n")
-                return True
+        return False
+
+    def _show(self, event: dict[str, Any]) -> bool:
+        """Print one event of our turn; True when the turn has ended."""
+        kind = event.get("type")
+        if kind == "token":
+            self.write(str(event.get("delta", "")))
+        elif kind == "turn.completed":
+            self.write("\n")
+            return True
+        elif kind == "turn.failed":
+            self.write(f"\n[the turn failed: {event.get('reason', 'unknown')}]\n")
+            return True
         return False
 
 

@@ -38,6 +38,7 @@ router = APIRouter()
 CLOSE_CODES = {"UNAUTHORIZED": 4401, "NOT_FOUND": 4404, "INVALID_INPUT": 4400}
 RESUBSCRIBE_ATTEMPTS = 3
 RESUBSCRIBE_BACKOFF_S = (0.2, 0.5, 1.0)
+SUBSCRIBE_WAIT_S = 10.0
 
 
 def parse_after_seq(raw: str | None) -> int:
@@ -65,6 +66,7 @@ class StreamSession:
         self.conversation = conversation
         self.client_id = client_id
         self.seen = SeqTracker(last_seq=after_seq)
+        self.subscribed = asyncio.Event()
         self._send_lock = asyncio.Lock()
 
     async def send(self, frame: dict[str, Any]) -> None:
@@ -89,9 +91,12 @@ class StreamSession:
         failures = 0
         while True:
             try:
+                # Subscribe one event early: the actor replays that event (dropped here as a
+                # duplicate) as soon as it has registered us, which tells us when live events,
+                # tokens included, will reach us (every conversation has event 1).
                 await self._forward(
                     self.context.conversations.stream_events(
-                        self.conversation.id, self.seen.last_seq
+                        self.conversation.id, max(self.seen.last_seq - 1, 0)
                     )
                 )
                 await self.close(1000)
@@ -111,6 +116,7 @@ class StreamSession:
     async def _forward(self, events: AsyncIterator[dict[str, Any]]) -> None:
         try:
             async for event in events:
+                self.subscribed.set()
                 if self.seen.is_duplicate(event):
                     continue
                 for missed in await self._missing(event):
@@ -164,6 +170,9 @@ class StreamSession:
             await self.send(error_frame(error.to_dict(), request_id))
 
     async def post(self, frame: ClientMessageFrame) -> dict[str, Any]:
+        # A message sent before the subscription is live would stream its first tokens to nobody.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.subscribed.wait(), SUBSCRIBE_WAIT_S)
         accepted = await self.context.conversations.post_message(
             self.conversation.id,
             frame.content,

@@ -36,6 +36,8 @@ class ScriptedSubscriptions:
         self.scripts = scripts
         self.subscribed_after: list[int] = []
         self.posted: list[str] = []
+        self.yielded = 0
+        self.yielded_before_post: list[int] = []
 
     async def post_message(
         self, conversation_id: str, content: str, author: str, **_kw: Any
@@ -43,6 +45,7 @@ class ScriptedSubscriptions:
         if content == "boom":
             raise Unavailable("actor restarting")
         self.posted.append(content)
+        self.yielded_before_post.append(self.yielded)
         return {"turn_id": "turn_1", "message_id": "msg_1", "seq": 2}
 
     async def stream_events(
@@ -53,6 +56,10 @@ class ScriptedSubscriptions:
         for item in script:
             if isinstance(item, Exception):
                 raise item
+            if isinstance(item, float):
+                await asyncio.sleep(item)
+                continue
+            self.yielded += 1
             yield item
         await asyncio.Event().wait()  # a live stream: stays open until the client leaves
 
@@ -99,6 +106,15 @@ def test_forwards_tokens_and_acks(store: Store) -> None:
     assert access.subscribed_after == [0]
 
 
+def test_messages_wait_for_the_subscription(store: Store) -> None:
+    client, access, key, conv = connect(store, [[0.1, event(1)]])
+    with client.websocket_connect(f"/v1/conversations/{conv}/stream?api_key={key}") as ws:
+        ws.send_json({"type": "message", "content": "early"})
+        frames = receive(ws, 2)
+    assert [f["type"] for f in frames] == ["message", "ack"]
+    assert access.yielded_before_post == [1]  # posted only once the subscription was live
+
+
 def test_skips_duplicates_and_fills_gaps_from_the_store(store: Store) -> None:
     client, _access, key, conv = connect(store, [])
     for seq in (2, 3):  # the store holds what the source will skip
@@ -129,7 +145,10 @@ def test_resubscribes_after_the_last_seq_when_the_actor_restarts(store: Store) -
         f"/v1/conversations/{conv}/stream?api_key={key}&after_seq=0"
     ) as ws:
         assert [e["seq"] for e in receive(ws, 3)] == [1, 2, 3]
-    assert access.subscribed_after == [0, 2]
+    assert access.subscribed_after == [
+        0,
+        1,
+    ]  # one early: the replayed seq 2 proves the subscription
 
 
 def test_reconnect_resumes_after_seq(store: Store) -> None:
@@ -138,7 +157,7 @@ def test_reconnect_resumes_after_seq(store: Store) -> None:
         f"/v1/conversations/{conv}/stream?api_key={key}&after_seq=5"
     ) as ws:
         assert ws.receive_json()["seq"] == 6
-    assert access.subscribed_after == [5]
+    assert access.subscribed_after == [4]
 
 
 @pytest.mark.parametrize(
@@ -210,4 +229,5 @@ def test_other_clients_conversation_is_not_found(store: Store) -> None:
 @pytest.fixture(autouse=True)
 def _fast_backoff(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr("serving.gateway.stream.RESUBSCRIBE_BACKOFF_S", (0.0, 0.0, 0.0))
+    monkeypatch.setattr("serving.gateway.stream.SUBSCRIBE_WAIT_S", 0.2)
     yield
