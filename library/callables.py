@@ -103,7 +103,7 @@ def calculate(data: dict[str, Any]) -> dict[str, Any]:
 
 
 async def sleep(data: dict[str, Any]) -> dict[str, Any]:
-    """Wait ``seconds`` (≤ 300) — a stand-in for slow work (research, builds) in examples and tests."""
+    """Wait ``seconds`` (≤ 300): a stand-in for slow work (research, builds) in examples."""
     import asyncio
 
     seconds = min(float(data.get("seconds") or data.get("input", {}).get("seconds") or 1.0), 300.0)

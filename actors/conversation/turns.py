@@ -3,9 +3,9 @@
 A turn: context assembly (a hook task, or the built-in default) → model call (streamed) → tools →
 ... → agent message → memory extraction → completed. Async tools are recorded as operations, run by
 the ``async-operations`` runner and acknowledged at once; the turn then waits
-(``awaiting_operations``) and each completion comes back through ``follow_up``: one more model call with the result and one
-more agent message on the same turn, exactly once per operation. Each step's outcome is fed back to
-``planning``, which decides the next one.
+(``awaiting_operations``) and each completion comes back through ``follow_up``: one more model
+call with the result and one more agent message on the same turn, exactly once per operation.
+Each step's outcome is fed back to ``planning``, which decides the next one.
 """
 
 from __future__ import annotations

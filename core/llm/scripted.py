@@ -4,7 +4,8 @@ A script is a list of steps; each call to ``stream`` consumes the next step (the
 A step is a reply text, a list of tool calls, a ``Fail``, or a callable that computes one of those
 from the request (pydantic-ai's ``FunctionModel`` idea). Reply texts may use placeholders filled
 from the request: ``{{last_user}}``, ``{{last_tool}}`` (the latest tool result), ``{{context}}``
-(every system message) and ``{{history}}`` (the user/assistant messages), which lets a script answer from what context assembly gave it.
+(every system message) and ``{{history}}`` (the user/assistant messages), which lets a
+script answer from what context assembly gave it.
 """
 
 from __future__ import annotations
@@ -90,6 +91,8 @@ class ScriptedModel:
             step = step.then
         if isinstance(step, Fail):
             raise RetryableError(step.message)
+        if isinstance(step, Match | Delay):
+            raise TypeError("a Match or Delay must wrap a reply, tool calls or a failure")
         if isinstance(step, str):
             text = fill_placeholders(step, request)
             for word in _words(text):

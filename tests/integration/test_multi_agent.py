@@ -163,7 +163,7 @@ async def _expert_setup(
 
 async def test_delegate_sees_only_its_input_loop_in_sees_the_history(ray_cluster: Cluster) -> None:
     store = ray_cluster.store
-    client_id, expert, ask = await _expert_setup(ray_cluster, "delegate")
+    client_id, _expert, ask = await _expert_setup(ray_cluster, "delegate")
     boss = make_agent(
         store,
         client_id,
@@ -215,7 +215,7 @@ async def test_delegate_sees_only_its_input_loop_in_sees_the_history(ray_cluster
 
 async def test_permission_denied_and_depth_limit(ray_cluster: Cluster) -> None:
     store = ray_cluster.store
-    client_id, expert, ask = await _expert_setup(ray_cluster, "delegate")
+    client_id, _expert, ask = await _expert_setup(ray_cluster, "delegate")
     boss = make_agent(
         store,
         client_id,
