@@ -14,6 +14,7 @@ from ray.serve import Application
 from serving.gateway import (
     agents,
     console,
+    conversation_control,
     conversations,
     library,
     messages,
@@ -58,6 +59,7 @@ def create_api(context: GatewayContext) -> FastAPI:
         conversations.router,
         messages.router,
         turns.router,
+        conversation_control.router,
         workflows.router,
     ):
         api.include_router(router, responses=ERROR_RESPONSES)
