@@ -15,12 +15,19 @@ def _store_for(url: str) -> Store:
 
 def open_store(settings_env: dict[str, str] | None = None) -> Store:
     """The store named by ``settings_env`` (``WONDER_*`` variables), or by this process's env."""
-    settings = Settings(**_settings_kwargs(settings_env)) if settings_env else Settings()
-    return _store_for(settings.resolved_database_url)
+    return _store_for(settings_from_env(settings_env).resolved_database_url)
 
 
 def settings_from_env(settings_env: dict[str, str] | None) -> Settings:
-    return Settings(**_settings_kwargs(settings_env)) if settings_env else Settings()
+    """Settings from explicit ``WONDER_*`` variables (parsed once per distinct set: hot path)."""
+    if not settings_env:
+        return Settings()
+    return _settings_for(tuple(sorted(settings_env.items())))
+
+
+@lru_cache(maxsize=32)
+def _settings_for(items: tuple[tuple[str, str], ...]) -> Settings:
+    return Settings(**_settings_kwargs(dict(items)))
 
 
 def _settings_kwargs(env: dict[str, str]) -> dict[str, object]:
