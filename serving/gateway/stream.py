@@ -2,11 +2,13 @@
 
 The server sends the conversation's events as JSON frames ``{seq, type, ...}``: first the stored
 events after ``after_seq``, then live ones, token deltas included (``seq`` null). A client that
-reconnects with the last ``seq`` it saw gets exactly what it missed. The client sends
-``{"type": "message", "content": ...}`` (answered by an ``ack`` frame with the turn and message ids)
-or ``{"type": "ping"}``; a frame the server cannot use gets an ``error`` frame and the stream goes
-on. Authentication: the ``Authorization`` header, or ``?api_key=`` for browsers. Refusals close the
-socket after an error frame: 4401 (bad key), 4404 (no such conversation), 4400 (bad query).
+reconnects with the last ``seq`` it saw gets exactly what it missed. A ``subscribed`` frame says
+the subscription is live: from then on no event (token deltas included) can be missed. The client
+sends ``{"type": "message", "content": ...}`` (answered by an ``ack`` frame with the turn and
+message ids) or ``{"type": "ping"}``; a frame the server cannot use gets an ``error`` frame and the
+stream goes on. Authentication: the ``Authorization`` header, or ``?api_key=`` for browsers.
+Refusals close the socket after an error frame: 4401 (bad key), 4404 (no such conversation), 4400
+(bad query).
 """
 
 from __future__ import annotations
@@ -116,7 +118,11 @@ class StreamSession:
     async def _forward(self, events: AsyncIterator[dict[str, Any]]) -> None:
         try:
             async for event in events:
-                self.subscribed.set()
+                if not self.subscribed.is_set():
+                    self.subscribed.set()
+                    await self.send(
+                        {"seq": None, "type": "subscribed", "after_seq": self.seen.last_seq}
+                    )
                 if self.seen.is_duplicate(event):
                     continue
                 for missed in await self._missing(event):

@@ -78,6 +78,7 @@ def test_post_then_stream_tokens(gateway_url: str, api: httpx.Client, key: str) 
     agent_id = scripted_agent(api, [{"reply": "hello from the script"}])
     conv_id = api.post("/v1/conversations", json={"agent_id": agent_id}).json()["id"]
     with open_stream(gateway_url, conv_id, key) as ws:
+        read_until(ws, {"subscribed"})  # from here on no token can be missed
         posted = api.post(f"/v1/conversations/{conv_id}/messages", json={"content": "hi"})
         assert posted.status_code == 202, posted.text
         ack = posted.json()

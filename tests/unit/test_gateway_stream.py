@@ -85,12 +85,19 @@ def connect(
 
 
 def receive(ws: Any, count: int) -> list[dict[str, Any]]:
-    return [ws.receive_json() for _ in range(count)]
+    """The next ``count`` frames, leaving out ``subscribed`` markers."""
+    frames: list[dict[str, Any]] = []
+    while len(frames) < count:
+        frame = ws.receive_json()
+        if frame["type"] != "subscribed":
+            frames.append(frame)
+    return frames
 
 
 def test_forwards_tokens_and_acks(store: Store) -> None:
     client, access, key, conv = connect(store, [[event(1), event(None, "token", delta="hi")]])
     with client.websocket_connect(f"/v1/conversations/{conv}/stream?api_key={key}") as ws:
+        assert ws.receive_json() == {"seq": None, "type": "subscribed", "after_seq": 0}
         assert [(e["seq"], e["type"]) for e in receive(ws, 2)] == [(1, "message"), (None, "token")]
         ws.send_json({"type": "message", "content": "hello", "id": "r1"})
         ack = ws.receive_json()
@@ -156,7 +163,7 @@ def test_reconnect_resumes_after_seq(store: Store) -> None:
     with client.websocket_connect(
         f"/v1/conversations/{conv}/stream?api_key={key}&after_seq=5"
     ) as ws:
-        assert ws.receive_json()["seq"] == 6
+        assert receive(ws, 1)[0]["seq"] == 6
     assert access.subscribed_after == [4]
 
 
