@@ -41,6 +41,16 @@ class Settings(BaseSettings):
     llm_model_dir: str | None = Field(None, description="Model directory served by vLLM")
     llm_device: str = Field("cpu", description="cpu or cuda")
     llm_deploy: bool = Field(True, description="Deploy the local vLLM model with `wonder up`")
+    model_cache: str | None = Field(
+        None, description="Cache of converted/downloaded models; default ~/.cache/wonder/models"
+    )
+    llm_model_name: str | None = Field(
+        None, description="Name the local model is served as (it also answers to 'default')"
+    )
+    llm_enforce_eager: bool = Field(True, description="vLLM without torch.compile/CUDA graphs")
+    llm_max_model_len: int | None = Field(None, description="vLLM context length; None = model's")
+    llm_cpu_kvcache_gb: int = Field(1, ge=1, description="VLLM_CPU_KVCACHE_SPACE on CPU")
+    llm_num_replicas: int = Field(1, ge=1, description="vLLM replicas (one GPU each on cuda)")
 
     @cached_property
     def resolved_database_url(self) -> str:

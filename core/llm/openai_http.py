@@ -1,8 +1,9 @@
 """A ``ChatModel`` for any OpenAI-compatible HTTP endpoint (hosted models, or vLLM's server).
 
-Streams ``/chat/completions`` with server-sent events. Tool calls use the endpoint's native
-``tools``/``tool_choice="auto"``; the constrained mode for small local models lives in
-``core.llm.constrained`` and is layered on top of a ``CompletionBackend`` such as this one.
+Streams ``/chat/completions`` with server-sent events. ``request.tool_calling`` picks how tools are
+offered: ``native`` sends them with ``tool_choice="auto"``; ``constrained`` (for small local models)
+runs the two-step protocol of ``core.llm.constrained`` on top of ``stream_body``. The stream
+translation (``StreamTranslator``) is shared with the Serve-handle backend.
 """
 
 from __future__ import annotations
@@ -10,12 +11,12 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
-from core.errors import InvalidInput, RetryableError, Timeout
+from core.errors import InvalidInput, RetryableError, Timeout, WonderError
 from core.llm.protocol import (
     ChatChunk,
     ChatRequest,
@@ -39,25 +40,15 @@ class OpenAIHttpModel:
         return cls(base_url=base_url, api_key=os.environ.get(api_key_env) if api_key_env else None)
 
     def stream(self, request: ChatRequest) -> AsyncIterator[ChatChunk]:
-        body: JsonObject = {
-            "model": request.model,
-            "messages": request.messages,
-            "temperature": request.temperature,
-            "max_tokens": request.max_tokens,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        if request.tools:
-            body["tools"] = [t.to_openai() for t in request.tools]
-            body["tool_choice"] = "auto"
-        return self.stream_body(body, request.timeout_s)
+        from core.llm.constrained import stream_chat
+
+        return stream_chat(self, request)
 
     async def stream_body(self, body: JsonObject, timeout_s: float) -> AsyncIterator[ChatChunk]:
         """Stream any chat-completions body and translate it into chunks."""
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         url = self.base_url.rstrip("/") + "/chat/completions"
-        calls: dict[int, dict[str, str]] = {}
-        finished = ModelFinished()
+        translator = StreamTranslator()
         try:
             async with (
                 httpx.AsyncClient(timeout=timeout_s) as client,
@@ -65,19 +56,76 @@ class OpenAIHttpModel:
             ):
                 await _raise_for_status(response)
                 async for data in _sse_data(response):
-                    for chunk in _translate(data, calls):
-                        if isinstance(chunk, ModelFinished):
-                            finished = _merge_finish(finished, chunk)
-                        else:
-                            yield chunk
+                    for chunk in translator.feed(data):
+                        yield chunk
         except httpx.TimeoutException as exc:
             raise Timeout(f"model endpoint timed out: {exc}") from exc
         except httpx.TransportError as exc:
             raise RetryableError(f"model endpoint unreachable: {exc}") from exc
-        for index in sorted(calls):
-            call = calls[index]
-            yield ToolCallRequested(id=call["id"], name=call["name"], arguments=call["arguments"])
-        yield finished
+        for chunk in translator.finish():
+            yield chunk
+
+
+@dataclass
+class StreamTranslator:
+    """Turns chat-completion stream payloads (parsed ``data:`` lines) into ``ChatChunk``s.
+
+    Text deltas come out as they arrive; tool-call fragments are assembled and come out of
+    ``finish()`` with the usage, after the stream ends.
+    """
+
+    calls: dict[int, dict[str, str]] = field(default_factory=dict)
+    finished: ModelFinished = field(default_factory=ModelFinished)
+
+    def feed(self, data: JsonObject) -> list[ChatChunk]:
+        if data.get("error"):
+            raise error_from_payload(data["error"])
+        out: list[ChatChunk] = []
+        usage = data.get("usage") or {}
+        finish_reason: str | None = None
+        for choice in data.get("choices") or []:
+            delta = choice.get("delta") or choice.get("message") or {}
+            if delta.get("content"):
+                out.append(TextDelta(delta["content"]))
+            for call in delta.get("tool_calls") or []:
+                self._add_call_fragment(call)
+            finish_reason = choice.get("finish_reason") or finish_reason
+        if usage or finish_reason:
+            self.finished = ModelFinished(
+                prompt_tokens=int(usage.get("prompt_tokens") or self.finished.prompt_tokens),
+                completion_tokens=int(
+                    usage.get("completion_tokens") or self.finished.completion_tokens
+                ),
+                finish_reason=finish_reason or self.finished.finish_reason,
+            )
+        return out
+
+    def finish(self) -> list[ChatChunk]:
+        out: list[ChatChunk] = [
+            ToolCallRequested(id=c["id"], name=c["name"], arguments=c["arguments"])
+            for _, c in sorted(self.calls.items())
+        ]
+        out.append(self.finished)
+        return out
+
+    def _add_call_fragment(self, call: JsonObject) -> None:
+        slot = self.calls.setdefault(call.get("index", 0), {"id": "", "name": "", "arguments": ""})
+        fn = call.get("function") or {}
+        slot["id"] = call.get("id") or slot["id"]
+        slot["name"] += fn.get("name") or ""
+        arguments = fn.get("arguments") or ""
+        slot["arguments"] += arguments if isinstance(arguments, str) else json.dumps(arguments)
+
+
+def error_from_payload(error: JsonObject | str) -> WonderError:
+    """An OpenAI-style ``{"error": {...}}`` payload as the error it means for retries."""
+    if isinstance(error, str):
+        return RetryableError(f"model endpoint error: {error}")
+    code = error.get("code")
+    message = str(error.get("message") or error)[:500]
+    if isinstance(code, int) and 400 <= code < 500 and code not in (408, 429):
+        return InvalidInput(f"model endpoint rejected the request ({code}): {message}")
+    return RetryableError(f"model endpoint error ({code}): {message}")
 
 
 async def _raise_for_status(response: httpx.Response) -> None:
@@ -97,37 +145,3 @@ async def _sse_data(response: httpx.Response) -> AsyncIterator[JsonObject]:
         if payload == "[DONE]":
             return
         yield json.loads(payload)
-
-
-def _translate(data: JsonObject, calls: dict[int, dict[str, str]]) -> list[ChatChunk]:
-    out: list[ChatChunk] = []
-    usage = data.get("usage") or {}
-    finish_reason: str | None = None
-    for choice in data.get("choices") or []:
-        delta = choice.get("delta") or {}
-        if delta.get("content"):
-            out.append(TextDelta(delta["content"]))
-        for call in delta.get("tool_calls") or []:
-            slot = calls.setdefault(call.get("index", 0), {"id": "", "name": "", "arguments": ""})
-            fn = call.get("function") or {}
-            slot["id"] = call.get("id") or slot["id"]
-            slot["name"] += fn.get("name") or ""
-            slot["arguments"] += fn.get("arguments") or ""
-        finish_reason = choice.get("finish_reason") or finish_reason
-    if usage or finish_reason:
-        out.append(
-            ModelFinished(
-                prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                completion_tokens=int(usage.get("completion_tokens") or 0),
-                finish_reason=finish_reason or "",
-            )
-        )
-    return out
-
-
-def _merge_finish(old: ModelFinished, new: ModelFinished) -> ModelFinished:
-    return ModelFinished(
-        prompt_tokens=new.prompt_tokens or old.prompt_tokens,
-        completion_tokens=new.completion_tokens or old.completion_tokens,
-        finish_reason=new.finish_reason or old.finish_reason,
-    )

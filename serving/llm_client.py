@@ -1,0 +1,98 @@
+"""``VllmHandleModel``: the local model as a ``ChatModel``, through a Serve deployment handle.
+
+Actors call the LLM deployment's ``chat_stream`` method with ``options(stream=True)``: the
+completion arrives as batches of OpenAI chunk payloads straight from the replica, with no HTTP
+proxy in between, and is translated by the same ``StreamTranslator`` as the HTTP client. Tool
+calling follows the request's mode (``core.llm.constrained``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from core.errors import RetryableError, Timeout, Unavailable, WonderError
+from core.llm.constrained import stream_chat
+from core.llm.openai_http import StreamTranslator
+from core.llm.protocol import ChatChunk, ChatRequest
+from serving.llm import LLM_APP_NAME, LLM_DEPLOYMENT_NAME
+
+JsonObject = dict[str, Any]
+
+
+@lru_cache(maxsize=4)
+def _handle(app_name: str, deployment_name: str) -> Any:
+    from ray import serve
+
+    return serve.get_deployment_handle(deployment_name, app_name=app_name).options(stream=True)
+
+
+@dataclass
+class VllmHandleModel:
+    """Streams chat completions from the local vLLM deployment (provider ``vllm``)."""
+
+    model: str = "default"
+    app_name: str = LLM_APP_NAME
+    deployment_name: str = LLM_DEPLOYMENT_NAME
+
+    def stream(self, request: ChatRequest) -> AsyncIterator[ChatChunk]:
+        return stream_chat(self, request)
+
+    async def stream_body(self, body: JsonObject, timeout_s: float) -> AsyncIterator[ChatChunk]:
+        """Stream one raw chat-completions body through the deployment handle."""
+        body = {**body, "model": _model_name(body.get("model"), self.model), "stream": True}
+        translator = StreamTranslator()
+        batches = self._payload_batches(body)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        try:
+            while True:
+                try:
+                    # A deadline per step, not a timeout scope around the yields: the consumer
+                    # may await other things between chunks.
+                    batch = await asyncio.wait_for(anext(batches), deadline - loop.time())
+                except StopAsyncIteration:
+                    break
+                except TimeoutError as exc:
+                    raise Timeout(f"local model did not finish within {timeout_s:.0f} s") from exc
+                for payload in batch:
+                    for chunk in translator.feed(json.loads(payload)):
+                        yield chunk
+        finally:
+            await batches.aclose()
+        for chunk in translator.finish():
+            yield chunk
+
+    async def _payload_batches(self, body: JsonObject) -> AsyncIterator[list[str]]:
+        try:
+            response = _handle(self.app_name, self.deployment_name).chat_stream.remote(body)
+        except Exception as exc:
+            raise _infrastructure_error(exc) from exc
+        done = False
+        try:
+            async for batch in response:
+                yield batch
+            done = True
+        except WonderError:
+            raise
+        except Exception as exc:
+            raise _infrastructure_error(exc) from exc
+        finally:
+            if not done:
+                response.cancel()  # the consumer stopped early: free the engine's slot
+
+
+def _model_name(requested: Any, configured: str) -> str:
+    return str(requested) if requested and requested != "default" else configured
+
+
+def _infrastructure_error(exc: Exception) -> WonderError:
+    """Ray/Serve failures (no such app, replica died, actor unavailable) are worth a retry."""
+    name = type(exc).__name__
+    if "NotFound" in name or "does not exist" in str(exc):
+        return Unavailable(f"the local model is not deployed ({name}: {exc})"[:500])
+    return RetryableError(f"local model call failed ({name}: {exc})"[:500])
