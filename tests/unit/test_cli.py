@@ -51,7 +51,7 @@ def test_unknown_arguments_are_refused(capsys: pytest.CaptureFixture[str]) -> No
     assert "unrecognized arguments: --bogus" in capsys.readouterr().err
 
 
-def test_job_passes_everything_through(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_job_passes_everything_through(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
     import types
 
