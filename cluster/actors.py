@@ -189,18 +189,32 @@ async def conversation_status(conversation_id: str) -> JsonObject:
 
 
 async def stream_events(conversation_id: str, after_seq: int = 0) -> AsyncIterator[JsonObject]:
-    """Events after ``after_seq``, then live ones, until the caller stops iterating."""
-    handle = await directory().activate.remote(conversation_id, False)
-    try:
-        generator = handle.events.options(num_returns="streaming").remote(after_seq)
-    except ray.exceptions.RayActorError:
-        handle = await directory().activate.remote(conversation_id, True)
-        generator = handle.events.options(num_returns="streaming").remote(after_seq)
-    try:
-        async for ref in generator:
-            yield await ref
-    finally:
-        ray.cancel(generator)
+    """Events after ``after_seq``, then live ones, until the caller stops iterating.
+
+    If the actor dies or is evicted while streaming, the stream resumes from the last ``seq``
+    it delivered on a re-activated actor, so the caller sees no gap and no duplicate.
+    """
+    last = after_seq
+    replace = False
+    for attempt in range(4):
+        handle = await directory().activate.remote(conversation_id, replace)
+        generator = handle.events.options(num_returns="streaming").remote(last)
+        try:
+            async for ref in generator:
+                event: JsonObject = await ref
+                if event.get("seq") is not None:
+                    last = int(event["seq"])
+                yield event
+            return
+        except ray.exceptions.RayTaskError as exc:
+            if not isinstance(exc.cause, Hibernating) or attempt == 3:
+                raise
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            if attempt == 3:
+                raise
+        finally:
+            ray.cancel(generator)
+        replace = True
 
 
 async def release_idle(conversation_id: str) -> bool:

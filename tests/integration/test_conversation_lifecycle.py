@@ -22,7 +22,9 @@ def _alive_conversation_actors() -> set[str]:
 
     alive = list_actors(
         address=dashboard_url(),
-        filters=[("state", "=", "ALIVE")], limit=10_000, raise_on_missing_output=False
+        filters=[("state", "=", "ALIVE")],
+        limit=10_000,
+        raise_on_missing_output=False,
     )
     return {a.name for a in alive if (a.name or "").startswith("conversation:")}
 
@@ -173,3 +175,35 @@ async def test_post_message_is_idempotent_by_message_id(ray_cluster: Cluster) ->
     await _completed(ray_cluster, first["turn_id"])
     assert [m.content for m in store.messages.list(conv.id)] == ["once", "echo: once"]
     assert ray.is_initialized()
+
+
+async def test_a_stream_survives_the_actor_being_killed(ray_cluster: Cluster) -> None:
+    store = ray_cluster.store
+    client_id, _ = make_client(store)
+    agent = make_agent(store, client_id, scripted_profile(store))
+    conv = make_conversation(store, client_id, agent)
+    seen: list[dict] = []
+    completed = asyncio.Event()
+    subscribed = asyncio.Event()
+
+    async def listen() -> None:
+        async for event in actors.stream_events(conv.id, 0):
+            subscribed.set()
+            if event["seq"] is not None:
+                seen.append(event)
+            if event["type"] == "message" and event["message"]["content"] == "echo: after":
+                completed.set()
+                return
+
+    listener = asyncio.create_task(listen())
+    await asyncio.wait_for(subscribed.wait(), 30)
+    first = await actors.post_message(conv.id, "before", "u")
+    await _completed(ray_cluster, first["turn_id"])
+    status = await actors.conversation_status(conv.id)
+    os.kill(status["pid"], signal.SIGKILL)
+    second = await actors.post_message(conv.id, "after", "u")
+    await asyncio.wait_for(completed.wait(), 60)
+    await _completed(ray_cluster, second["turn_id"])
+    listener.cancel()
+    seqs = [e["seq"] for e in seen]
+    assert seqs == list(range(1, len(seqs) + 1))
