@@ -1,8 +1,8 @@
 """The executor: library tasks run as Ray remote functions.
 
 ``run_task`` is plain async Python (testable without Ray); ``execute_task`` is the Ray remote
-function the Conversation and the WorkflowCoordinator dispatch to. A task's actions run in order; each
-gets the task input plus the previous action's output, and the last output is the task's result.
+function the Conversation and the WorkflowCoordinator dispatch to. A task's actions run in order;
+each gets the task input plus the previous action's output, and the last output is the result.
 Business errors come back as a failed ``ToolResult``-shaped dict; infrastructure errors raise so the
 caller's retry policy applies.
 """
@@ -22,7 +22,7 @@ _TEMPLATE = re.compile(r"\{\{\s*([a-zA-Z_][\w.]*)\s*\}\}")
 
 
 def fill_templates(value: Any, data: JsonObject) -> Any:
-    """Replace ``{{input.x}}`` / ``{{previous.y}}`` in strings (a whole-string template keeps type)."""
+    """Fill ``{{input.x}}`` / ``{{previous.y}}`` in strings (a whole-string template keeps type)."""
     if isinstance(value, str):
         whole = _TEMPLATE.fullmatch(value.strip())
         if whole:

@@ -43,13 +43,16 @@ def _free_port() -> int:
 
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def _ms(seconds: list[float]) -> dict[str, float]:
     ms = [s * 1000 for s in seconds]
-    return {"p50": round(_pct(ms, 0.5), 2), "p99": round(_pct(ms, 0.99), 2),
-            "mean": round(statistics.fmean(ms), 2)}
+    return {
+        "p50": round(_pct(ms, 0.5), 2),
+        "p99": round(_pct(ms, 0.99), 2),
+        "mean": round(statistics.fmean(ms), 2),
+    }
 
 
 def progress(message: str) -> None:
@@ -70,22 +73,43 @@ def _setup_store(store: Any) -> dict[str, Any]:
     store.clients.insert(client)
     key = f"wk_{new_id()}"
     store.clients.add_api_key(client.id, key, utc_now())
-    store.model_profiles.put(ModelProfile(id="bench-echo", provider="scripted", model="echo"),
-                             utc_now())
-    store.tasks.put(TaskDef(id="bench-context", actions=[
-        TaskAction(kind="context.get", params={"key": "notes"})]), utc_now())
-    store.tasks.put(TaskDef(id="bench-extract", actions=[
-        TaskAction(kind="context.set", params={"key": "last_turn", "value": "{{turn_id}}"})]),
-        utc_now())
+    store.model_profiles.put(
+        ModelProfile(id="bench-echo", provider="scripted", model="echo"), utc_now()
+    )
+    store.tasks.put(
+        TaskDef(
+            id="bench-context", actions=[TaskAction(kind="context.get", params={"key": "notes"})]
+        ),
+        utc_now(),
+    )
+    store.tasks.put(
+        TaskDef(
+            id="bench-extract",
+            actions=[
+                TaskAction(kind="context.set", params={"key": "last_turn", "value": "{{turn_id}}"})
+            ],
+        ),
+        utc_now(),
+    )
     agents = {}
     for name, hooks in (("hooks", True), ("nohooks", False)):
-        persona = store.personas.put(Persona(
-            id=f"bench-{name}", system_prompt="You echo.", model_profile_id="bench-echo",
-            context_assembly_workflow_id="bench-context" if hooks else None,
-            memory_extraction_workflow_id="bench-extract" if hooks else None,
-        ), utc_now())
-        agent = Agent(id=new_id("agent"), client_id=client.id, name=name,
-                      persona_ref=PersonaRef(id=persona.id), created_at=utc_now())
+        persona = store.personas.put(
+            Persona(
+                id=f"bench-{name}",
+                system_prompt="You echo.",
+                model_profile_id="bench-echo",
+                context_assembly_workflow_id="bench-context" if hooks else None,
+                memory_extraction_workflow_id="bench-extract" if hooks else None,
+            ),
+            utc_now(),
+        )
+        agent = Agent(
+            id=new_id("agent"),
+            client_id=client.id,
+            name=name,
+            persona_ref=PersonaRef(id=persona.id),
+            created_at=utc_now(),
+        )
         agents[name] = store.agents.insert(agent)
     return {"client_id": client.id, "key": key, "agents": agents}
 
@@ -110,8 +134,9 @@ async def _gateway_turns(port: int, key: str, conv_id: str, n: int) -> list[floa
 
     url = f"ws://127.0.0.1:{port}/v1/conversations/{conv_id}/stream?after_seq=0"
     samples = []
-    async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {key}"},
-                                  max_size=None) as ws:
+    async with websockets.connect(
+        url, additional_headers={"Authorization": f"Bearer {key}"}, max_size=None
+    ) as ws:
         # Drain the replay of conversation_started.
         await ws.send(json.dumps({"type": "ping", "id": "warm"}))
         while json.loads(await ws.recv()).get("type") != "pong":
@@ -140,8 +165,12 @@ DASHBOARD: dict[str, str] = {}
 def _alive_conversations() -> int:
     from ray.util.state import list_actors
 
-    alive = list_actors(address=DASHBOARD["url"], filters=[("state", "=", "ALIVE")],
-                        limit=100_000, raise_on_missing_output=False)
+    alive = list_actors(
+        address=DASHBOARD["url"],
+        filters=[("state", "=", "ALIVE")],
+        limit=100_000,
+        raise_on_missing_output=False,
+    )
     return sum(1 for a in alive if (a.name or "").startswith("conversation:"))
 
 
@@ -151,8 +180,9 @@ async def _reactivation(store: Any, setup: dict[str, Any], n: int) -> list[float
 
     samples = []
     for i in range(n):
-        conv = create_conversation(store, client_id=setup["client_id"],
-                                   agent_id=setup["agents"]["nohooks"].id)
+        conv = create_conversation(
+            store, client_id=setup["client_id"], agent_id=setup["agents"]["nohooks"].id
+        )
         first = await actors.post_message(conv.id, "warm", "bench")
         await actors.wait_for_turn(conv.id, first["turn_id"])
         assert await actors.directory().evict.remote(conv.id)
@@ -163,14 +193,19 @@ async def _reactivation(store: Any, setup: dict[str, Any], n: int) -> list[float
     return samples
 
 
-async def _scale(store: Any, setup: dict[str, Any], total: int, cap: int,
-                 concurrency: int) -> dict[str, Any]:
+async def _scale(
+    store: Any, setup: dict[str, Any], total: int, cap: int, concurrency: int
+) -> dict[str, Any]:
     from cluster import actors
     from core.conversations import create_conversation
 
     await actors.configure_directory(max_resident=cap)
-    convs = [create_conversation(store, client_id=setup["client_id"],
-                                 agent_id=setup["agents"]["nohooks"].id) for _ in range(total)]
+    convs = [
+        create_conversation(
+            store, client_id=setup["client_id"], agent_id=setup["agents"]["nohooks"].id
+        )
+        for _ in range(total)
+    ]
     done = 0
     peak_alive = 0
     stop = asyncio.Event()
@@ -194,8 +229,10 @@ async def _scale(store: Any, setup: dict[str, Any], total: int, cap: int,
             done += 1
             if done % 100 == 0:
                 stats = await actors.directory_stats()
-                progress(f"scale: {done}/{total} conversations answered, "
-                         f"resident {stats['resident']}, peak alive {peak_alive}")
+                progress(
+                    f"scale: {done}/{total} conversations answered, "
+                    f"resident {stats['resident']}, peak alive {peak_alive}"
+                )
 
     queue: asyncio.Queue[str] = asyncio.Queue()
     for conv in convs:
@@ -207,9 +244,14 @@ async def _scale(store: Any, setup: dict[str, Any], total: int, cap: int,
     stop.set()
     await sampler
     stats = await actors.directory_stats()
-    return {"conversations": total, "cap": cap, "elapsed_s": round(elapsed, 1),
-            "turns_per_s": round(total / elapsed, 1), "peak_resident": stats["peak_resident"],
-            "max_alive_sampled": max(peak_alive, _alive_conversations())}
+    return {
+        "conversations": total,
+        "cap": cap,
+        "elapsed_s": round(elapsed, 1),
+        "turns_per_s": round(total / elapsed, 1),
+        "peak_resident": stats["peak_resident"],
+        "max_alive_sampled": max(peak_alive, _alive_conversations()),
+    }
 
 
 async def main_async(args: argparse.Namespace, store: Any, port: int) -> dict[str, Any]:
@@ -230,15 +272,17 @@ async def main_async(args: argparse.Namespace, store: Any, port: int) -> dict[st
 
     results: dict[str, Any] = {"actor_rtt": _ms(rtts)}
     for name in ("hooks", "nohooks"):
-        conv = create_conversation(store, client_id=setup["client_id"],
-                                   agent_id=setup["agents"][name].id)
+        conv = create_conversation(
+            store, client_id=setup["client_id"], agent_id=setup["agents"][name].id
+        )
         await _actor_turns(conv.id, 10)  # warm: actor, executor workers, imports
         samples = await _actor_turns(conv.id, args.turns)
         results[f"turn_{name}"] = _ms(samples)
         progress(f"turn via actor ({name}): {results[f'turn_{name}']}")
 
-    conv = create_conversation(store, client_id=setup["client_id"],
-                               agent_id=setup["agents"]["hooks"].id)
+    conv = create_conversation(
+        store, client_id=setup["client_id"], agent_id=setup["agents"]["hooks"].id
+    )
     await _gateway_turns(port, setup["key"], conv.id, 10)
     results["gateway"] = _ms(await _gateway_turns(port, setup["key"], conv.id, args.turns))
     progress(f"turn via gateway WebSocket (hooks): {results['gateway']}")
@@ -248,8 +292,9 @@ async def main_async(args: argparse.Namespace, store: Any, port: int) -> dict[st
 
     if args.conversations:
         progress(f"scale run: {args.conversations} conversations, cap {args.cap}")
-        results["scale"] = await _scale(store, setup, args.conversations, args.cap,
-                                        args.concurrency)
+        results["scale"] = await _scale(
+            store, setup, args.conversations, args.cap, args.concurrency
+        )
         progress(f"scale: {results['scale']}")
     await actors.configure_directory(max_resident=64)
     return results
@@ -269,16 +314,26 @@ def main() -> None:
 
     data_dir = Path(tempfile.mkdtemp(prefix="wonder-bench-"))
     ray_tmp = tempfile.mkdtemp(prefix="wb", dir="/tmp")
-    env = {"WONDER_DATA_DIR": str(data_dir), "WONDER_MAX_RESIDENT_CONVERSATIONS": "64",
-           "RAY_AUTH_MODE": "disabled"}
+    env = {
+        "WONDER_DATA_DIR": str(data_dir),
+        "WONDER_MAX_RESIDENT_CONVERSATIONS": "64",
+        "RAY_AUTH_MODE": "disabled",
+    }
     os.environ.update(env)
     os.environ.pop("RAY_ADDRESS", None)
     progress("starting a local Ray and the gateway")
     dashboard_port = _free_port()
     DASHBOARD["url"] = f"http://127.0.0.1:{dashboard_port}"
-    ray.init(num_cpus=2, namespace="wonder", _temp_dir=ray_tmp, include_dashboard=True,
-             dashboard_host="127.0.0.1", dashboard_port=dashboard_port,
-             runtime_env={"env_vars": env}, log_to_driver=False)
+    ray.init(
+        num_cpus=2,
+        namespace="wonder",
+        _temp_dir=ray_tmp,
+        include_dashboard=True,
+        dashboard_host="127.0.0.1",
+        dashboard_port=dashboard_port,
+        runtime_env={"env_vars": env},
+        log_to_driver=False,
+    )
     port = _free_port()
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
@@ -307,12 +362,14 @@ def main() -> None:
     }
     if "scale" in results:
         scale = results["scale"]
-        summary.update({
-            "scale_conversations": scale["conversations"],
-            "scale_cap": scale["cap"],
-            "scale_elapsed_s": scale["elapsed_s"],
-            "max_resident_actors": max(scale["peak_resident"], scale["max_alive_sampled"]),
-        })
+        summary.update(
+            {
+                "scale_conversations": scale["conversations"],
+                "scale_cap": scale["cap"],
+                "scale_elapsed_s": scale["elapsed_s"],
+                "max_resident_actors": max(scale["peak_resident"], scale["max_alive_sampled"]),
+            }
+        )
     print(json.dumps(summary))
 
 

@@ -1,8 +1,9 @@
 """Which ``ChatModel`` answers for a model profile.
 
 ``vllm`` → the local vLLM Serve deployment (through a deployment handle, streaming, no HTTP hop);
-``openai`` → any OpenAI-compatible URL; ``scripted`` → a ScriptedModel built from the profile's script (a fresh one per turn) (tests and
-benchmarks only: the product never answers with a scripted model unless a profile asks for one).
+``openai`` → any OpenAI-compatible URL; ``scripted`` → a ScriptedModel built from the profile's
+script, a fresh one per turn (tests and benchmarks only: the product never answers with a scripted
+model unless a profile asks for one).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from core.errors import NotFound
 from core.llm.openai_http import OpenAIHttpModel
 from core.llm.protocol import ChatModel
 from core.llm.scripted import ScriptedModel, echo_last_user
+
 
 def chat_model_for(profile: ModelProfile) -> ChatModel:
     """The model that serves ``profile``."""

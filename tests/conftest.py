@@ -26,7 +26,7 @@ def free_port() -> int:
 
 
 def wait_for(condition: Callable[[], T], timeout: float = 30.0, interval: float = 0.05) -> T:
-    """Poll ``condition`` until it returns something truthy; fail with the last value after timeout."""
+    """Poll ``condition`` until it is truthy; fail with the last value after ``timeout``."""
     deadline = time.monotonic() + timeout
     last: T = condition()
     while not last:
@@ -50,7 +50,7 @@ async def async_wait_for(
     return last
 
 
-# --------------------------------------------------------------------------- one local Ray per session
+# ---------------------------------------------------------------- one local Ray per session
 
 import shutil  # noqa: E402
 import tempfile  # noqa: E402

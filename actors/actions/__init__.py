@@ -1,9 +1,9 @@
 """Executor actions: the primitives a library task is made of.
 
 An action is ``async def action(params, data, ctx) -> Any``: ``params`` come from the task
-definition (with ``{{input.x}}`` templates already filled in), ``data`` is the task input merged with
-the previous action's output under ``"previous"``. Actions register themselves by kind; libraries add
-their own as ``python`` callables (see ``actors.actions.python_call``).
+definition (with ``{{input.x}}`` templates already filled in), ``data`` is the task input merged
+with the previous action's output under ``"previous"``. Actions register themselves by kind;
+libraries add their own as ``python`` callables (see ``actors.actions.python_call``).
 """
 
 from __future__ import annotations

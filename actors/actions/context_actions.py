@@ -1,4 +1,4 @@
-"""``context.get`` / ``context.set``: per-conversation working state (seed 003's context channel)."""
+"""``context.get`` / ``context.set``: per-conversation working state (seed 003's context)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Residency and recovery on a real local Ray: eviction, re-activation, kill -9, reconnect by seq."""
+"""Residency and recovery on a real local Ray: eviction, re-activation, kill -9, replay by seq."""
 
 from __future__ import annotations
 
