@@ -45,6 +45,7 @@ __all__ = [
     "SearchRequest",
     "SentenceTransformerEmbedder",
     "WriteOutcome",
+    "open_existing_memory_ops",
     "open_memory_ops",
     "open_memory_service",
     "open_object_store",
@@ -68,6 +69,13 @@ def open_memory_ops(locations: MemoryLocations, dim: int) -> MemoryOps:
     """The memories table and object store named by ``locations``."""
     endpoint = locations.s3_endpoint_url
     table = MemoryTable(locations.resolved_lance_uri, dim, endpoint_url=endpoint)
+    return MemoryOps(table, open_object_store(locations.resolved_object_uri, endpoint))
+
+
+def open_existing_memory_ops(locations: MemoryLocations) -> MemoryOps:
+    """The memories table as it is (dimension from its schema) and the object store: for jobs."""
+    endpoint = locations.s3_endpoint_url
+    table = MemoryTable.open_existing(locations.resolved_lance_uri, endpoint_url=endpoint)
     return MemoryOps(table, open_object_store(locations.resolved_object_uri, endpoint))
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from core.errors import InvalidInput
+from core.errors import InvalidInput, NotFound
 from core.memory.records import Memory
 
 TABLE_NAME = "memories"
@@ -132,6 +132,22 @@ class MemoryTable:
         self.table = self._open_or_create()
         self._check_dim()
 
+    @classmethod
+    def open_existing(
+        cls, uri: str, *, endpoint_url: str | None = None, table_name: str = TABLE_NAME
+    ) -> MemoryTable:
+        """The table as it is (its vector dimension read from its schema); jobs use this."""
+        import lancedb
+
+        options = storage_options_for(uri, endpoint_url)
+        db = lancedb.connect(uri, storage_options=options or None)
+        try:
+            table = db.open_table(table_name)
+        except ValueError as exc:
+            raise NotFound(f"no memories table at {uri}") from exc
+        dim = int(table.schema.field("vector").type.list_size)
+        return cls(uri, dim, endpoint_url=endpoint_url, table_name=table_name)
+
     def _open_or_create(self) -> Any:
         try:
             return self.db.create_table(
@@ -185,6 +201,11 @@ class MemoryTable:
         for column, config in wanted:
             if column in existing:
                 continue
-            self.table.create_index(column, config=config, replace=False)
+            try:
+                self.table.create_index(column, config=config, replace=False)
+            except (OSError, RuntimeError, ValueError):
+                if column not in self.index_names():  # not a lost race with another process
+                    raise
+                continue
             created.append(column)
         return created

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 import pyarrow as pa
+import pyarrow.compute
 
 from core.errors import NotFound, RetryableError
 from core.memory.lance import (
@@ -27,6 +28,8 @@ from core.memory.lance import (
 )
 from core.memory.objects import ObjectStore, object_key
 from core.memory.records import INLINE_LIMIT_BYTES, Memory
+
+_TS = pa.timestamp("us", tz="UTC")
 
 T = TypeVar("T")
 
@@ -118,6 +121,60 @@ class MemoryOps:
         data = rows_table((memory_to_row(m, v) for m, v in rows), self.dim)
         result = with_commit_retries(
             lambda: self.table.table.merge_insert("id").when_matched_update_all().execute(data)
+        )
+        return int(result.num_updated_rows)
+
+    def insert_if_absent(self, rows: Sequence[tuple[Memory, Sequence[float]]]) -> int:
+        """Insert memories whose id is not stored yet (idempotent); returns how many were new."""
+        if not rows:
+            return 0
+        data = rows_table((memory_to_row(m, v) for m, v in rows), self.dim)
+        result = with_commit_retries(
+            lambda: self.table.table.merge_insert("id").when_not_matched_insert_all().execute(data)
+        )
+        return int(result.num_inserted_rows)
+
+    def mark_consolidated(
+        self,
+        memory_ids: Sequence[str],
+        into: str,
+        content_refs: Sequence[str | None],
+        updated_at: datetime,
+    ) -> int:
+        """Point memories at the one that absorbed them, in one commit (all or none). A memory
+        with a content ref keeps only the reference inline; one already consolidated is left
+        alone. Returns how many rows changed."""
+        if not memory_ids:
+            return 0
+        data = pa.table(
+            {
+                "id": pa.array(memory_ids, pa.string()),
+                "content": pa.array(["" if ref else None for ref in content_refs], pa.string()),
+                "content_ref": pa.array(list(content_refs), pa.string()),
+                "consolidated_into": pa.array([into] * len(memory_ids), pa.string()),
+                "updated_at": pa.array([updated_at] * len(memory_ids), _TS),
+            }
+        )
+        keep_inline = [i for i, ref in zip(memory_ids, content_refs, strict=True) if not ref]
+        moved = [i for i, ref in zip(memory_ids, content_refs, strict=True) if ref]
+        changed = 0
+        # Rows keeping their content inline must not have it overwritten: two narrow merges.
+        if moved:
+            changed += self._merge_where_unconsolidated(
+                data.filter(pa.array([i in set(moved) for i in memory_ids]))
+            )
+        if keep_inline:
+            subset = data.filter(pa.array([i in set(keep_inline) for i in memory_ids]))
+            changed += self._merge_where_unconsolidated(subset.drop_columns(["content"]))
+        return changed
+
+    def _merge_where_unconsolidated(self, data: pa.Table) -> int:
+        result = with_commit_retries(
+            lambda: (
+                self.table.table.merge_insert("id")
+                .when_matched_update_all(where="target.consolidated_into IS NULL")
+                .execute(data)
+            )
         )
         return int(result.num_updated_rows)
 
@@ -218,6 +275,24 @@ class MemoryOps:
             .to_list()
         )
         return [row_to_memory(row) for row in rows]
+
+    def list_all(self, where: MemoryFilter) -> list[Memory]:
+        """Every memory matching ``where``, oldest first (for jobs working one agent at a time)."""
+        rows = self.table.table.search().where(where.sql()).select(DATA_COLUMNS).to_list()
+        return sorted((row_to_memory(row) for row in rows), key=lambda m: (m.created_at, m.id))
+
+    def agent_ids(self, types: Sequence[str] = (), include_consolidated: bool = False) -> list[str]:
+        """Agents that have memories of ``types`` (all types when empty)."""
+        parts = []
+        if types:
+            parts.append(sql_in("type", types))
+        if not include_consolidated:
+            parts.append("consolidated_into IS NULL")
+        query = self.table.table.search().select(["agent_id"])
+        if parts:
+            query = query.where(" AND ".join(parts))
+        column = query.to_arrow().column("agent_id")
+        return sorted(str(a) for a in pa.compute.unique(column).to_pylist())
 
     def count(self, where: MemoryFilter) -> int:
         return int(self.table.table.count_rows(where.sql()))

@@ -1,0 +1,89 @@
+"""``python -m jobs.compact``: LanceDB upkeep for the memories table.
+
+Creates the indexes that are missing (BITMAP ``agent_id``/``type``, BTREE ``id``, FTS ``content``,
+and the IVF_SQ vector index once the table reaches ``--vector-index-min-rows``), then
+``optimize()``: small fragments from one-row appends are compacted, new rows are added to every
+index, and versions older than ``--keep-versions-hours`` are removed. LanceDB commits are
+optimistic, so this is safe while conversations write (a conflicting commit is retried).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from core.memory import MemoryOps, open_existing_memory_ops
+from core.memory.lance import VECTOR_INDEX_MIN_ROWS
+from core.memory.operations import with_commit_retries
+from jobs.runtime import Progress, job_settings, print_result
+
+
+@dataclass(frozen=True)
+class CompactOptions:
+    vector_index_min_rows: int = VECTOR_INDEX_MIN_ROWS
+    keep_versions: timedelta = timedelta(hours=24)
+
+
+def table_stats(ops: MemoryOps) -> dict[str, Any]:
+    stats = ops.table.table.stats()
+    fragments = stats.get("fragment_stats") or {}
+    unindexed = {
+        ",".join(i.columns): int(getattr(i, "num_unindexed_rows", 0) or 0)
+        for i in ops.table.table.list_indices()
+    }
+    return {
+        "rows": int(stats.get("num_rows") or 0),
+        "fragments": int(fragments.get("num_fragments") or 0),
+        "small_fragments": int(fragments.get("num_small_fragments") or 0),
+        "indexes": sorted(unindexed),
+        "unindexed_rows": unindexed,
+    }
+
+
+def run_compact(options: CompactOptions) -> dict[str, Any]:
+    say = Progress("compact")
+    ops = open_existing_memory_ops(job_settings())
+    before = table_stats(ops)
+    say.say(
+        f"before: {before['rows']} rows in {before['fragments']} fragments, "
+        f"indexes {before['indexes']}"
+    )
+    created = with_commit_retries(lambda: ops.table.ensure_indexes(options.vector_index_min_rows))
+    if created:
+        say.say(f"created indexes on {created}")
+    with_commit_retries(lambda: ops.table.table.optimize(cleanup_older_than=options.keep_versions))
+    after = table_stats(ops)
+    say.say(
+        f"after: {after['rows']} rows in {after['fragments']} fragments, "
+        f"unindexed rows {after['unindexed_rows']}"
+    )
+    return {
+        "job": "compact",
+        "created_indexes": created,
+        "before": before,
+        "after": after,
+        "seconds": round(say.elapsed(), 3),
+    }
+
+
+def parse_args(argv: list[str] | None) -> CompactOptions:
+    parser = argparse.ArgumentParser(prog="python -m jobs.compact", description=__doc__)
+    parser.add_argument("--vector-index-min-rows", type=int, default=VECTOR_INDEX_MIN_ROWS)
+    parser.add_argument("--keep-versions-hours", type=float, default=24.0)
+    args = parser.parse_args(argv)
+    return CompactOptions(
+        vector_index_min_rows=args.vector_index_min_rows,
+        keep_versions=timedelta(hours=args.keep_versions_hours),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Compaction is one process's work: no Ray needed (it still runs as a Ray Job).
+    print_result(run_compact(parse_args(argv)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
