@@ -7,6 +7,9 @@ tool-calling mode (a schema-valid tool call when a tool is asked for, plain text
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import jsonschema
 import pytest
@@ -136,3 +139,115 @@ async def test_constrained_mode_answers_in_text_when_no_tool_is_needed(llm_app: 
     assert not [c for c in chunks if isinstance(c, ToolCallRequested)], chunks
     text = "".join(c.text for c in chunks if isinstance(c, TextDelta))
     assert "Paris" in text
+
+
+# --------------------------------------------------------------------------- the whole path
+
+CALCULATOR_SCHEMA = {
+    "type": "object",
+    "properties": {"expression": {"type": "string", "minLength": 1, "maxLength": 60}},
+    "required": ["expression"],
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture(scope="module")
+def local_agent(llm_app: LlmApp, ray_cluster: Any, serve_port: int) -> Iterator[AgentSession]:
+    """Gateway + an agent whose persona uses the local model (constrained) and a calculator."""
+    from tests.factories import make_client
+    from tests.integration.test_gateway import deploy_gateway, http_client, unique
+
+    url = deploy_gateway(ray_cluster, serve_port)
+    key = make_client(ray_cluster.store, "local-model-e2e")[1]
+    with http_client(url, key) as api:
+        task_id, tool_id, profile_id, persona_id = (
+            unique(p) for p in ("task", "tool", "local", "persona")
+        )
+        put(api, f"/v1/tasks/{task_id}", {"actions": [CALCULATE]})
+        tool = {
+            "name": "calculator",
+            "description": "Evaluate an arithmetic expression such as 2 * (3 + 4).",
+            "input_schema": CALCULATOR_SCHEMA,
+            "target_type": "task",
+            "target_id": task_id,
+        }
+        put(api, f"/v1/tools/{tool_id}", tool)
+        profile = {"provider": "vllm", "model": "default", "tool_calling": "constrained"}
+        put(api, f"/v1/model-profiles/{profile_id}", {**profile, "max_tokens": 64})
+        persona = {
+            "system_prompt": "You are a helpful assistant.",
+            "model_profile_id": profile_id,
+            "tool_ids": [tool_id],
+            "constraints": {"max_moves_per_turn": 2},
+        }
+        put(api, f"/v1/personas/{persona_id}", persona)
+        agent = api.post("/v1/agents", json={"name": "local", "persona_ref": {"id": persona_id}})
+        assert agent.status_code == 201, agent.text
+        conversation = api.post("/v1/conversations", json={"agent_id": agent.json()["id"]})
+        assert conversation.status_code == 201, conversation.text
+        yield AgentSession(url=url, key=key, api=api, conversation_id=conversation.json()["id"])
+
+
+CALCULATE = {"kind": "python", "params": {"callable": "library.callables:calculate"}}
+
+
+@dataclass
+class AgentSession:
+    url: str
+    key: str
+    api: Any  # httpx.Client
+    conversation_id: str
+
+
+def put(api: Any, path: str, body: dict[str, Any]) -> None:
+    response = api.put(path, json=body)
+    assert response.status_code == 200, response.text
+
+
+def chat(session: AgentSession, content: str) -> list[dict[str, Any]]:
+    """Send ``content`` over the conversation's WebSocket; the frames up to the turn's end."""
+    from websockets.sync.client import connect
+
+    path = f"/v1/conversations/{session.conversation_id}"
+    stored = session.api.get(f"{path}/events", params={"limit": 10_000}).json()["items"]
+    after_seq = max((e["seq"] for e in stored), default=0)  # only this turn's events
+    ws_url = session.url.replace("http://", "ws://")
+    frames: list[dict[str, Any]] = []
+    with connect(
+        f"{ws_url}{path}/stream?after_seq={after_seq}",
+        additional_headers={"Authorization": f"Bearer {session.key}"},
+        proxy=None,
+        open_timeout=30,
+    ) as ws:
+        ws.send(json.dumps({"type": "message", "content": content, "id": "m"}))
+        while True:
+            frame = json.loads(ws.recv(timeout=180))
+            frames.append(frame)
+            if frame["type"] in ("turn.completed", "turn.failed"):
+                return frames
+
+
+def test_whole_path_tool_call_then_streamed_reply(local_agent: AgentSession) -> None:
+    frames = chat(local_agent, "Use the calculator tool to compute 12 * 7.")
+    assert frames[-1]["type"] == "turn.completed", frames[-1]
+    moves = [f["move"] for f in frames if f["type"] == "move" and f["move"].get("tool_call")]
+    assert moves, [f["type"] for f in frames]
+    call = moves[0]["tool_call"]
+    assert call["name"] == "calculator"
+    jsonschema.validate(call["input"], CALCULATOR_SCHEMA)  # the grammar made it valid
+    assert moves[0]["tool_result"] is not None  # the tool ran (its verdict goes back to the model)
+    last_move = max(
+        i for i, f in enumerate(frames) if f["type"] == "move" and f["move"].get("tool_call")
+    )
+    tokens = [f["delta"] for f in frames[last_move:] if f["type"] == "token"]
+    assert len(tokens) > 2 and "".join(tokens).strip()  # the answer after the tool was streamed
+    message = [f["message"] for f in frames if f["type"] == "message"][-1]
+    assert message["role"] == "agent" and message["content"] == "".join(tokens)
+
+
+def test_whole_path_plain_reply_without_tools(local_agent: AgentSession) -> None:
+    frames = chat(local_agent, "What is the capital of France?")
+    assert frames[-1]["type"] == "turn.completed", frames[-1]
+    assert not [f for f in frames if f["type"] == "move" and f["move"].get("tool_call")]
+    tokens = [f["delta"] for f in frames if f["type"] == "token"]
+    assert len(tokens) > 2 and "Paris" in "".join(tokens)
