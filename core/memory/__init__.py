@@ -2,27 +2,60 @@
 
 ``open_memory_service`` wires the pieces for one process: the LanceDB table, the object store and
 an embedder. Callers in Ray processes cache the result (``actors.actions.memory_actions``).
+
+Names are imported on first use, so importing ``core.memory.records`` (pydantic only) does not
+need the optional memory stack (LanceDB, pyarrow, s3fs) installed.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+import importlib
+from typing import TYPE_CHECKING, Any, Protocol
 
-from core.memory.embedding import Embedder, HashingEmbedder, SentenceTransformerEmbedder
-from core.memory.lance import MemoryTable
-from core.memory.objects import LocalObjectStore, ObjectStore, S3ObjectStore, open_object_store
-from core.memory.operations import MemoryFilter, MemoryOps
-from core.memory.records import (
-    INLINE_LIMIT_BYTES,
-    Memory,
-    MemoryHit,
-    MemoryType,
-    NewMemory,
-    RankWeights,
-    SearchMode,
-    WriteOutcome,
-)
-from core.memory.service import MemoryService, SearchRequest
+if TYPE_CHECKING:
+    from core.memory.embedding import Embedder, HashingEmbedder, SentenceTransformerEmbedder
+    from core.memory.lance import MemoryTable
+    from core.memory.objects import (
+        LocalObjectStore,
+        ObjectStore,
+        S3ObjectStore,
+        open_object_store,
+    )
+    from core.memory.operations import MemoryFilter, MemoryOps
+    from core.memory.records import (
+        INLINE_LIMIT_BYTES,
+        Memory,
+        MemoryHit,
+        MemoryType,
+        NewMemory,
+        RankWeights,
+        SearchMode,
+        WriteOutcome,
+    )
+    from core.memory.service import MemoryService, SearchRequest
+
+_LAZY = {
+    "Embedder": "embedding",
+    "HashingEmbedder": "embedding",
+    "SentenceTransformerEmbedder": "embedding",
+    "MemoryTable": "lance",
+    "LocalObjectStore": "objects",
+    "ObjectStore": "objects",
+    "S3ObjectStore": "objects",
+    "open_object_store": "objects",
+    "MemoryFilter": "operations",
+    "MemoryOps": "operations",
+    "INLINE_LIMIT_BYTES": "records",
+    "Memory": "records",
+    "MemoryHit": "records",
+    "MemoryType": "records",
+    "NewMemory": "records",
+    "RankWeights": "records",
+    "SearchMode": "records",
+    "WriteOutcome": "records",
+    "MemoryService": "service",
+    "SearchRequest": "service",
+}
 
 __all__ = [
     "INLINE_LIMIT_BYTES",
@@ -52,6 +85,12 @@ __all__ = [
 ]
 
 
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"core.memory.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'core.memory' has no attribute {name!r}")
+
+
 class MemoryLocations(Protocol):
     """Where memories live (``cluster.config.Settings`` satisfies this)."""
 
@@ -66,7 +105,11 @@ class MemoryLocations(Protocol):
 
 
 def open_memory_ops(locations: MemoryLocations, dim: int) -> MemoryOps:
-    """The memories table and object store named by ``locations``."""
+    """The memories table and object store named by ``locations`` (created when missing)."""
+    from core.memory.lance import MemoryTable
+    from core.memory.objects import open_object_store
+    from core.memory.operations import MemoryOps
+
     endpoint = locations.s3_endpoint_url
     table = MemoryTable(locations.resolved_lance_uri, dim, endpoint_url=endpoint)
     return MemoryOps(table, open_object_store(locations.resolved_object_uri, endpoint))
@@ -74,10 +117,16 @@ def open_memory_ops(locations: MemoryLocations, dim: int) -> MemoryOps:
 
 def open_existing_memory_ops(locations: MemoryLocations) -> MemoryOps:
     """The memories table as it is (dimension from its schema) and the object store: for jobs."""
+    from core.memory.lance import MemoryTable
+    from core.memory.objects import open_object_store
+    from core.memory.operations import MemoryOps
+
     endpoint = locations.s3_endpoint_url
     table = MemoryTable.open_existing(locations.resolved_lance_uri, endpoint_url=endpoint)
     return MemoryOps(table, open_object_store(locations.resolved_object_uri, endpoint))
 
 
 def open_memory_service(locations: MemoryLocations, embedder: Embedder) -> MemoryService:
+    from core.memory.service import MemoryService
+
     return MemoryService(open_memory_ops(locations, embedder.dim), embedder)

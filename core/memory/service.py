@@ -34,6 +34,7 @@ from core.memory.ranking import (
 )
 from core.memory.records import (
     MAX_CONTENT_BYTES,
+    MAX_SEARCH_K,
     Memory,
     MemoryHit,
     NewMemory,
@@ -43,7 +44,7 @@ from core.memory.records import (
 )
 
 Dedupe = Literal["auto", "none"]
-MAX_K = 100
+MAX_K = MAX_SEARCH_K
 
 
 @dataclass(frozen=True, slots=True)

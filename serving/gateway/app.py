@@ -17,6 +17,7 @@ from serving.gateway import (
     conversation_control,
     conversations,
     library,
+    memories,
     messages,
     stream,
     turns,
@@ -61,6 +62,7 @@ def create_api(context: GatewayContext) -> FastAPI:
         turns.router,
         conversation_control.router,
         workflows.router,
+        memories.router,
     ):
         api.include_router(router, responses=ERROR_RESPONSES)
     return api

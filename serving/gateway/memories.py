@@ -1,0 +1,156 @@
+"""Memories of an agent the calling client owns: list, write, search, read, delete (§7, §8).
+
+``/v1/agents/{agent_id}/memories`` — another client's agent is a 404, like a missing one. Writes
+and searches embed through the Embedder deployment (``serving.embedder``); reads return the full
+content, fetched from the object store when it is over 4 KB.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from fastapi import APIRouter, Path, Query
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
+
+if TYPE_CHECKING:
+    from core.memory.service import MemoryService
+
+from core.memory.records import MAX_SEARCH_K, Memory, NewMemory, RankWeights, SearchMode
+from serving.gateway.auth import ClientId, Context
+from serving.gateway.context import GatewayContext
+from serving.gateway.protocol import Deleted, Items, Page
+
+router = APIRouter(prefix="/v1/agents/{agent_id}/memories", tags=["memories"])
+
+MEMORY_ID = r"^[A-Za-z0-9_]{1,64}$"
+MemoryId = Annotated[str, Path(pattern=MEMORY_ID)]
+Limit = Annotated[int, Query(ge=1, le=200, description="Page size")]
+Cursor = Annotated[
+    str | None,
+    Query(pattern=MEMORY_ID, description="next_cursor of the last page (newest first)"),
+]
+
+
+class MemoryCreate(NewMemory):
+    """A memory to store. ``dedupe: auto`` lets a fact or decision on a known subject (or nearly
+    identical to an existing one) update it instead of adding a duplicate."""
+
+    dedupe: Literal["auto", "none"] = "auto"
+
+
+class MemoryWritten(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    action: Literal["created", "updated"]
+    memory: Memory
+
+
+class MemorySearch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(min_length=1, max_length=2000)
+    k: int = Field(5, ge=1, le=MAX_SEARCH_K)
+    mode: SearchMode = SearchMode.VECTOR
+    types: list[str] = Field(default_factory=list, max_length=20)
+    weights: RankWeights = Field(default_factory=RankWeights)
+    include_consolidated: bool = False
+    text_weight: float = Field(0.5, ge=0.0, le=1.0, description="Full-text share of hybrid")
+
+
+class MemoryHitOut(Memory):
+    relevance: float = Field(description="0..1: how well the memory matches the query")
+    score: float = Field(
+        description="weights.relevance * relevance + weights.significance * "
+        "significance; results are ordered by it"
+    )
+
+
+async def owned_agent_memories(
+    context: GatewayContext, client_id: str, agent_id: str
+) -> MemoryService:
+    """The memory service, once ``agent_id`` is known to belong to ``client_id`` (404 otherwise).
+
+    The memory stack is imported here, not at module load: the gateway runs without it."""
+    from actors.actions.memory_actions import memory_service
+
+    await run_in_threadpool(context.store.agents.get, agent_id, client_id=client_id)
+    return await memory_service(context.settings_env)
+
+
+@router.get("", response_model=Page[Memory], summary="List an agent's memories, newest first")
+async def list_memories(
+    agent_id: str,
+    context: Context,
+    client_id: ClientId,
+    types: Annotated[list[str] | None, Query(max_length=20)] = None,
+    include_consolidated: bool = False,
+    limit: Limit = 50,
+    after_cursor: Cursor = None,
+) -> Page[Memory]:
+    service = await owned_agent_memories(context, client_id, agent_id)
+    found = await service.list(
+        agent_id,
+        types=types or (),
+        limit=limit + 1,
+        before_id=after_cursor,
+        include_consolidated=include_consolidated,
+    )
+    items = found[:limit]
+    return Page[Memory](items=items, next_cursor=items[-1].id if len(found) > limit else None)
+
+
+@router.post("", status_code=201, response_model=MemoryWritten, summary="Store a memory")
+async def write_memory(
+    agent_id: str, body: MemoryCreate, context: Context, client_id: ClientId
+) -> MemoryWritten:
+    service = await owned_agent_memories(context, client_id, agent_id)
+    new = NewMemory.model_validate(body.model_dump(exclude={"dedupe"}))
+    (outcome,) = await service.write(agent_id, [new], dedupe=body.dedupe)
+    memory = outcome.memory
+    if memory.content_ref:
+        memory = memory.model_copy(update={"content": new.content})
+    return MemoryWritten(action=outcome.action, memory=memory)  # type: ignore[arg-type]
+
+
+@router.post("/search", response_model=Items[MemoryHitOut], summary="Search an agent's memories")
+async def search_memories(
+    agent_id: str, body: MemorySearch, context: Context, client_id: ClientId
+) -> Items[MemoryHitOut]:
+    from core.memory.service import SearchRequest
+
+    service = await owned_agent_memories(context, client_id, agent_id)
+    request = SearchRequest(
+        query=body.query,
+        k=body.k,
+        mode=body.mode,
+        types=tuple(body.types),
+        weights=body.weights,
+        include_consolidated=body.include_consolidated,
+        text_weight=body.text_weight,
+    )
+    hits = await service.search(agent_id, request)
+    full = await service.resolve_contents([h.memory for h in hits])
+    return Items[MemoryHitOut](
+        items=[
+            MemoryHitOut(**memory.model_dump(), relevance=hit.relevance, score=hit.score)
+            for hit, memory in zip(hits, full, strict=True)
+        ]
+    )
+
+
+@router.get("/{memory_id}", response_model=Memory, summary="Read one memory, full content")
+async def read_memory(
+    agent_id: str, memory_id: MemoryId, context: Context, client_id: ClientId
+) -> Memory:
+    service = await owned_agent_memories(context, client_id, agent_id)
+    return await service.read(agent_id, memory_id)
+
+
+@router.delete("/{memory_id}", response_model=Deleted, summary="Delete one memory")
+async def delete_memory(
+    agent_id: str, memory_id: MemoryId, context: Context, client_id: ClientId
+) -> Deleted:
+    service = await owned_agent_memories(context, client_id, agent_id)
+    deleted = await service.delete(agent_id, memory_id)
+    return Deleted(deleted=[deleted.id])
