@@ -217,6 +217,12 @@ async def stream_events(conversation_id: str, after_seq: int = 0) -> AsyncIterat
         replace = True
 
 
+async def stop_conversations(conversation_ids: list[str]) -> None:
+    """Stop the live actors of conversations about to be deleted (their turns are cancelled)."""
+    for conversation_id in conversation_ids:
+        await directory().drop.remote(conversation_id)
+
+
 async def release_idle(conversation_id: str) -> bool:
     """Ask the directory to evict an idle conversation (called by the actor's idle watchdog)."""
     released: bool = await directory().release_idle.remote(conversation_id)

@@ -377,6 +377,14 @@ class ConversationActor:
         )
         return {"concurrency_policy": chosen.value}
 
+    async def shutdown(self, reason: str = "conversation deleted") -> JsonObject:
+        """Stop everything running here (before the conversation is deleted); refuse new work."""
+        turn_ids = sorted({key.split(":")[0] for key in self._tasks})
+        for turn_id in turn_ids:
+            await self.cancel_turn(turn_id, reason)
+        self._closing = True
+        return {"conversation_id": self.id, "cancelled_turns": turn_ids}
+
     async def complete(self) -> JsonObject:
         """Mark the conversation completed (only by explicit user action)."""
         self._touch()

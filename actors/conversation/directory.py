@@ -102,6 +102,20 @@ class ConversationDirectory:
         async with self._lock:
             return await self._evict(conversation_id)
 
+    async def drop(self, conversation_id: str) -> bool:
+        """Stop and remove a conversation's actor whatever it is doing (the conversation is being
+        deleted); returns whether one was resident."""
+        async with self._lock:
+            handle = self._resident.pop(conversation_id, None)
+            if handle is None:
+                return False
+            try:
+                await asyncio.wait_for(handle.shutdown.remote(), timeout=10.0)
+            except (ray.exceptions.RayError, TimeoutError):
+                log.warning("conversation %s did not shut down cleanly", conversation_id)
+            ray.kill(handle, no_restart=True)
+            return True
+
     async def release_idle(self, conversation_id: str) -> bool:
         """Called by an actor idle for its TTL: evict it if it is still idle."""
         async with self._lock:

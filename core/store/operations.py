@@ -551,6 +551,23 @@ class Store:
     def open(cls, url: str) -> Store:
         return cls(Database(url))
 
+    def conversation_tree(self, conversation_id: str) -> list[str]:
+        """A conversation's id and the ids of every child conversation it started, recursively."""
+        found: list[str] = []
+        frontier = [conversation_id]
+        with self.db.connect() as c:
+            while frontier:
+                current = frontier.pop()
+                found.append(current)
+                frontier.extend(
+                    c.execute(
+                        select(schema.conversations.c.id).where(
+                            schema.conversations.c.started_by_conversation_id == current
+                        )
+                    ).scalars()
+                )
+        return found
+
     def delete_conversation_tree(self, conversation_id: str) -> list[str]:
         """Delete a conversation and every child conversation it started; returns deleted ids."""
         doomed: list[str] = []

@@ -33,6 +33,8 @@ class ConversationAccess(Protocol):
 
     async def complete_conversation(self, conversation_id: str) -> None: ...
 
+    async def stop_conversations(self, conversation_ids: list[str]) -> None: ...
+
 
 class ClusterConversations:
     """``ConversationAccess`` through ``cluster.actors`` (imported on first use: it needs Ray)."""
@@ -65,6 +67,11 @@ class ClusterConversations:
         from cluster import actors
 
         await actors.complete_conversation(conversation_id)
+
+    async def stop_conversations(self, conversation_ids: list[str]) -> None:
+        from cluster import actors
+
+        await actors.stop_conversations(conversation_ids)
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,10 @@ async def complete(conversation_id: str, context: Context, client_id: ClientId) 
     response_model=Deleted,
     summary="Delete a conversation and every child conversation it started",
 )
-def delete(conversation_id: str, context: Context, client_id: ClientId) -> Deleted:
-    owned_conversation(context, client_id, conversation_id)
-    return Deleted(deleted=context.store.delete_conversation_tree(conversation_id))
+async def delete(conversation_id: str, context: Context, client_id: ClientId) -> Deleted:
+    await run_in_threadpool(owned_conversation, context, client_id, conversation_id)
+    # Live actors stop first (their turns are cancelled), so nothing writes rows for a deleted one.
+    tree = await run_in_threadpool(context.store.conversation_tree, conversation_id)
+    await context.conversations.stop_conversations(tree)
+    deleted = await run_in_threadpool(context.store.delete_conversation_tree, conversation_id)
+    return Deleted(deleted=deleted)

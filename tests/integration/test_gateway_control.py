@@ -75,3 +75,22 @@ def test_loop_an_agent_in_and_address_it(api: httpx.Client) -> None:
         ).status_code
         == 404
     )
+
+
+def test_delete_stops_live_turns_before_removing_rows(
+    api: httpx.Client, ray_cluster: Cluster
+) -> None:
+    import time
+
+    agent = scripted_agent(api, [{"reply": "too late", "delay_s": 3}])
+    conv = api.post("/v1/conversations", json={"agent_id": agent}).json()["id"]
+    api.post(f"/v1/conversations/{conv}/messages", json={"content": "slow one"})
+    deleted = api.delete(f"/v1/conversations/{conv}")
+    assert deleted.status_code == 200, deleted.text
+    assert conv in deleted.json()["deleted"]
+    time.sleep(4)  # the cancelled turn would have answered by now
+    store = ray_cluster.store
+    assert store.messages.list(conv) == []
+    assert store.events.list(conv) == []
+    assert store.turns.list(conv) == []
+    assert api.get(f"/v1/conversations/{conv}").status_code == 404

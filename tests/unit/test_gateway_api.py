@@ -45,6 +45,9 @@ class RecordingConversations:
         if False:
             yield {}
 
+    async def stop_conversations(self, conversation_ids: list[str]) -> None:
+        return None
+
     async def complete_conversation(self, conversation_id: str) -> None:
         self.completed.append(conversation_id)
 

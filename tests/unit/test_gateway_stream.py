@@ -63,6 +63,9 @@ class ScriptedSubscriptions:
             yield item
         await asyncio.Event().wait()  # a live stream: stays open until the client leaves
 
+    async def stop_conversations(self, conversation_ids: list[str]) -> None:
+        return None
+
     async def complete_conversation(self, conversation_id: str) -> None:
         return None
 
