@@ -285,4 +285,9 @@ def connect(settings: Settings, address: str) -> None:
         runtime_env={"env_vars": settings.env()},
         log_to_driver=False,
         logging_level="ERROR",
+        # Structured logs: every actor and task of the job writes JSON lines (with the logger
+        # name, e.g. wonder.conversation) to its Ray log files, readable in the dashboard.
+        logging_config=ray.LoggingConfig(
+            encoding="JSON", log_level="INFO", additional_log_standard_attrs=["name"]
+        ),
     )

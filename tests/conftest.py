@@ -118,6 +118,9 @@ def ray_cluster() -> Iterator[Cluster]:
         _temp_dir=ray_tmp,
         runtime_env={"env_vars": env},
         log_to_driver=True,
+        logging_config=ray.LoggingConfig(
+            encoding="JSON", log_level="INFO", additional_log_standard_attrs=["name"]
+        ),
     )
     try:
         yield Cluster(
