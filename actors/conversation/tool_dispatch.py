@@ -14,11 +14,12 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 import ray
+from sqlalchemy.exc import IntegrityError
 
 from actors.actions import ActionContext
 from actors.conversation.domain import DispatchTool
 from actors.executor import execute_task
-from core.domain import Agent, AgentCaller, Participant, ToolError, ToolResult
+from core.domain import Agent, AgentCaller, Participant, PersonaRef, ToolError, ToolResult
 from core.errors import (
     ErrorCode,
     NonRetryableError,
@@ -27,8 +28,9 @@ from core.errors import (
     RetryableError,
     WonderError,
 )
-from core.ids import new_id
+from core.ids import new_id, utc_now
 from core.retry import RetryPolicy, with_retries
+from core.store import Store
 
 if TYPE_CHECKING:
     from actors.conversation.actor import ConversationActor
@@ -141,10 +143,12 @@ class ToolDispatcher:
         }
 
     def _target_agent(self, decision: DispatchTool) -> Agent:
+        target = decision.tool.target_id
+        client_id = self.actor.conversation.client_id
         try:
-            return self.actor.store.agents.get(
-                decision.tool.target_id, self.actor.conversation.client_id
-            )
+            if target.startswith(PERSONA_TARGET):
+                return persona_agent(self.actor.store, client_id, target[len(PERSONA_TARGET) :])
+            return self.actor.store.agents.get(target, client_id)
         except NotFound:
             raise NonRetryableError(
                 f"agent {decision.tool.target_id} is not available", code=ErrorCode.AGENT_DECLINED
@@ -222,6 +226,35 @@ class ToolDispatcher:
             caller=AgentCaller.model_validate(caller),
             session_label=label,
         )
+
+
+PERSONA_TARGET = "persona:"
+
+
+def persona_agent(store: Store, client_id: str, persona_id: str) -> Agent:
+    """The client's agent for a library persona, created on first use.
+
+    A tool may target ``persona:<id>`` instead of an agent id, so that a library can ship a team
+    (a manager delegating to an architect, a developer, a reviewer) without knowing the agent ids
+    a client will have: each client gets one agent per such persona, with its own memory.
+    """
+    store.personas.get(persona_id)  # NotFound if the library has no such persona
+    agent_id = f"agent_{persona_id}_{client_id}"
+    try:
+        return store.agents.get(agent_id, client_id)
+    except NotFound:
+        pass
+    agent = Agent(
+        id=agent_id,
+        client_id=client_id,
+        name=persona_id,
+        persona_ref=PersonaRef(id=persona_id),
+        created_at=utc_now(),
+    )
+    try:
+        return store.agents.insert(agent)
+    except IntegrityError:  # created concurrently by another conversation
+        return store.agents.get(agent_id, client_id)
 
 
 def _failed(call_id: str, code: ErrorCode, message: str, *, retriable: bool) -> ToolResult:

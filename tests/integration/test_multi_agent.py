@@ -373,3 +373,46 @@ async def test_cancel_closes_dangling_tool_calls(ray_cluster: Cluster) -> None:
     assert move.tool_call is not None and move.tool_call.name == "wait"
     assert move.tool_result is not None and not move.tool_result.success
     assert store.turns.get(ack["turn_id"]).failure_reason == "cancelled"
+
+
+async def test_a_tool_can_target_a_persona_the_client_gets_its_own_agent(
+    ray_cluster: Cluster,
+) -> None:
+    store = ray_cluster.store
+    client_id, _ = make_client(store)
+    teammate = make_agent(
+        store, client_id, scripted_profile(store, [{"reply": "design: {{history}}"}])
+    )
+    persona_id = teammate.persona_ref.id  # type: ignore[union-attr]
+    ask = store.tools.put(
+        Tool(
+            id=f"tool-ask-{persona_id}",
+            name="ask_architect",
+            description="ask the architect",
+            input_schema={"type": "object", "properties": {"input": {"type": "string"}}},
+            target_type="agent",
+            target_id=f"persona:{persona_id}",
+        ),
+        utc_now(),
+    )
+    manager = make_agent(
+        store,
+        client_id,
+        scripted_profile(
+            store,
+            [
+                {"tool_calls": [{"name": "ask_architect", "arguments": {"input": "a todo app"}}]},
+                {"reply": "team says {{last_tool}}"},
+            ],
+        ),
+        [ask],
+        constraints=Constraints(allowed_agents=[f"persona:{persona_id}"]),
+    )
+    conv = make_conversation(store, client_id, manager)
+    ack = await actors.post_message(conv.id, "build a todo app", "u")
+    await _status(ray_cluster, ack["turn_id"], TurnStatus.COMPLETED)
+    created = store.agents.get(f"agent_{persona_id}_{client_id}", client_id)
+    assert created.persona_ref is not None and created.persona_ref.id == persona_id
+    [child] = store.conversations.list(client_id, parent_id=conv.id)
+    assert child.agent_id == created.id
+    assert "design: a todo app" in _agent_messages(ray_cluster, conv.id)[-1][1]
