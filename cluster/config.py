@@ -51,6 +51,9 @@ class Settings(BaseSettings):
     llm_max_model_len: int | None = Field(None, description="vLLM context length; None = model's")
     llm_cpu_kvcache_gb: int = Field(1, ge=1, description="VLLM_CPU_KVCACHE_SPACE on CPU")
     llm_num_replicas: int = Field(1, ge=1, description="vLLM replicas (one GPU each on cuda)")
+    llm_accelerator_type: str | None = Field(
+        None, description="Ray accelerator_type for vLLM replicas on cuda (e.g. A10G, H100)"
+    )
 
     @cached_property
     def resolved_database_url(self) -> str:

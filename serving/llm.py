@@ -26,7 +26,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,18 +54,26 @@ JsonObject = dict[str, Any]
 
 @dataclass(frozen=True)
 class EngineSpec:
-    """Everything a replica needs to start vLLM (plain data: it is pickled into the replica)."""
+    """Everything a replica needs to start vLLM (plain data: it is pickled into the replica).
 
-    model_dir: str
+    ``model_dir`` None means "prepare the model on the replica's own node" (convert the bundled
+    GGUF or download ``WONDER_LLM_MODEL_DIR`` into that node's cache, with ``settings_env``): on a
+    cluster the driver's disk is not the GPU worker's.
+    """
+
+    model_dir: str | None
     served_names: tuple[str, ...]
     device: str = "cpu"
     enforce_eager: bool = True
     max_model_len: int | None = None
     extra_args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    settings_env: dict[str, str] = field(default_factory=dict)
 
     def cli_args(self) -> list[str]:
         """The arguments ``vllm serve`` would take for this engine."""
+        if self.model_dir is None:
+            raise ValueError("model_dir is unresolved: use EngineSpec.resolved() first")
         args = ["--model", self.model_dir, "--served-model-name", *self.served_names]
         args += ["--enable-auto-tool-choice", "--tool-call-parser", TOOL_CALL_PARSER]
         args += ["--disable-log-stats", "--disable-uvicorn-access-log"]
@@ -75,26 +83,39 @@ class EngineSpec:
             args += ["--max-model-len", str(self.max_model_len)]
         return [*args, *self.extra_args]
 
+    def resolved(self) -> EngineSpec:
+        """This spec with a local model directory, preparing it on this node if needed."""
+        if self.model_dir is not None:
+            return self
+        from actors.stores import settings_from_env
+        from serving.model_setup import ensure_local_model
 
-def engine_spec(settings: Settings, model_dir: Path) -> EngineSpec:
-    """The engine for ``model_dir`` configured from settings (device, names, vLLM env)."""
+        path = ensure_local_model(progress=True, settings=settings_from_env(self.settings_env))
+        return replace(self, model_dir=str(path))
+
+
+def engine_spec(settings: Settings, model_dir: Path | None = None) -> EngineSpec:
+    """The engine configured from settings (device, names, vLLM env); ``model_dir`` None lets
+    the replica prepare the model on its node."""
     device = settings.llm_device.lower()
     if device not in ("cpu", "cuda"):
         raise ValueError(f"WONDER_LLM_DEVICE must be cpu or cuda, not {settings.llm_device!r}")
+    source = settings.llm_model_dir
     name = settings.llm_model_name or (
-        BUNDLED_MODEL_NAME if not settings.llm_model_dir else Path(model_dir).name
+        Path(source.rstrip("/")).name if source else BUNDLED_MODEL_NAME
     )
     names = (name,) if name == DEFAULT_MODEL_ALIAS else (name, DEFAULT_MODEL_ALIAS)
     env = {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}  # never fork a Ray worker (threads, sockets)
     if device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(settings.llm_cpu_kvcache_gb)
     return EngineSpec(
-        model_dir=str(model_dir),
+        model_dir=str(model_dir) if model_dir is not None else None,
         served_names=names,
         device=device,
         enforce_eager=settings.llm_enforce_eager,
         max_model_len=settings.llm_max_model_len,
         env=env,
+        settings_env=settings.env(),
     )
 
 
@@ -126,6 +147,7 @@ class LocalEngine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         _check_platform(spec.device)
+        spec = await asyncio.to_thread(spec.resolved)
         started = time.monotonic()
         args = make_arg_parser(FlexibleArgumentParser()).parse_args(spec.cli_args())
         validate_parsed_serve_args(args)
@@ -283,6 +305,8 @@ def replica_options(spec: EngineSpec, settings: Settings) -> JsonObject:
     options: JsonObject = {"num_cpus": 1, "runtime_env": {"env_vars": dict(spec.env)}}
     if spec.device == "cuda":
         options["num_gpus"] = 1
+        if settings.llm_accelerator_type:
+            options["accelerator_type"] = settings.llm_accelerator_type
     return {
         "ray_actor_options": options,
         "num_replicas": settings.llm_num_replicas,
@@ -293,23 +317,21 @@ def build_llm_app(
     settings: Settings | Mapping[str, str], model_dir: Path | None = None
 ) -> Application:
     """The LLM Serve application; run it with ``serve.run(app, name=LLM_APP_NAME,
-    route_prefix=LLM_ROUTE_PREFIX)``. Converts/fetches the model first unless ``model_dir``.
+    route_prefix=LLM_ROUTE_PREFIX)``.
 
-    ``settings`` may also be ``Settings.env()``-style ``WONDER_*`` variables.
+    Without ``model_dir`` each replica prepares the model on its own node (a no-op when that
+    node's cache has it; ``wonder model setup`` fills the cache ahead of time). ``settings`` may
+    also be ``Settings.env()``-style ``WONDER_*`` variables.
     """
     if not isinstance(settings, Settings):
         from actors.stores import settings_from_env
 
         settings = settings_from_env(dict(settings))
-    if model_dir is None:
-        from serving.model_setup import ensure_local_model
-
-        model_dir = ensure_local_model(progress=True, settings=settings)
     spec = engine_spec(settings, model_dir)
     return LLMServer.options(**replica_options(spec, settings)).bind(spec)
 
 
 def deploy_llm(settings: Settings, model_dir: Path | None = None) -> None:
     """Deploy (or update) the LLM application on the connected Serve instance and wait until it
-    answers (≈ 35 s on CPU; the first call also converts the model, ≈ 25 s once)."""
+    answers (≈ 35 s on CPU; the first start on a node also converts the model, ≈ 25 s once)."""
     serve.run(build_llm_app(settings, model_dir), name=LLM_APP_NAME, route_prefix=LLM_ROUTE_PREFIX)

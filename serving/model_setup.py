@@ -17,6 +17,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import posixpath
 import shutil
 import sys
 import time
@@ -173,7 +174,7 @@ def fetch_remote_model(
     listing = sorted(fs.find(root, detail=True).items())
     if not listing:
         raise NotFound(f"no model files under {uri}")
-    key = hashlib.sha256(uri.encode())
+    key = hashlib.sha256(uri.rstrip("/").encode())
     for path, info in listing:
         etag = str(info.get("ETag") or info.get("etag") or "")
         key.update(f"{path}\0{info.get('size')}\0{etag}\n".encode())
@@ -182,7 +183,7 @@ def fetch_remote_model(
     def download(tmp: Path) -> dict[str, Any]:
         report(f"downloading {len(listing)} files from {uri}")
         for n, (path, _info) in enumerate(listing, 1):
-            dest = tmp / path[len(root) :].lstrip("/")
+            dest = tmp / posixpath.relpath(path.lstrip("/"), root.lstrip("/"))
             dest.parent.mkdir(parents=True, exist_ok=True)
             fs.get_file(path, str(dest))
             report(f"  [{n}/{len(listing)}] {dest.relative_to(tmp)}")

@@ -31,15 +31,16 @@ def llm_app(ray_cluster: Cluster, serve_port: int) -> Iterator[LlmApp]:
     from serving.model_setup import ensure_local_model
 
     settings = ray_cluster.settings
-    model_dir = ensure_local_model(progress=True, settings=settings)
+    ensure_local_model(progress=True, settings=settings)  # conversion progress shown here
     started = time.monotonic()
-    serve.run(build_llm_app(settings, model_dir), name=LLM_APP_NAME, route_prefix=LLM_ROUTE_PREFIX)
+    # No model_dir: the replica prepares the model on its own node, as on a cluster (a cache hit).
+    serve.run(build_llm_app(settings), name=LLM_APP_NAME, route_prefix=LLM_ROUTE_PREFIX)
     ready_s = time.monotonic() - started
     print(f"\nLLM deployment ready in {ready_s:.1f} s")
     try:
         yield LlmApp(
             base_url=f"http://127.0.0.1:{serve_port}{LLM_ROUTE_PREFIX}/v1",
-            model=engine_spec(settings, model_dir).served_names[0],
+            model=engine_spec(settings).served_names[0],
             ready_s=ready_s,
         )
     finally:
