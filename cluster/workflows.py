@@ -17,6 +17,7 @@ import ray
 from actors.stores import open_store
 from actors.workflow_coordinator.actor import WorkflowCoordinator
 from actors.workflow_coordinator.operations import WorkflowRunOps
+from actors.workflow_coordinator.reserve import CoordinatorReserve
 from core.errors import InvalidInput, PermissionDenied, WonderError
 from core.ids import new_id, utc_now
 from core.workflows import (
@@ -30,6 +31,7 @@ from core.workflows import (
 )
 
 NAMESPACE = "wonder"
+RESERVE_NAME = "workflow-reserve"
 MAX_SUBWORKFLOW_DEPTH = 8
 JsonObject = dict[str, Any]
 Parent = ConversationParent | WorkflowParent | JsonObject | None
@@ -40,16 +42,16 @@ def workflow_actor_name(run_id: str) -> str:
 
 
 def _env(settings_env: dict[str, str] | None) -> dict[str, str]:
-    if settings_env:
-        return dict(settings_env)
-    return {k: v for k, v in os.environ.items() if k.startswith("WONDER_")}
+    """The ``WONDER_*`` settings a coordinator gets: the given ones, else this process's."""
+    source = settings_env if settings_env else os.environ
+    return {k: v for k, v in source.items() if k.startswith("WONDER_")}
 
 
 def create_coordinator(run_id: str, settings_env: dict[str, str]) -> Any:
     """Get or create the named detached coordinator of ``run_id``."""
     return (
         ray.remote(WorkflowCoordinator)
-        .options(  # type: ignore[attr-defined]
+        .options(
             name=workflow_actor_name(run_id),
             namespace=NAMESPACE,
             lifetime="detached",
@@ -60,6 +62,61 @@ def create_coordinator(run_id: str, settings_env: dict[str, str]) -> Any:
         )
         .remote(run_id, settings_env)
     )
+
+
+class _Reserve(CoordinatorReserve):
+    def __init__(self, size: int, settings_env: dict[str, str]) -> None:
+        super().__init__(size, settings_env, lambda rid: create_coordinator(rid, settings_env))
+
+
+_reserve: dict[str, Any] = {}  # this process's handle on the reserve, once it answered
+
+
+def reserve_size() -> int:
+    """``WONDER_WORKFLOW_RESERVE``: coordinators kept ready ahead of runs (default 2; 0: none)."""
+    return max(0, int(os.environ.get("WONDER_WORKFLOW_RESERVE", "2")))
+
+
+def coordinator_reserve(settings_env: dict[str, str]) -> Any:
+    """Get or create the reserve actor."""
+    return (
+        ray.remote(_Reserve)
+        .options(
+            name=RESERVE_NAME,
+            namespace=NAMESPACE,
+            lifetime="detached",
+            get_if_exists=True,
+            num_cpus=0,
+            max_restarts=-1,
+            max_concurrency=1000,
+        )
+        .remote(reserve_size(), settings_env)
+    )
+
+
+async def _reserved_run_id(settings_env: dict[str, str]) -> str | None:
+    """A run id whose coordinator is already up, when the reserve has one.
+
+    The first call in a process only wakes the reserve (creating it can take seconds) and starts
+    this run cold; later calls ask it, a ~1 ms actor call.
+    """
+    if reserve_size() == 0:
+        return None
+    handle = _reserve.get("ready")
+    if handle is None:
+        if "waking" not in _reserve:
+            _reserve["waking"] = coordinator_reserve(settings_env)
+            ref = _reserve["waking"].wake.remote()
+            ref.future().add_done_callback(
+                lambda _f: _reserve.setdefault("ready", _reserve["waking"])
+            )
+        return None
+    try:
+        run_id: str | None = await handle.take.remote(settings_env)
+    except ray.exceptions.RayError:
+        _reserve.clear()  # gone: wake it again next time
+        return None
+    return run_id
 
 
 def _ops(settings_env: dict[str, str] | None) -> tuple[Any, WorkflowRunOps]:
@@ -122,8 +179,11 @@ async def start_workflow_run(
             client_id = store.conversations.get(owner.conversation_id).client_id
     if depth > MAX_SUBWORKFLOW_DEPTH:
         raise PermissionDenied(f"subworkflows nest at most {MAX_SUBWORKFLOW_DEPTH} deep")
+    env = _env(settings_env)
+    if run_id is None:
+        run_id = await _reserved_run_id(env) or new_id("run")
     run = WorkflowRun(
-        id=run_id or new_id("run"),
+        id=run_id,
         workflow_id=definition.id,
         workflow_version=definition.version,
         input=input,
@@ -135,7 +195,7 @@ async def start_workflow_run(
     )
     runs.insert(run)
     try:
-        handle = create_coordinator(run.id, _env(settings_env))
+        handle = create_coordinator(run.id, env)
         await handle.start.remote()
     except Exception as exc:
         _fail_unstarted(runs, run.id, f"the coordinator did not start: {exc}")

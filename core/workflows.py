@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -128,12 +128,31 @@ def apply_mapping(mapping: Mapping_, scope: Mapping[str, Any]) -> JsonObject:
 # --------------------------------------------------------------------------- conditions
 
 CompareOp = Literal[
-    "eq", "ne", "lt", "le", "gt", "ge", "in", "not_in", "contains",
-    "exists", "truthy", "falsy", "empty", "not_empty",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "in",
+    "not_in",
+    "contains",
+    "exists",
+    "truthy",
+    "falsy",
+    "empty",
+    "not_empty",
 ]
 _SYMBOLS: dict[str, CompareOp] = {
-    "==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge",
-    "in": "in", "not in": "not_in", "contains": "contains",
+    "==": "eq",
+    "!=": "ne",
+    "<": "lt",
+    "<=": "le",
+    ">": "gt",
+    ">=": "ge",
+    "in": "in",
+    "not in": "not_in",
+    "contains": "contains",
 }
 _SHORTHAND = re.compile(
     r"^\s*(?P<neg>not\s+)?(?P<ref>[A-Za-z_][A-Za-z0-9_.-]*)\s*"
@@ -219,12 +238,12 @@ def evaluate(condition: Compare | AllOf | AnyOf | NotOf, scope: Mapping[str, Any
 
 def _compare(op: CompareOp, left: Any, right: Any) -> bool:
     try:
-        return _COMPARE[op](left, right)
+        return bool(_COMPARE[op](left, right))
     except TypeError:
         return False
 
 
-def _ordered(fn: Any) -> Any:
+def _ordered(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], bool]:
     def check(a: Any, b: Any) -> bool:
         if a is None or b is None or isinstance(a, bool) != isinstance(b, bool):
             return False
@@ -239,7 +258,7 @@ def _contains(container: Any, item: Any) -> bool:
     return isinstance(container, str | list | tuple | dict) and item in container
 
 
-_COMPARE: dict[str, Any] = {
+_COMPARE: dict[str, Callable[[Any, Any], Any]] = {
     "eq": lambda a, b: a == b,
     "ne": lambda a, b: a != b,
     "lt": _ordered(lambda a, b: a < b),

@@ -60,13 +60,14 @@ class WorkflowCoordinator:
     """One run of a workflow graph. Plain Python; ``cluster.workflows`` applies ``ray.remote``."""
 
     def __init__(self, run_id: str, settings_env: dict[str, str]) -> None:
+        # Nothing run-specific is read here: a coordinator may be created ahead of its run (the
+        # reserve in ``cluster.workflows``) and meets its run row at ``start``.
         self.run_id = run_id
         self.settings_env = dict(settings_env)
         self.store = open_store(settings_env or None)
         self.runs = WorkflowRunOps(self.store.db)
-        self.run: WorkflowRun = self.runs.get(run_id)
-        workflow = self.store.workflows.get(self.run.workflow_id, self.run.workflow_version)
-        self.state = RunState.new(run_id, workflow, self.run.input)
+        self._run: WorkflowRun | None = None
+        self._state: RunState | None = None
         self._queue: list[WorkflowEvent] = []
         self._drain_scheduled = False
         self._inflight: dict[str, Any] = {}  # token id -> ObjectRef or asyncio.Task
@@ -76,7 +77,29 @@ class WorkflowCoordinator:
         self._waiters = 0
         self._background: set[asyncio.Task[Any]] = set()
 
+    @property
+    def run(self) -> WorkflowRun:
+        if self._run is None:
+            self._run = self.runs.get(self.run_id)
+        return self._run
+
+    @run.setter
+    def run(self, value: WorkflowRun) -> None:
+        self._run = value
+
+    @property
+    def state(self) -> RunState:
+        if self._state is None:
+            run = self.run
+            workflow = self.store.workflows.get(run.workflow_id, run.workflow_version)
+            self._state = RunState.new(self.run_id, workflow, run.input)
+        return self._state
+
     # ------------------------------------------------------------------ entry points
+
+    async def ready(self) -> bool:
+        """Answered once the actor is up (the reserve waits for this before offering it)."""
+        return True
 
     async def start(self) -> JsonObject:
         """Start the run (idempotent): the start tokens are dispatched when this returns."""
@@ -174,16 +197,29 @@ class WorkflowCoordinator:
         run = self.run
         match decision:
             case StartRun(at=at):
-                run = run.model_copy(update={
-                    "status": RunStatus.RUNNING, "started_at": at,
-                    "events": [*run.events, RunEvent(type="workflow_started", at=at,
-                                                     payload={"workflow_id": run.workflow_id})],
-                })
+                run = run.model_copy(
+                    update={
+                        "status": RunStatus.RUNNING,
+                        "started_at": at,
+                        "events": [
+                            *run.events,
+                            RunEvent(
+                                type="workflow_started",
+                                at=at,
+                                payload={"workflow_id": run.workflow_id},
+                            ),
+                        ],
+                    }
+                )
             case CompleteRun(at=at, output=output):
-                run = run.model_copy(update={
-                    "status": RunStatus.COMPLETED, "output": output, "finished_at": at,
-                    "events": [*run.events, RunEvent(type="workflow_completed", at=at)],
-                })
+                run = run.model_copy(
+                    update={
+                        "status": RunStatus.COMPLETED,
+                        "output": output,
+                        "finished_at": at,
+                        "events": [*run.events, RunEvent(type="workflow_completed", at=at)],
+                    }
+                )
             case FailRun(at=at) | CancelRun(at=at):
                 status = RunStatus.FAILED if isinstance(decision, FailRun) else RunStatus.CANCELLED
                 error = (
@@ -191,11 +227,19 @@ class WorkflowCoordinator:
                     if isinstance(decision, FailRun)
                     else run_error(NodeError("CANCELLED", decision.reason))
                 )
-                run = run.model_copy(update={
-                    "status": status, "error": error, "finished_at": at,
-                    "events": [*run.events, RunEvent(type="workflow_failed", at=at,
-                                                     payload={"error": error.model_dump()})],
-                })
+                run = run.model_copy(
+                    update={
+                        "status": status,
+                        "error": error,
+                        "finished_at": at,
+                        "events": [
+                            *run.events,
+                            RunEvent(
+                                type="workflow_failed", at=at, payload={"error": error.model_dump()}
+                            ),
+                        ],
+                    }
+                )
         self.run = run
 
     # ------------------------------------------------------------------ effects
@@ -205,11 +249,17 @@ class WorkflowCoordinator:
             case DispatchTask():
                 self._later(decision.token_id, decision.delay_ms, lambda: self._submit(decision))
             case StartSubworkflow():
-                self._later(decision.token_id, decision.delay_ms,
-                            lambda: self._spawn(decision.token_id, self._subworkflow(decision)))
+                self._later(
+                    decision.token_id,
+                    decision.delay_ms,
+                    lambda: self._spawn(decision.token_id, self._subworkflow(decision)),
+                )
             case CallAgent():
-                self._later(decision.token_id, decision.delay_ms,
-                            lambda: self._spawn(decision.token_id, self._agent(decision)))
+                self._later(
+                    decision.token_id,
+                    decision.delay_ms,
+                    lambda: self._spawn(decision.token_id, self._agent(decision)),
+                )
             case CancelToken():
                 self._cancel_work(decision.token_id)
             case CompleteRun() | FailRun() | CancelRun():
@@ -283,11 +333,15 @@ class WorkflowCoordinator:
         if result.get("success"):
             return NodeSucceeded(token_id, result.get("result"), utc_now())
         error = result.get("error") or {}
-        return NodeFailed(token_id, NodeError(
-            str(error.get("code", ErrorCode.EXECUTION_FAILED)),
-            str(error.get("message", "task failed")),
-            bool(error.get("retriable", False)),
-        ), utc_now())
+        return NodeFailed(
+            token_id,
+            NodeError(
+                str(error.get("code", ErrorCode.EXECUTION_FAILED)),
+                str(error.get("message", "task failed")),
+                bool(error.get("retriable", False)),
+            ),
+            utc_now(),
+        )
 
     async def _subworkflow(self, decision: StartSubworkflow) -> WorkflowEvent:
         from cluster.workflows import start_workflow_run, wait_for_run
@@ -296,12 +350,14 @@ class WorkflowCoordinator:
         child_id = self._child_runs[token_id]
         try:
             await start_workflow_run(
-                decision.workflow_id, decision.input, decision.workflow_version,
+                decision.workflow_id,
+                decision.input,
+                decision.workflow_version,
                 parent=WorkflowParent(run_id=self.run_id, token_id=token_id),
-                run_id=child_id, settings_env=self.settings_env,
+                run_id=child_id,
+                settings_env=self.settings_env,
             )
-            child = await wait_for_run(child_id, decision.timeout_s,
-                                       settings_env=self.settings_env)
+            child = await wait_for_run(child_id, decision.timeout_s, settings_env=self.settings_env)
         except Exception as exc:  # every failure becomes an event
             return NodeFailed(token_id, _ray_error(exc), utc_now())
         if child.status is RunStatus.COMPLETED:
@@ -329,11 +385,15 @@ class WorkflowCoordinator:
             reason = answer.get("failure_reason") or answer.get("status")
             message = f"agent turn in {answer.get('conversation_id')} failed: {reason}"
             return NodeFailed(token_id, NodeError(ErrorCode.AGENT_DECLINED, message), utc_now())
-        return NodeSucceeded(token_id, {
-            "answer": answer.get("content", ""),
-            "conversation_id": answer.get("conversation_id"),
-            "turn_id": answer.get("turn_id"),
-        }, utc_now())
+        return NodeSucceeded(
+            token_id,
+            {
+                "answer": answer.get("content", ""),
+                "conversation_id": answer.get("conversation_id"),
+                "turn_id": answer.get("turn_id"),
+            },
+            utc_now(),
+        )
 
     async def _call_agent(self, decision: CallAgent) -> JsonObject:
         from cluster.actors import start_agent_call
@@ -342,8 +402,7 @@ class WorkflowCoordinator:
         text = decision.input.get("message", decision.input.get("input"))
         message = text if isinstance(text, str) else json.dumps(decision.input, default=str)
         caller = {"type": "workflow", "run_id": self.run_id}
-        result: JsonObject = await start_agent_call(conversation_id, message, caller,
-                                                    decision.mode)
+        result: JsonObject = await start_agent_call(conversation_id, message, caller, decision.mode)
         return result
 
     def _delegate_conversation(self, decision: CallAgent) -> str:
@@ -370,8 +429,13 @@ class WorkflowCoordinator:
         if child_id is not None:
             from cluster.workflows import cancel_run
 
-            self._background_task(cancel_run(child_id, f"parent run {self.run_id} cancelled it",
-                                             settings_env=self.settings_env))
+            self._background_task(
+                cancel_run(
+                    child_id,
+                    f"parent run {self.run_id} cancelled it",
+                    settings_env=self.settings_env,
+                )
+            )
 
     async def _exit_when_answered(self) -> None:
         """Leave once blocked ``wait`` callers have their answer (the store keeps the rest)."""
@@ -402,8 +466,13 @@ def _ray_error(exc: BaseException) -> NodeError:
         return _node_error(cause)
     if isinstance(exc, ray.exceptions.TaskCancelledError | asyncio.CancelledError):
         return NodeError("CANCELLED", "cancelled")
-    if isinstance(exc, ray.exceptions.RayActorError | ray.exceptions.WorkerCrashedError |
-                  ray.exceptions.ObjectLostError | RetryableError):
+    if isinstance(
+        exc,
+        ray.exceptions.RayActorError
+        | ray.exceptions.WorkerCrashedError
+        | ray.exceptions.ObjectLostError
+        | RetryableError,
+    ):
         return NodeError(ErrorCode.EXECUTION_FAILED, f"infrastructure: {exc}", True)
     log.warning("workflow dispatch failed: %r", exc)
     return NodeError(ErrorCode.EXECUTION_FAILED, f"{type(cause or exc).__name__}: {cause or exc}")

@@ -42,8 +42,13 @@ def node_record(run_id: str, token: Token, kind: NodeKind, child_run_id: str | N
 def run_error(
     error: NodeError, node_id: str | None = None, token_id: str | None = None
 ) -> RunError:
-    return RunError(code=error.code, message=error.message, retriable=error.retriable,
-                    node_id=node_id, token_id=token_id)
+    return RunError(
+        code=error.code,
+        message=error.message,
+        retriable=error.retriable,
+        node_id=node_id,
+        token_id=token_id,
+    )
 
 
 class WorkflowRunOps:
@@ -103,7 +108,7 @@ class WorkflowRunOps:
         with self.db.connect() as c:
             return [WorkflowRun.model_validate_json(row) for row in c.execute(query).scalars()]
 
-    def list(
+    def list_runs(
         self, *, workflow_id: str | None = None, client_id: str | None = None, limit: int = 100
     ) -> list[WorkflowRun]:
         """Runs, newest first, optionally of one workflow and/or one client."""
@@ -136,8 +141,12 @@ class WorkflowRunOps:
                     .where(t.c.run_id == bindparam("b_run"), t.c.seq == bindparam("b_seq"))
                     .values(state=bindparam("b_state"), data=bindparam("b_data")),
                     [
-                        {"b_run": r.run_id, "b_seq": r.seq, "b_state": r.state,
-                         "b_data": r.model_dump_json()}
+                        {
+                            "b_run": r.run_id,
+                            "b_seq": r.seq,
+                            "b_state": r.state,
+                            "b_data": r.model_dump_json(),
+                        }
                         for r in changed
                     ],
                 )

@@ -100,14 +100,26 @@ def apply(state: RunState, decision: Decision) -> None:
         case FireJoin():
             _join_state(state, decision.node_id, decision.group_id).fired = True
         case DispatchTask() | StartSubworkflow() | CallAgent():
-            _set_token(state, decision.token_id, state=_WAITING[type(decision)],
-                       input=decision.input, attempt=decision.attempt)
+            _set_token(
+                state,
+                decision.token_id,
+                state=_WAITING[type(decision)],
+                input=decision.input,
+                attempt=decision.attempt,
+            )
         case CompleteToken():
-            _end_token(state, decision.token_id, TokenState.DONE, decision.at,
-                       input=decision.input, output=decision.output)
+            _end_token(
+                state,
+                decision.token_id,
+                TokenState.DONE,
+                decision.at,
+                input=decision.input,
+                output=decision.output,
+            )
         case FailToken():
-            _end_token(state, decision.token_id, TokenState.FAILED, decision.at,
-                       error=decision.error)
+            _end_token(
+                state, decision.token_id, TokenState.FAILED, decision.at, error=decision.error
+            )
         case CancelToken():
             _end_token(state, decision.token_id, TokenState.CANCELLED, decision.at)
         case CompleteRun():
@@ -298,7 +310,8 @@ class _Planner:
     def leaf_outputs(self) -> Any:
         """Outputs of done tokens on nodes without outgoing edges (one leaf: its output)."""
         leaves = [
-            t for t in sorted(self.state.tokens.values(), key=lambda t: t.seq)
+            t
+            for t in sorted(self.state.tokens.values(), key=lambda t: t.seq)
             if t.state is TokenState.DONE and not self.graph.outgoing(t.node_id)
         ]
         if len(leaves) == 1:
@@ -326,9 +339,17 @@ class _Planner:
             self.fail_run(NodeError(EXECUTION_FAILED, f"run exceeded max_tokens ({limit})"))
             return None
         token = Token(
-            id=f"t{seq}", seq=seq, node_id=node_id, state=TokenState.RUNNING,
-            created_at=self.at, parent_id=parent.id if parent else None, branch=branch,
-            item=item, index=index, branches=branches, from_foreach=from_foreach,
+            id=f"t{seq}",
+            seq=seq,
+            node_id=node_id,
+            state=TokenState.RUNNING,
+            created_at=self.at,
+            parent_id=parent.id if parent else None,
+            branch=branch,
+            item=item,
+            index=index,
+            branches=branches,
+            from_foreach=from_foreach,
         )
         self.emit(CreateToken(token))
         self.work.append(("activate", token.id))
@@ -344,8 +365,11 @@ class _Planner:
         if parent is None:
             return dict(self.state.input)
         if token.from_foreach:
-            return dict(token.item) if isinstance(token.item, dict) else {
-                "item": token.item, "index": token.index}
+            return (
+                dict(token.item)
+                if isinstance(token.item, dict)
+                else {"item": token.item, "index": token.index}
+            )
         return dict(parent.output) if isinstance(parent.output, dict) else {"value": parent.output}
 
     def activate(self, token: Token) -> None:
@@ -362,11 +386,29 @@ class _Planner:
         target = node.target_id or ""
         match node.kind:
             case "task":
-                self.emit(DispatchTask(token.id, target, node.target_version, node_input,
-                                       attempt, delay_ms, node.timeout_s))
+                self.emit(
+                    DispatchTask(
+                        token.id,
+                        target,
+                        node.target_version,
+                        node_input,
+                        attempt,
+                        delay_ms,
+                        node.timeout_s,
+                    )
+                )
             case "subworkflow":
-                self.emit(StartSubworkflow(token.id, target, node.target_version, node_input,
-                                           attempt, delay_ms, node.timeout_s))
+                self.emit(
+                    StartSubworkflow(
+                        token.id,
+                        target,
+                        node.target_version,
+                        node_input,
+                        attempt,
+                        delay_ms,
+                        node.timeout_s,
+                    )
+                )
             case "agent":
                 conversation = None
                 if node.target_ref is not None:
@@ -375,8 +417,18 @@ class _Planner:
                         message = f"agent node {node.id}: {node.target_ref} gave no conversation"
                         self.fail_token(token, NodeError(INVALID_INPUT, message))
                         return
-                self.emit(CallAgent(token.id, node.target_id, conversation, node_input, node.mode,
-                                    attempt, delay_ms, node.timeout_s))
+                self.emit(
+                    CallAgent(
+                        token.id,
+                        node.target_id,
+                        conversation,
+                        node_input,
+                        node.mode,
+                        attempt,
+                        delay_ms,
+                        node.timeout_s,
+                    )
+                )
             case "pass":
                 raise AssertionError("pass nodes are never dispatched")
             case _:
@@ -399,8 +451,9 @@ class _Planner:
         else:
             self.fail_run(error, node.id, token.id)
 
-    def fail_run(self, error: NodeError, node_id: str | None = None,
-                 token_id: str | None = None) -> None:
+    def fail_run(
+        self, error: NodeError, node_id: str | None = None, token_id: str | None = None
+    ) -> None:
         if not self.running:
             return
         self.cancel_live(lambda _t: True)
@@ -435,14 +488,24 @@ class _Planner:
             for edge, _item, _index in spawns:
                 self.enter(edge.to, token, token.branch, token.item, token.index)
             return
-        group = Group(f"g{token.seq}", len(spawns), token.id,
-                      self.graph.closing_join(matched[0].to) if matched else None)
+        group = Group(
+            f"g{token.seq}",
+            len(spawns),
+            token.id,
+            self.graph.closing_join(matched[0].to) if matched else None,
+        )
         self.emit(CreateGroup(group))
         self.dirty_groups.add(group.id)
         for k, (edge, item, index) in enumerate(spawns):
             branch = (*token.branch, BranchStep(group.id, k))
-            self.enter(edge.to, token, branch, item, k if index is None else index,
-                       via_foreach=edge.foreach is not None)
+            self.enter(
+                edge.to,
+                token,
+                branch,
+                item,
+                k if index is None else index,
+                via_foreach=edge.foreach is not None,
+            )
 
     def spawns(
         self, token: Token, matched: list[Edge], scope: Mapping[str, Any]
@@ -454,8 +517,10 @@ class _Planner:
                 continue
             items = resolve_ref(edge.foreach, scope)
             if not isinstance(items, list):
-                message = (f"edge {edge.source}->{edge.to}: foreach {edge.foreach} is "
-                           f"{type(items).__name__}, not a list")
+                message = (
+                    f"edge {edge.source}->{edge.to}: foreach {edge.foreach} is "
+                    f"{type(items).__name__}, not a list"
+                )
                 self.fail_run(NodeError(INVALID_INPUT, message), token.node_id, token.id)
                 return None
             out.extend((edge, item, i) for i, item in enumerate(items))
@@ -523,8 +588,10 @@ class _Planner:
                     self.fire(join, group)
                 else:
                     need = 1 if spec.mode == "any" else spec.n
-                    message = (f"join {join.node_id} ({spec.mode}) needed {need} branch(es), "
-                               f"{arrived} of {group.size} arrived")
+                    message = (
+                        f"join {join.node_id} ({spec.mode}) needed {need} branch(es), "
+                        f"{arrived} of {group.size} arrived"
+                    )
                     self.fail_run(NodeError(EXECUTION_FAILED, message), join.node_id)
                 progressed = True
         return progressed

@@ -100,7 +100,7 @@ def list_runs(
 ) -> RunList:
     from actors.workflow_coordinator.operations import WorkflowRunOps
 
-    runs = WorkflowRunOps(context.store.db).list(
+    runs = WorkflowRunOps(context.store.db).list_runs(
         workflow_id=workflow_id, client_id=client_id, limit=limit
     )
     return RunList(items=runs)

@@ -33,22 +33,34 @@ def put_library(http: httpx.Client) -> str:
     """An echo task and a fan-out workflow over it; returns the workflow id."""
     suffix = new_id().lower()
     task_id, workflow_id = f"echo-{suffix}", f"shout-{suffix}"
-    task = {"actions": [{"kind": "python",
-                         "params": {"callable": "library.workflows.steps:echo"}}]}
+    task = {"actions": [{"kind": "python", "params": {"callable": "library.workflows.steps:echo"}}]}
     assert http.put(f"/v1/tasks/{task_id}", json=task).status_code == 200
     workflow = {
         "description": "echo each word, then join them",
-        "input_schema": {"type": "object", "required": ["words"],
-                         "properties": {"words": {"type": "array", "items": {"type": "string"}}}},
+        "input_schema": {
+            "type": "object",
+            "required": ["words"],
+            "properties": {"words": {"type": "array", "items": {"type": "string"}}},
+        },
         "nodes": [
             {"id": "split", "kind": "pass"},
-            {"id": "say", "kind": "task", "target_id": task_id,
-             "input_mapping": {"word": "{{item}}!"}},
-            {"id": "join", "kind": "pass", "join": {"mode": "all"},
-             "input_mapping": {"said": "branches"}},
+            {
+                "id": "say",
+                "kind": "task",
+                "target_id": task_id,
+                "input_mapping": {"word": "{{item}}!"},
+            },
+            {
+                "id": "join",
+                "kind": "pass",
+                "join": {"mode": "all"},
+                "input_mapping": {"said": "branches"},
+            },
         ],
-        "edges": [{"from": "split", "to": "say", "foreach": "input.words"},
-                  {"from": "say", "to": "join"}],
+        "edges": [
+            {"from": "split", "to": "say", "foreach": "input.words"},
+            {"from": "say", "to": "join"},
+        ],
         "output_mapping": {"said": "nodes.join.said"},
     }
     response = http.put(f"/v1/workflows/{workflow_id}", json=workflow)
@@ -69,8 +81,9 @@ def test_put_a_workflow_start_a_run_and_read_its_history(client: httpx.Client) -
     workflow_id = put_library(client)
     assert client.get(f"/v1/workflows/{workflow_id}").json()["nodes"][1]["id"] == "say"
 
-    started = client.post(f"/v1/workflows/{workflow_id}/runs",
-                          json={"input": {"words": ["a", "b", "c"]}})
+    started = client.post(
+        f"/v1/workflows/{workflow_id}/runs", json={"input": {"words": ["a", "b", "c"]}}
+    )
     assert started.status_code == 202, started.text
     run_id = started.json()["run"]["id"]
 
@@ -87,8 +100,9 @@ def test_put_a_workflow_start_a_run_and_read_its_history(client: httpx.Client) -
 def test_wait_s_answers_with_the_finished_run(client: httpx.Client) -> None:
     workflow_id = put_library(client)
     started = time.monotonic()
-    response = client.post(f"/v1/workflows/{workflow_id}/runs",
-                           json={"input": {"words": ["x"]}, "wait_s": 30})
+    response = client.post(
+        f"/v1/workflows/{workflow_id}/runs", json={"input": {"words": ["x"]}, "wait_s": 30}
+    )
     assert response.status_code == 202
     assert response.json()["run"]["status"] == "completed"
     assert time.monotonic() - started < 30
@@ -103,21 +117,25 @@ ERRORS: list[tuple[str, str, dict[str, Any], int, str]] = [
 ]
 
 
-@pytest.mark.parametrize(("case", "which", "body", "status", "code"), ERRORS,
-                         ids=[e[0] for e in ERRORS])
-def test_start_errors_use_the_error_shape(client: httpx.Client, case: str, which: str,
-                                          body: dict[str, Any], status: int, code: str) -> None:
+@pytest.mark.parametrize(
+    ("case", "which", "body", "status", "code"), ERRORS, ids=[e[0] for e in ERRORS]
+)
+def test_start_errors_use_the_error_shape(
+    client: httpx.Client, case: str, which: str, body: dict[str, Any], status: int, code: str
+) -> None:
     workflow_id = put_library(client) if which == "known" else "no-such-workflow"
     response = client.post(f"/v1/workflows/{workflow_id}/runs", json=body)
     assert response.status_code == status, response.text
     assert response.json()["error"]["code"] == code
 
 
-def test_runs_belong_to_their_client(client: httpx.Client, gateway: str,
-                                     ray_cluster: Cluster) -> None:
+def test_runs_belong_to_their_client(
+    client: httpx.Client, gateway: str, ray_cluster: Cluster
+) -> None:
     workflow_id = put_library(client)
-    run_id = client.post(f"/v1/workflows/{workflow_id}/runs",
-                         json={"input": {"words": []}}).json()["run"]["id"]
+    run_id = client.post(f"/v1/workflows/{workflow_id}/runs", json={"input": {"words": []}}).json()[
+        "run"
+    ]["id"]
     _, other_key = make_client(ray_cluster.store, "someone-else")
     with http_client(gateway, other_key) as other:
         assert other.get(f"/v1/workflow-runs/{run_id}").status_code == 404

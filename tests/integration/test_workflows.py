@@ -44,26 +44,50 @@ def put_workflow(store: Store, body: dict[str, Any]) -> WorkflowDef:
     return store.workflows.put(definition, utc_now())
 
 
-def research_workflow(store: Store, join: dict[str, Any], answer_step: str = "echo",
-                      on_failure: str = "fail_run") -> WorkflowDef:
-    return put_workflow(store, {
-        "input_schema": {"type": "object", "required": ["topic"],
-                         "properties": {"topic": {"type": "string"}, "n": {"type": "integer"}}},
-        "nodes": [
-            {"id": "plan", "kind": "task", "target_id": put_task(store, "plan_questions"),
-             "input_mapping": {"topic": "input.topic", "n": "input.n"}},
-            {"id": "answer", "kind": "task", "target_id": put_task(store, answer_step),
-             "on_failure": on_failure,
-             "input_mapping": {"question": "item", "answer": "A{{index}}",
-                               "message": "no answer to {{item}}"}},
-            {"id": "collect", "kind": "task", "target_id": put_task(store, "collect_findings"),
-             "join": join,
-             "input_mapping": {"topic": "nodes.plan.topic", "findings": "branches"}},
-        ],
-        "edges": [{"from": "plan", "to": "answer", "foreach": "output.questions"},
-                  {"from": "answer", "to": "collect"}],
-        "output_mapping": {"count": "nodes.collect.count", "digest": "nodes.collect.digest"},
-    })
+def research_workflow(
+    store: Store, join: dict[str, Any], answer_step: str = "echo", on_failure: str = "fail_run"
+) -> WorkflowDef:
+    return put_workflow(
+        store,
+        {
+            "input_schema": {
+                "type": "object",
+                "required": ["topic"],
+                "properties": {"topic": {"type": "string"}, "n": {"type": "integer"}},
+            },
+            "nodes": [
+                {
+                    "id": "plan",
+                    "kind": "task",
+                    "target_id": put_task(store, "plan_questions"),
+                    "input_mapping": {"topic": "input.topic", "n": "input.n"},
+                },
+                {
+                    "id": "answer",
+                    "kind": "task",
+                    "target_id": put_task(store, answer_step),
+                    "on_failure": on_failure,
+                    "input_mapping": {
+                        "question": "item",
+                        "answer": "A{{index}}",
+                        "message": "no answer to {{item}}",
+                    },
+                },
+                {
+                    "id": "collect",
+                    "kind": "task",
+                    "target_id": put_task(store, "collect_findings"),
+                    "join": join,
+                    "input_mapping": {"topic": "nodes.plan.topic", "findings": "branches"},
+                },
+            ],
+            "edges": [
+                {"from": "plan", "to": "answer", "foreach": "output.questions"},
+                {"from": "answer", "to": "collect"},
+            ],
+            "output_mapping": {"count": "nodes.collect.count", "digest": "nodes.collect.digest"},
+        },
+    )
 
 
 def coordinator_gone(run_id: str) -> bool:
@@ -100,17 +124,30 @@ async def test_fan_out_20_then_fan_in_all(ray_cluster: Cluster) -> None:
 async def test_fan_in_any_cancels_the_slow_branches(ray_cluster: Cluster) -> None:
     store = ray_cluster.store
     pause = put_task(store, "pause")
-    workflow = put_workflow(store, {
-        "nodes": [
-            {"id": "fan", "kind": "pass"},
-            {"id": "work", "kind": "task", "target_id": pause,
-             "input_mapping": {"seconds": "item"}},
-            {"id": "first", "kind": "pass", "join": {"mode": "any"},
-             "input_mapping": {"winner": "branches.0"}},
-        ],
-        "edges": [{"from": "fan", "to": "work", "foreach": "input.delays"},
-                  {"from": "work", "to": "first"}],
-    })
+    workflow = put_workflow(
+        store,
+        {
+            "nodes": [
+                {"id": "fan", "kind": "pass"},
+                {
+                    "id": "work",
+                    "kind": "task",
+                    "target_id": pause,
+                    "input_mapping": {"seconds": "item"},
+                },
+                {
+                    "id": "first",
+                    "kind": "pass",
+                    "join": {"mode": "any"},
+                    "input_mapping": {"winner": "branches.0"},
+                },
+            ],
+            "edges": [
+                {"from": "fan", "to": "work", "foreach": "input.delays"},
+                {"from": "work", "to": "first"},
+            ],
+        },
+    )
     started = asyncio.get_running_loop().time()
     run_id = await start_workflow_run(workflow.id, {"delays": [20, 0.1, 20]})
     run = await wait_for_run(run_id, 60)
@@ -124,19 +161,39 @@ async def test_fan_in_any_cancels_the_slow_branches(ray_cluster: Cluster) -> Non
 async def test_subworkflow_runs_in_a_child_coordinator(ray_cluster: Cluster) -> None:
     store = ray_cluster.store
     echo = put_task(store, "echo")
-    child = put_workflow(store, {
-        "nodes": [{"id": "inner", "kind": "task", "target_id": echo,
-                   "input_mapping": {"said": "Child heard {{input.text}}"}}],
-    })
-    parent = put_workflow(store, {
-        "nodes": [
-            {"id": "sub", "kind": "subworkflow", "target_id": child.id,
-             "input_mapping": {"text": "input.text"}},
-            {"id": "after", "kind": "task", "target_id": echo,
-             "input_mapping": {"child_said": "nodes.sub.said"}},
-        ],
-        "edges": [{"from": "sub", "to": "after"}],
-    })
+    child = put_workflow(
+        store,
+        {
+            "nodes": [
+                {
+                    "id": "inner",
+                    "kind": "task",
+                    "target_id": echo,
+                    "input_mapping": {"said": "Child heard {{input.text}}"},
+                }
+            ],
+        },
+    )
+    parent = put_workflow(
+        store,
+        {
+            "nodes": [
+                {
+                    "id": "sub",
+                    "kind": "subworkflow",
+                    "target_id": child.id,
+                    "input_mapping": {"text": "input.text"},
+                },
+                {
+                    "id": "after",
+                    "kind": "task",
+                    "target_id": echo,
+                    "input_mapping": {"child_said": "nodes.sub.said"},
+                },
+            ],
+            "edges": [{"from": "sub", "to": "after"}],
+        },
+    )
     run_id = await start_workflow_run(parent.id, {"text": "hello"})
     run = await wait_for_run(run_id, 60)
 
@@ -166,8 +223,9 @@ async def test_failure_propagates(ray_cluster: Cluster, case: str, where: str) -
         failing_node = "answer"
     else:
         inner = research_workflow(store, {"mode": "all"}, answer_step="fail")
-        workflow = put_workflow(store, {"nodes": [
-            {"id": "sub", "kind": "subworkflow", "target_id": inner.id}]})
+        workflow = put_workflow(
+            store, {"nodes": [{"id": "sub", "kind": "subworkflow", "target_id": inner.id}]}
+        )
         run_input = {"topic": "owls", "n": 3}
         failing_node = "sub"
 
@@ -202,9 +260,19 @@ async def test_start_errors(ray_cluster: Cluster) -> None:
 
 async def test_cancel_run_cancels_its_work(ray_cluster: Cluster) -> None:
     store = ray_cluster.store
-    workflow = put_workflow(store, {"nodes": [
-        {"id": "slow", "kind": "task", "target_id": put_task(store, "pause"),
-         "input_mapping": {"seconds": {"const": 25}}}]})
+    workflow = put_workflow(
+        store,
+        {
+            "nodes": [
+                {
+                    "id": "slow",
+                    "kind": "task",
+                    "target_id": put_task(store, "pause"),
+                    "input_mapping": {"seconds": {"const": 25}},
+                }
+            ]
+        },
+    )
     run_id = await start_workflow_run(workflow.id, {})
     run = await cancel_run(run_id, "changed my mind")
     assert run.status is RunStatus.CANCELLED
@@ -217,13 +285,22 @@ async def test_agent_node_runs_a_delegated_turn(ray_cluster: Cluster) -> None:
     client_id, _key = make_client(store, "workflow-agent")
     profile = scripted_profile(store, [{"reply": "verified: {{last_user}}"}])
     agent = make_agent(store, client_id, profile)
-    workflow = put_workflow(store, {
-        "nodes": [{"id": "ask", "kind": "agent", "target_id": agent.id, "mode": "delegate",
-                   "input_mapping": {"message": "Is {{input.claim}} true?"}}],
-        "output_mapping": {"answer": "nodes.ask.answer"},
-    })
-    run_id = await start_workflow_run(workflow.id, {"claim": "water is wet"},
-                                      client_id=client_id)
+    workflow = put_workflow(
+        store,
+        {
+            "nodes": [
+                {
+                    "id": "ask",
+                    "kind": "agent",
+                    "target_id": agent.id,
+                    "mode": "delegate",
+                    "input_mapping": {"message": "Is {{input.claim}} true?"},
+                }
+            ],
+            "output_mapping": {"answer": "nodes.ask.answer"},
+        },
+    )
+    run_id = await start_workflow_run(workflow.id, {"claim": "water is wet"}, client_id=client_id)
     run = await wait_for_run(run_id, 60)
     assert run.status is RunStatus.COMPLETED, run.error
     assert run.output == {"answer": "verified: Is water is wet true?"}
@@ -240,19 +317,31 @@ async def test_a_conversation_tool_runs_a_workflow(ray_cluster: Cluster) -> None
 
     store = ray_cluster.store
     workflow = research_workflow(store, {"mode": "all"})
-    tool = store.tools.put(Tool(
-        id=f"tool-research-{new_id().lower()}", name="research",
-        description="research a topic", target_type="workflow", target_id=workflow.id,
-        input_schema={"type": "object", "properties": {"topic": {"type": "string"},
-                                                       "n": {"type": "integer"}}},
-    ), utc_now())
+    tool = store.tools.put(
+        Tool(
+            id=f"tool-research-{new_id().lower()}",
+            name="research",
+            description="research a topic",
+            target_type="workflow",
+            target_id=workflow.id,
+            input_schema={
+                "type": "object",
+                "properties": {"topic": {"type": "string"}, "n": {"type": "integer"}},
+            },
+        ),
+        utc_now(),
+    )
     client_id, _key = make_client(store, "workflow-tool")
-    profile = scripted_profile(store, [
-        {"tool_calls": [{"name": "research", "arguments": {"topic": "bees", "n": 3}}]},
-        {"reply": "found: {{last_tool}}"},
-    ])
-    conversation = make_conversation(store, client_id, make_agent(store, client_id, profile,
-                                                                  tools=[tool]))
+    profile = scripted_profile(
+        store,
+        [
+            {"tool_calls": [{"name": "research", "arguments": {"topic": "bees", "n": 3}}]},
+            {"reply": "found: {{last_tool}}"},
+        ],
+    )
+    conversation = make_conversation(
+        store, client_id, make_agent(store, client_id, profile, tools=[tool])
+    )
 
     posted = await post_message(conversation.id, "research bees", "user-1")
     turn = await wait_for_turn(conversation.id, posted["turn_id"], 60)
@@ -260,7 +349,27 @@ async def test_a_conversation_tool_runs_a_workflow(ray_cluster: Cluster) -> None
     assert turn["status"] == "completed", turn
     answer = [m for m in store.messages.list(conversation.id) if m.role.value == "agent"][-1]
     assert '"count": 3' in answer.content and "What is bees?" in answer.content
-    [run] = WorkflowRunOps(store.db).list(workflow_id=workflow.id)
+    [run] = WorkflowRunOps(store.db).list_runs(workflow_id=workflow.id)
     assert run.parent is not None and run.parent.type == "conversation"
     assert run.client_id == client_id and run.context.turn_id == posted["turn_id"]
 
+
+async def test_runs_start_on_reserved_coordinators(ray_cluster: Cluster) -> None:
+    import ray
+
+    from cluster import workflows
+
+    store = ray_cluster.store
+    workflow = put_workflow(store, {"nodes": [{"id": "only", "kind": "pass"}]})
+    await wait_for_run(await start_workflow_run(workflow.id, {"x": 1}), 60)  # wakes the reserve
+    reserve = workflows.coordinator_reserve(workflows._env(None))
+
+    def stats() -> dict[str, int]:
+        found: dict[str, int] = ray.get(reserve.stats.remote())
+        return found
+
+    await async_wait_for(lambda: "ready" in workflows._reserve and stats()["ready"] >= 1, 60)
+    taken = stats()["taken"]
+    run = await wait_for_run(await start_workflow_run(workflow.id, {"x": 2}), 60)
+    assert run.status is RunStatus.COMPLETED and run.output == {"x": 2}
+    assert stats()["taken"] == taken + 1

@@ -25,8 +25,10 @@ LIBRARY = Path(__file__).resolve().parents[2] / "library" / "workflows"
 def definition(**changes: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
         "id": "wf",
-        "nodes": [{"id": "a", "kind": "task", "target_id": "t"},
-                  {"id": "b", "kind": "pass", "join": {"mode": "all"}}],
+        "nodes": [
+            {"id": "a", "kind": "task", "target_id": "t"},
+            {"id": "b", "kind": "pass", "join": {"mode": "all"}},
+        ],
         "edges": [{"from": "a", "to": "b", "foreach": "output.items"}],
     }
     return {**base, **changes}
@@ -35,19 +37,37 @@ def definition(**changes: Any) -> dict[str, Any]:
 INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("duplicate node", definition(nodes=[{"id": "a", "kind": "pass"}] * 2, edges=[]), "unique"),
     ("unknown edge end", definition(edges=[{"from": "a", "to": "zz"}]), "unknown node"),
-    ("no start", definition(edges=[{"from": "a", "to": "b"}, {"from": "b", "to": "a"}]),
-     "no start node"),
-    ("bad ref root", definition(edges=[{"from": "a", "to": "b", "foreach": "os.environ"}]),
-     "not a reference"),
+    (
+        "no start",
+        definition(edges=[{"from": "a", "to": "b"}, {"from": "b", "to": "a"}]),
+        "no start node",
+    ),
+    (
+        "bad ref root",
+        definition(edges=[{"from": "a", "to": "b", "foreach": "os.environ"}]),
+        "not a reference",
+    ),
     ("bad condition", definition(edges=[{"from": "a", "to": "b", "when": "1 +"}]), "parse"),
-    ("task without target", definition(nodes=[{"id": "a", "kind": "task"}], edges=[]),
-     "needs target_id"),
-    ("pass with target", definition(nodes=[{"id": "a", "kind": "pass", "target_id": "x"}],
-                                    edges=[]), "no target"),
-    ("n without n", definition(nodes=[{"id": "a", "kind": "pass", "join": {"mode": "n"}}],
-                               edges=[]), "join.n"),
-    ("otherwise with when", definition(edges=[{"from": "a", "to": "b", "otherwise": True,
-                                               "when": "output.x"}]), "otherwise"),
+    (
+        "task without target",
+        definition(nodes=[{"id": "a", "kind": "task"}], edges=[]),
+        "needs target_id",
+    ),
+    (
+        "pass with target",
+        definition(nodes=[{"id": "a", "kind": "pass", "target_id": "x"}], edges=[]),
+        "no target",
+    ),
+    (
+        "n without n",
+        definition(nodes=[{"id": "a", "kind": "pass", "join": {"mode": "n"}}], edges=[]),
+        "join.n",
+    ),
+    (
+        "otherwise with when",
+        definition(edges=[{"from": "a", "to": "b", "otherwise": True, "when": "output.x"}]),
+        "otherwise",
+    ),
     ("unknown field", definition(colour="red"), "Extra inputs"),
     ("bad node id", definition(nodes=[{"id": "a.b", "kind": "pass"}], edges=[]), "pattern"),
 ]
@@ -60,8 +80,11 @@ def test_invalid_definitions_are_rejected(case: str, body: dict[str, Any], messa
 
 
 def test_definition_round_trips_through_json_with_aliases() -> None:
-    wf = WorkflowDef.model_validate(definition(
-        edges=[{"from": "a", "to": "b", "when": "not output.x >= 2", "foreach": "output.items"}]))
+    wf = WorkflowDef.model_validate(
+        definition(
+            edges=[{"from": "a", "to": "b", "when": "not output.x >= 2", "foreach": "output.items"}]
+        )
+    )
     again = WorkflowDef.model_validate_json(wf.model_dump_json(by_alias=True))
     assert again == wf
     assert isinstance(again.edges[0].when, NotOf)
@@ -85,9 +108,16 @@ def test_resolve_ref(path: str, expected: Any) -> None:
 
 
 def test_mapping_templates_keep_types_only_when_whole() -> None:
-    wf = WorkflowDef.model_validate(definition(output_mapping={
-        "list": "{{input.a.b}}", "text": "n={{input.a.b.0}} {{input.a}}", "lit": {"const": [1]},
-        "ref": "input.s"}))
+    wf = WorkflowDef.model_validate(
+        definition(
+            output_mapping={
+                "list": "{{input.a.b}}",
+                "text": "n={{input.a.b.0}} {{input.a}}",
+                "lit": {"const": [1]},
+                "ref": "input.s",
+            }
+        )
+    )
     assert wf.output_mapping is not None
     assert apply_mapping(wf.output_mapping, SCOPE) == {
         "list": [10, 20, {"c": "deep"}],
@@ -107,7 +137,7 @@ CONDITIONS: list[tuple[Any, bool]] = [
     ("input.s in ['x', 'y']", True),
     ("input.s in 'xyz'", True),  # substring
     ('input.s in ["x", "y"]', True),
-    ("input.s not in [\"y\"]", True),
+    ('input.s not in ["y"]', True),
     ("input.missing", False),
     ("not input.missing", True),
     ({"ref": "input.missing", "op": "exists"}, False),
@@ -124,15 +154,22 @@ def test_conditions(condition: Any, expected: bool) -> None:
 
 
 def test_closing_join_skips_nested_fan_outs() -> None:
-    wf = WorkflowDef.model_validate({
-        "id": "nested",
-        "nodes": [{"id": n, "kind": "pass"} for n in ("o", "i", "leaf")]
-        + [{"id": "ji", "kind": "pass", "join": {"mode": "all"}},
-           {"id": "jo", "kind": "pass", "join": {"mode": "all"}}],
-        "edges": [{"from": "o", "to": "i", "foreach": "output.xs"},
-                  {"from": "i", "to": "leaf", "foreach": "output.ys"},
-                  {"from": "leaf", "to": "ji"}, {"from": "ji", "to": "jo"}],
-    })
+    wf = WorkflowDef.model_validate(
+        {
+            "id": "nested",
+            "nodes": [{"id": n, "kind": "pass"} for n in ("o", "i", "leaf")]
+            + [
+                {"id": "ji", "kind": "pass", "join": {"mode": "all"}},
+                {"id": "jo", "kind": "pass", "join": {"mode": "all"}},
+            ],
+            "edges": [
+                {"from": "o", "to": "i", "foreach": "output.xs"},
+                {"from": "i", "to": "leaf", "foreach": "output.ys"},
+                {"from": "leaf", "to": "ji"},
+                {"from": "ji", "to": "jo"},
+            ],
+        }
+    )
     graph = WorkflowGraph(wf)
     assert graph.closing_join("i") == "jo"
     assert graph.closing_join("leaf") == "ji"

@@ -130,13 +130,18 @@ def test_start_creates_and_dispatches_the_start_token() -> None:
     dispatch = sim.decisions[2]
     assert isinstance(dispatch, DispatchTask)
     assert (dispatch.token_id, dispatch.task_id, dispatch.input, dispatch.attempt) == (
-        "t1", "a", {"n": 1}, 1)
+        "t1",
+        "a",
+        {"n": 1},
+        1,
+    )
     assert sim.state.tokens["t1"].state is TokenState.WAITING_FOR_TASK
 
 
 def test_linear_chain_passes_outputs_along() -> None:
-    chain = workflow([task("a"), task("b"), task("c")],
-                     [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}])
+    chain = workflow(
+        [task("a"), task("b"), task("c")], [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}]
+    )
     sim = Sim.start(chain, {"n": 0}).run(add_one)
     assert sim.state.status is RunStatus.COMPLETED
     assert sim.state.output == {"n": 3}
@@ -147,10 +152,19 @@ def test_linear_chain_passes_outputs_along() -> None:
 def test_mappings_references_templates_and_constants() -> None:
     definition = workflow(
         [
-            task("a", input_mapping={"topic": "input.topic", "k": {"const": 3}},
-                 output_mapping={"words": "output.words", "echo": "output.topic"}),
-            task("b", input_mapping={"prompt": "About {{input.topic}}: {{nodes.a.words}}",
-                                     "first": "nodes.a.words.0", "prev": "previous.echo"}),
+            task(
+                "a",
+                input_mapping={"topic": "input.topic", "k": {"const": 3}},
+                output_mapping={"words": "output.words", "echo": "output.topic"},
+            ),
+            task(
+                "b",
+                input_mapping={
+                    "prompt": "About {{input.topic}}: {{nodes.a.words}}",
+                    "first": "nodes.a.words.0",
+                    "prev": "previous.echo",
+                },
+            ),
         ],
         [{"from": "a", "to": "b"}],
         output_mapping={"answer": "nodes.b.text", "topic": "input.topic", "a": "nodes.a"},
@@ -176,7 +190,7 @@ ROUTER_EDGES: list[tuple[str, dict[str, Any], str]] = [
     ("json gt", {"when": {"ref": "output.score", "op": "gt", "value": 0.5}}, "hi"),
     ("shorthand >=", {"when": "output.score >= 0.9"}, "hi"),
     ("shorthand string", {"when": "output.label == 'good'"}, "hi"),
-    ("shorthand in", {"when": "output.label in [\"good\", \"fine\"]"}, "hi"),
+    ("shorthand in", {"when": 'output.label in ["good", "fine"]'}, "hi"),
     ("all", {"when": {"all": ["output.score > 0.5", "output.label == 'good'"]}}, "hi"),
     ("any", {"when": {"any": ["output.score > 2", "output.label == 'bad'"]}}, "lo"),
     ("not", {"when": {"not": "output.score < 0.5"}}, "hi"),
@@ -189,8 +203,9 @@ ROUTER_EDGES: list[tuple[str, dict[str, Any], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("case", "edge", "expected"), ROUTER_EDGES,
-                         ids=[c[0] for c in ROUTER_EDGES])
+@pytest.mark.parametrize(
+    ("case", "edge", "expected"), ROUTER_EDGES, ids=[c[0] for c in ROUTER_EDGES]
+)
 def test_condition_routes(case: str, edge: dict[str, Any], expected: str) -> None:
     definition = workflow(
         [task("a"), task("hi"), task("lo")],
@@ -198,13 +213,15 @@ def test_condition_routes(case: str, edge: dict[str, Any], expected: str) -> Non
     )
     result = {"score": 0.9, "label": "good", "ok": True, "tags": ["x"], "none": []}
     sim = Sim.start(definition, {"bar": 0.3}).run(
-        lambda d: result if d.task_id == "a" else {"at": d.task_id})
+        lambda d: result if d.task_id == "a" else {"at": d.task_id}
+    )
     assert sim.state.output == {"at": expected}
 
 
 def test_several_matching_edges_run_in_parallel() -> None:
-    definition = workflow([task("a"), task("b"), task("c")],
-                          [{"from": "a", "to": "b"}, {"from": "a", "to": "c"}])
+    definition = workflow(
+        [task("a"), task("b"), task("c")], [{"from": "a", "to": "b"}, {"from": "a", "to": "c"}]
+    )
     sim = Sim.start(definition)
     decisions = sim.reply(sim.pending.popleft(), {"x": 1})
     assert sorted(d.task_id for d in of(DispatchTask, decisions)) == ["b", "c"]
@@ -244,10 +261,17 @@ def fan(join: dict[str, Any], *, width_ref: str = "output.items", **work: Any) -
     return workflow(
         [
             task("plan"),
-            task("work", input_mapping={"q": "item", "i": "index", "topic": "nodes.plan.topic"},
-                 **work),
-            {"id": "merge", "kind": "pass", "join": join,
-             "input_mapping": {"results": "branches", "topic": "nodes.plan.topic"}},
+            task(
+                "work",
+                input_mapping={"q": "item", "i": "index", "topic": "nodes.plan.topic"},
+                **work,
+            ),
+            {
+                "id": "merge",
+                "kind": "pass",
+                "join": join,
+                "input_mapping": {"results": "branches", "topic": "nodes.plan.topic"},
+            },
         ],
         [{"from": "plan", "to": "work", "foreach": width_ref}, {"from": "work", "to": "merge"}],
     )
@@ -284,10 +308,12 @@ FAN_IN_CASES: list[tuple[str, dict[str, Any], bool, int, int]] = [
 ]
 
 
-@pytest.mark.parametrize(("case", "join", "lifo", "joined", "cancelled"), FAN_IN_CASES,
-                         ids=[c[0] for c in FAN_IN_CASES])
-def test_fan_out_20_fan_in(case: str, join: dict[str, Any], lifo: bool, joined: int,
-                           cancelled: int) -> None:
+@pytest.mark.parametrize(
+    ("case", "join", "lifo", "joined", "cancelled"), FAN_IN_CASES, ids=[c[0] for c in FAN_IN_CASES]
+)
+def test_fan_out_20_fan_in(
+    case: str, join: dict[str, Any], lifo: bool, joined: int, cancelled: int
+) -> None:
     sim = Sim.start(fan(join))
     sim.reply(sim.pending.popleft(), planner_of(20)(_plan_dispatch()))
     sim.run(planner_of(20), lifo=lifo)
@@ -332,8 +358,12 @@ def test_nested_fan_out_joins_innermost_first() -> None:
             task("outer"),
             task("inner"),
             task("leaf", input_mapping={"x": "item", "parent": "nodes.inner.name"}),
-            {"id": "join_inner", "kind": "pass", "join": {"mode": "all"},
-             "input_mapping": {"of": "nodes.inner.name", "xs": "branches"}},
+            {
+                "id": "join_inner",
+                "kind": "pass",
+                "join": {"mode": "all"},
+                "input_mapping": {"of": "nodes.inner.name", "xs": "branches"},
+            },
             {"id": "join_outer", "kind": "pass", "join": {"mode": "all"}},
         ],
         [
@@ -352,16 +382,20 @@ def test_nested_fan_out_joins_innermost_first() -> None:
         return {"v": f"{d.input['parent']}{d.input['x']}"}
 
     sim = Sim.start(definition).run(worker, lifo=True)
-    assert sim.state.output == {"branches": [
-        {"of": name, "xs": [{"v": f"{name}1"}, {"v": f"{name}2"}]} for name in "abc"
-    ]}
+    assert sim.state.output == {
+        "branches": [{"of": name, "xs": [{"v": f"{name}1"}, {"v": f"{name}2"}]} for name in "abc"]
+    }
 
 
 def test_join_of_a_static_split() -> None:
     definition = workflow(
         [task("a"), task("b"), task("c"), {"id": "j", "kind": "pass", "join": {"mode": "all"}}],
-        [{"from": "a", "to": "b"}, {"from": "a", "to": "c"},
-         {"from": "b", "to": "j"}, {"from": "c", "to": "j"}],
+        [
+            {"from": "a", "to": "b"},
+            {"from": "a", "to": "c"},
+            {"from": "b", "to": "j"},
+            {"from": "c", "to": "j"},
+        ],
     )
     sim = Sim.start(definition).run(lambda d: {"at": d.task_id}, lifo=True)
     assert sim.state.output == {"branches": [{"at": "b"}, {"at": "c"}]}
@@ -394,10 +428,14 @@ RETRY_CASES: list[tuple[str, int, list[Outcome], RunStatus, list[int]]] = [
 ]
 
 
-@pytest.mark.parametrize(("case", "attempts", "outcomes", "status", "delays"), RETRY_CASES,
-                         ids=[c[0] for c in RETRY_CASES])
-def test_retries(case: str, attempts: int, outcomes: list[Outcome], status: RunStatus,
-                 delays: list[int]) -> None:
+@pytest.mark.parametrize(
+    ("case", "attempts", "outcomes", "status", "delays"),
+    RETRY_CASES,
+    ids=[c[0] for c in RETRY_CASES],
+)
+def test_retries(
+    case: str, attempts: int, outcomes: list[Outcome], status: RunStatus, delays: list[int]
+) -> None:
     definition = workflow([task("a", retry={"max_attempts": attempts, "backoff_ms": 100})])
     sim = Sim.start(definition)
     replies = iter(outcomes)
@@ -437,8 +475,16 @@ def test_cancel_cancels_live_tokens() -> None:
 
 def test_subworkflow_node_waits_then_continues() -> None:
     definition = workflow(
-        [{"id": "sub", "kind": "subworkflow", "target_id": "child", "target_version": 2,
-          "input_mapping": {"x": "input.x"}}, task("after")],
+        [
+            {
+                "id": "sub",
+                "kind": "subworkflow",
+                "target_id": "child",
+                "target_version": 2,
+                "input_mapping": {"x": "input.x"},
+            },
+            task("after"),
+        ],
         [{"from": "sub", "to": "after"}],
     )
     sim = Sim.start(definition, {"x": 7})
@@ -465,19 +511,31 @@ AGENT_CASES: list[tuple[str, dict[str, Any], tuple[str | None, str | None] | Non
 ]
 
 
-@pytest.mark.parametrize(("case", "target", "expected"), AGENT_CASES,
-                         ids=[c[0] for c in AGENT_CASES])
-def test_agent_node(case: str, target: dict[str, Any],
-                    expected: tuple[str | None, str | None] | None) -> None:
-    definition = workflow([{"id": "ask", "kind": "agent", "mode": "delegate",
-                            "input_mapping": {"message": "input.q"}, **target}])
+@pytest.mark.parametrize(
+    ("case", "target", "expected"), AGENT_CASES, ids=[c[0] for c in AGENT_CASES]
+)
+def test_agent_node(
+    case: str, target: dict[str, Any], expected: tuple[str | None, str | None] | None
+) -> None:
+    definition = workflow(
+        [
+            {
+                "id": "ask",
+                "kind": "agent",
+                "mode": "delegate",
+                "input_mapping": {"message": "input.q"},
+                **target,
+            }
+        ]
+    )
     sim = Sim.start(definition, {"q": "why?", "conversation": "conv9"})
     calls = of(CallAgent, sim.decisions)
     if expected is None:
         assert not calls and sim.state.status is RunStatus.FAILED
         return
     assert [(c.agent_id, c.conversation_id, c.input, c.mode) for c in calls] == [
-        (*expected, {"message": "why?"}, "delegate")]
+        (*expected, {"message": "why?"}, "delegate")
+    ]
     assert sim.state.tokens["t1"].state is TokenState.WAITING_FOR_AGENT
     sim.run(lambda _d: {"reply": "because"})
     assert of(CompleteRun, sim.decisions)[0].output == {"reply": "because"}
