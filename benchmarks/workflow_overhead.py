@@ -15,6 +15,7 @@ between the two sides is the coordinator. Figures:
 - ``planning_and_store_per_node_ms``: the coordinator's own work per chain node measured in this
   process without Ray (plan + apply + one store transaction), the part Wonder adds on top of
   Ray's task round trip.
+- Between measurements the run waits for the coordinator reserve to refill (``_quiesce``).
 - ``coordinator_start_ms``: ``start_workflow_run`` until the start tokens are dispatched, beside
   ``bare_actor_start_ms``: creating a trivial named detached actor and calling it once (the floor
   any actor-per-run design pays).
@@ -202,6 +203,26 @@ async def _bare_actor_start() -> float:
     return elapsed
 
 
+async def _quiesce() -> None:
+    """Wait until the coordinator reserve has replaced what the last run took.
+
+    Starting a replacement coordinator is a process start (a CPU-second or so on 2 cores); left
+    running, it would land on whichever side is measured next.
+    """
+    from cluster import workflows
+
+    if workflows.reserve_size() == 0:
+        await asyncio.sleep(0.5)
+        return
+    reserve = workflows.coordinator_reserve(_env())
+    for _ in range(600):
+        stats = await reserve.wake.remote()
+        if stats["ready"] >= stats["size"] and stats["starting"] == 0:
+            break
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(0.5)  # the finished run's coordinator exits
+
+
 def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith("WONDER_")}
 
@@ -221,7 +242,9 @@ async def main_async(args: argparse.Namespace, store: Any) -> dict[str, Any]:
 
     chain_plain, chain_wf = [], []
     for rep in range(args.reps):
+        await _quiesce()
         chain_plain.append(await _plain_chain(task_json, args.chain))
+        await _quiesce()
         chain_wf.append(await _workflow("bench-chain", {}))
         progress(
             f"chain of {args.chain} rep {rep + 1}: plain {chain_plain[-1]:.3f}s, "
@@ -245,7 +268,9 @@ async def main_async(args: argparse.Namespace, store: Any) -> dict[str, Any]:
 
     fan_plain, fan_wf = [], []
     for rep in range(args.reps):
+        await _quiesce()
         fan_plain.append(await _plain_fanout(task_json, args.fanout))
+        await _quiesce()
         fan_wf.append(await _workflow("bench-fanout", items))
         progress(
             f"fan-out {args.fanout} rep {rep + 1}: plain {fan_plain[-1]:.3f}s, "

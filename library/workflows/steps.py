@@ -65,10 +65,15 @@ def collect_findings(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def pick_verdict(data: dict[str, Any]) -> dict[str, Any]:
-    """``{checks: [{answer}]}`` → whether every check answered ``yes`` (chain of verification)."""
-    checks = [str((c or {}).get("answer", "")).strip().lower() for c in data.get("checks") or []]
-    passed = bool(checks) and all(c.startswith("yes") for c in checks)
-    return {"verified": passed, "checks": len(checks)}
+    """``{checks: [{check, answer}]}`` → verified when every answer starts with ``yes``."""
+    checks = [c for c in data.get("checks") or [] if isinstance(c, dict)]
+    answers = [str(c.get("answer", "")).strip().lower() for c in checks]
+    report = "\n".join(f"- {c.get('check', '?')}: {c.get('answer', '')}" for c in checks)
+    return {
+        "verified": bool(answers) and all(a.startswith("yes") for a in answers),
+        "count": len(checks),
+        "report": report,
+    }
 
 
 MAX_PAUSE_S = 30.0

@@ -178,3 +178,15 @@ def test_closing_join_skips_nested_fan_outs() -> None:
 @pytest.mark.parametrize("path", sorted(LIBRARY.glob("*.yaml")), ids=lambda p: p.name)
 def test_library_workflows_validate(path: Path) -> None:
     WorkflowDef.model_validate(yaml.safe_load(path.read_text()))
+
+
+def test_library_workflow_targets_exist_in_the_library() -> None:
+    tasks = {p.stem for p in (LIBRARY.parent / "tasks").glob("*.yaml")}
+    workflows = {p.stem for p in LIBRARY.glob("*.yaml")}
+    for path in LIBRARY.glob("*.yaml"):
+        wf = WorkflowDef.model_validate(yaml.safe_load(path.read_text()))
+        assert wf.id == path.stem
+        for node in wf.nodes:
+            known = {"task": tasks, "subworkflow": workflows}.get(node.kind)
+            if known is not None:
+                assert node.target_id in known, f"{path.name}: {node.id} -> {node.target_id}"
