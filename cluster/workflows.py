@@ -94,22 +94,24 @@ def coordinator_reserve(settings_env: dict[str, str]) -> Any:
     )
 
 
-async def _reserved_run_id(settings_env: dict[str, str]) -> str | None:
+def wake_reserve(settings_env: dict[str, str]) -> None:
+    """Make sure this process has the reserve's handle (or is fetching it); never blocks."""
+    if reserve_size() == 0 or "waking" in _reserve:
+        return
+    _reserve["waking"] = coordinator_reserve(settings_env)
+    ref = _reserve["waking"].wake.remote()
+    ref.future().add_done_callback(lambda _f: _reserve.setdefault("ready", _reserve["waking"]))
+
+
+async def reserved_run_id(settings_env: dict[str, str]) -> str | None:
     """A run id whose coordinator is already up, when the reserve has one.
 
     The first call in a process only wakes the reserve (creating it can take seconds) and starts
     this run cold; later calls ask it, a ~1 ms actor call.
     """
-    if reserve_size() == 0:
-        return None
     handle = _reserve.get("ready")
     if handle is None:
-        if "waking" not in _reserve:
-            _reserve["waking"] = coordinator_reserve(settings_env)
-            ref = _reserve["waking"].wake.remote()
-            ref.future().add_done_callback(
-                lambda _f: _reserve.setdefault("ready", _reserve["waking"])
-            )
+        wake_reserve(settings_env)
         return None
     try:
         run_id: str | None = await handle.take.remote(settings_env)
@@ -181,7 +183,7 @@ async def start_workflow_run(
         raise PermissionDenied(f"subworkflows nest at most {MAX_SUBWORKFLOW_DEPTH} deep")
     env = _env(settings_env)
     if run_id is None:
-        run_id = await _reserved_run_id(env) or new_id("run")
+        run_id = await reserved_run_id(env) or new_id("run")
     run = WorkflowRun(
         id=run_id,
         workflow_id=definition.id,

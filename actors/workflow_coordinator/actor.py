@@ -104,6 +104,10 @@ class WorkflowCoordinator:
     async def start(self) -> JsonObject:
         """Start the run (idempotent): the start tokens are dispatched when this returns."""
         if self.run.status is RunStatus.PENDING:
+            if any(node.kind == "subworkflow" for node in self.state.workflow.nodes):
+                from cluster.workflows import wake_reserve
+
+                wake_reserve(self.settings_env)  # children can then start on ready coordinators
             self._handle([RunStarted(utc_now())])
         return {"run_id": self.run_id, "status": self.run.status.value}
 
@@ -162,9 +166,6 @@ class WorkflowCoordinator:
             decisions.extend(planned)
         if not decisions:
             return
-        for decision in decisions:
-            if isinstance(decision, StartSubworkflow):  # the child's id is part of the intent
-                self._child_runs[decision.token_id] = new_id("run")
         self._persist(decisions)
         for decision in decisions:
             self._perform(decision)
@@ -344,11 +345,15 @@ class WorkflowCoordinator:
         )
 
     async def _subworkflow(self, decision: StartSubworkflow) -> WorkflowEvent:
-        from cluster.workflows import start_workflow_run, wait_for_run
+        from cluster.workflows import reserved_run_id, start_workflow_run, wait_for_run
 
         token_id = decision.token_id
-        child_id = self._child_runs[token_id]
         try:
+            # The child's id is intent: recorded on the token before the child exists. A reserved
+            # id comes with its coordinator already running.
+            child_id = await reserved_run_id(self.settings_env) or new_id("run")
+            self._child_runs[token_id] = child_id
+            self.runs.record(None, [], [self._record(token_id)])
             await start_workflow_run(
                 decision.workflow_id,
                 decision.input,
