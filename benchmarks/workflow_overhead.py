@@ -16,6 +16,8 @@ between the two sides is the coordinator. Figures:
   process without Ray (plan + apply + one store transaction), the part Wonder adds on top of
   Ray's task round trip.
 - Between measurements the run waits for the coordinator reserve to refill (``_quiesce``).
+- ``fanout_ratio_vs_plain_ray_from_actor``: the same against the 100 calls launched from a warm
+  plain async actor (the coordinator's vantage point: a driver awaiting 100 refs was slower here).
 - ``coordinator_start_ms``: ``start_workflow_run`` until the start tokens are dispatched, beside
   ``bare_actor_start_ms``: creating a trivial named detached actor and calling it once (the floor
   any actor-per-run design pays).
@@ -179,6 +181,21 @@ async def _workflow(workflow_id: str, run_input: dict[str, Any]) -> dict[str, fl
     }
 
 
+class _Launcher:
+    """Plain Ray from inside an async actor: the coordinator's vantage point, without it."""
+
+    async def fanout(self, task_json: str, n: int, settings_env: dict[str, str]) -> float:
+        from actors.actions import ActionContext
+        from actors.executor import execute_task
+
+        ctx = ActionContext(settings_env=settings_env)
+        t0 = time.perf_counter()
+        refs = [execute_task.remote(task_json, {"item": i}, ctx) for i in range(n)]
+        results = await asyncio.gather(*refs)
+        assert all(r["success"] for r in results)
+        return time.perf_counter() - t0
+
+
 class _Bare:
     async def ping(self) -> int:
         return 1
@@ -266,14 +283,21 @@ async def main_async(args: argparse.Namespace, store: Any) -> dict[str, Any]:
     }
     progress(f"chain: {chain}")
 
-    fan_plain, fan_wf = [], []
+    import ray
+
+    launcher = ray.remote(_Launcher).options(num_cpus=0).remote()
+    await launcher.fanout.remote(task_json, args.fanout, _env())
+    fan_plain, fan_wf, fan_actor = [], [], []
     for rep in range(args.reps):
+        await _quiesce()
+        fan_actor.append(await launcher.fanout.remote(task_json, args.fanout, _env()))
         await _quiesce()
         fan_plain.append(await _plain_fanout(task_json, args.fanout))
         await _quiesce()
         fan_wf.append(await _workflow("bench-fanout", items))
         progress(
-            f"fan-out {args.fanout} rep {rep + 1}: plain {fan_plain[-1]:.3f}s, "
+            f"fan-out {args.fanout} rep {rep + 1}: plain {fan_plain[-1]:.3f}s "
+            f"(from an actor {fan_actor[-1]:.3f}s), "
             f"workflow e2e {fan_wf[-1]['e2e']:.3f}s "
             f"(inside {fan_wf[-1]['inside']:.3f}s, start {fan_wf[-1]['start']:.3f}s)"
         )
@@ -286,9 +310,12 @@ async def main_async(args: argparse.Namespace, store: Any) -> dict[str, Any]:
         "workflow_inside_s": round(_median([r["inside"] for r in fan_wf]), 4),
         "coordinator_start_ms": round(_median([r["start"] for r in fan_wf]) * 1000, 1),
         "bare_actor_start_ms": round(_median(bare) * 1000, 1),
+        "plain_from_actor_s": round(_median(fan_actor), 4),
     }
     fanout["ratio_e2e"] = round(fanout["workflow_e2e_s"] / plain_fan, 3)
     fanout["ratio_inside"] = round(fanout["workflow_inside_s"] / plain_fan, 3)
+    fanout["ratio_e2e_vs_actor"] = round(fanout["workflow_e2e_s"] / _median(fan_actor), 3)
+    ray.kill(launcher)
     progress(f"fan-out: {fanout}")
     return {
         "node_overhead_ms": chain["node_overhead_ms"],
@@ -296,6 +323,7 @@ async def main_async(args: argparse.Namespace, store: Any) -> dict[str, Any]:
         "planning_and_store_per_node_ms": chain["planning_and_store_per_node_ms"],
         "fanout_ratio_vs_plain_ray": fanout["ratio_e2e"],
         "fanout_ratio_in_coordinator": fanout["ratio_inside"],
+        "fanout_ratio_vs_plain_ray_from_actor": fanout["ratio_e2e_vs_actor"],
         "coordinator_start_ms": fanout["coordinator_start_ms"],
         "bare_actor_start_ms": fanout["bare_actor_start_ms"],
         "chain": chain,
