@@ -36,20 +36,34 @@ from ray import serve
 from ray.serve import Application
 
 from cluster.config import Settings
+from serving.llm_client import (
+    DEFAULT_MODEL_ALIAS,
+    LLM_APP_NAME,
+    LLM_DEPLOYMENT_NAME,
+    LLM_ROUTE_PREFIX,
+)
 
 logger = logging.getLogger(__name__)
 
-LLM_APP_NAME = "llm"
-LLM_ROUTE_PREFIX = "/llm"
-LLM_DEPLOYMENT_NAME = "LLMServer"
-DEFAULT_MODEL_ALIAS = "default"
-"""Every deployment also answers to this name, so a profile need not know which model is served."""
 BUNDLED_MODEL_NAME = "SmolLM2-135M-Instruct"
 TOOL_CALL_PARSER = "hermes"
 """Needed for vLLM to accept ``tools`` at all; named/required tool choice is grammar-constrained and
 works with any parser, and ``auto`` only works for models trained on this format."""
 
 JsonObject = dict[str, Any]
+
+__all__ = [
+    "DEFAULT_MODEL_ALIAS",
+    "LLM_APP_NAME",
+    "LLM_DEPLOYMENT_NAME",
+    "LLM_ROUTE_PREFIX",
+    "EngineSpec",
+    "LLMServer",
+    "LocalEngine",
+    "build_llm_app",
+    "deploy_llm",
+    "engine_spec",
+]
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,16 @@ from core.errors import RetryableError, Timeout, Unavailable, WonderError
 from core.llm.constrained import stream_chat
 from core.llm.openai_http import StreamTranslator
 from core.llm.protocol import ChatChunk, ChatRequest
-from serving.llm import LLM_APP_NAME, LLM_DEPLOYMENT_NAME
 
 JsonObject = dict[str, Any]
+
+# Where the deployment lives (serving.llm re-exports these). Kept here so that an actor calling
+# the model imports neither FastAPI nor vLLM: only ``ray.serve``, when it first needs a handle.
+LLM_APP_NAME = "llm"
+LLM_ROUTE_PREFIX = "/llm"
+LLM_DEPLOYMENT_NAME = "LLMServer"
+DEFAULT_MODEL_ALIAS = "default"
+"""Every deployment also answers to this name, so a profile need not know which model is served."""
 
 
 @lru_cache(maxsize=4)
@@ -29,6 +36,12 @@ def _handle(app_name: str, deployment_name: str) -> Any:
     from ray import serve
 
     return serve.get_deployment_handle(deployment_name, app_name=app_name).options(stream=True)
+
+
+def prewarm(app_name: str = LLM_APP_NAME, deployment_name: str = LLM_DEPLOYMENT_NAME) -> None:
+    """Import Serve and resolve the handle ahead of the first model call (a process's first call
+    otherwise pays ≈ 0.5 s of imports on CPU). Safe to call from a background thread."""
+    _handle(app_name, deployment_name)
 
 
 @dataclass
