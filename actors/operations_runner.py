@@ -1,5 +1,6 @@
 """The async operations runner: runs async tool calls so that they outlive their conversation actor.
 
+The factory that makes it a named detached actor is ``cluster.actors.operations_runner``.
 A Conversation records an operation (``pending``) before handing it here, acknowledges the call to
 its model at once, and may then be evicted or crash. This named detached actor
 (``async-operations``) runs the operation on its target (task, workflow or agent, with the tool's
@@ -14,9 +15,6 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
-
-import ray
 
 from actors.conversation.domain import DispatchTool
 from actors.conversation.tool_dispatch import ToolDispatcher
@@ -31,7 +29,6 @@ from core.store import Store
 log = logging.getLogger("wonder.operations")
 
 RUNNER_NAME = "async-operations"
-NAMESPACE = "wonder"
 DELIVERY_ATTEMPTS = 10
 
 
@@ -47,7 +44,7 @@ class ConversationView:
 
 
 class AsyncOperationRunner:
-    """Plain Python; ``runner()`` applies ``ray.remote`` with its name and lifetime."""
+    """Plain Python; ``cluster.actors.operations_runner`` makes it the named detached actor."""
 
     def __init__(self) -> None:
         self._running: dict[str, asyncio.Task[None]] = {}
@@ -137,32 +134,14 @@ async def deliver(conversation_id: str, op_id: str) -> None:
             await asyncio.sleep(min(0.2 * 2**attempt, 5.0))
 
 
-_runner: Any = None
-
-
-def runner() -> Any:
-    global _runner
-    if _runner is None:
-        _runner = (
-            ray.remote(AsyncOperationRunner)
-            .options(  # type: ignore[attr-defined]
-                name=RUNNER_NAME,
-                namespace=NAMESPACE,
-                lifetime="detached",
-                get_if_exists=True,
-                num_cpus=0,
-                max_restarts=-1,
-                max_concurrency=1000,
-            )
-            .remote()
-        )
-    return _runner
-
-
 async def start_operation(op_id: str, agent_id: str, settings_env: dict[str, str]) -> None:
-    await runner().start.remote(op_id, agent_id, settings_env)
+    from cluster.actors import operations_runner
+
+    await operations_runner().start.remote(op_id, agent_id, settings_env)
 
 
 async def running_operations() -> list[str]:
-    ops: list[str] = await runner().running.remote()
+    from cluster.actors import operations_runner
+
+    ops: list[str] = await operations_runner().running.remote()
     return ops

@@ -26,6 +26,7 @@ DIRECTORY_NAME = "conversation-directory"
 JsonObject = dict[str, Any]
 
 _directory: Any = None
+_runner: Any = None
 
 
 def wonder_env() -> dict[str, str]:
@@ -37,26 +38,60 @@ def conversation_actor_name(conversation_id: str) -> str:
     return f"conversation:{conversation_id}"
 
 
+def named_detached(cls: type, name: str, *args: Any, **options: Any) -> Any:
+    """Get or create the named detached actor ``name`` of ``cls`` in Wonder's namespace.
+
+    The one place that applies ``ray.remote`` to Wonder's plain actor classes: coordination
+    actors take no CPU (they wait on others), restart after a crash (their state is in the store),
+    and serve many calls at once (they are async).
+    """
+    defaults: dict[str, Any] = {
+        "namespace": NAMESPACE,
+        "lifetime": "detached",
+        "get_if_exists": True,
+        "num_cpus": 0,
+        "max_restarts": -1,
+        "max_concurrency": 1000,
+    }
+    remote_cls = ray.remote(cls)
+    return remote_cls.options(name=name, **{**defaults, **options}).remote(*args)  # type: ignore[attr-defined]
+
+
 def create_conversation_actor(conversation_id: str, settings_env: dict[str, str]) -> Any:
     """Get or create the named detached Conversation actor (used by the directory only)."""
-    remote_cls = ray.remote(ConversationActor)
-    return remote_cls.options(  # type: ignore[attr-defined]
-        name=conversation_actor_name(conversation_id),
-        namespace=NAMESPACE,
-        lifetime="detached",
-        get_if_exists=True,
-        num_cpus=0,
-        max_restarts=-1,
+    return named_detached(
+        ConversationActor,
+        conversation_actor_name(conversation_id),
+        conversation_id,
+        settings_env,
         max_task_retries=0,
-        max_concurrency=1000,
-    ).remote(conversation_id, settings_env)
+    )
+
+
+@ray.remote(num_cpus=0)
+def _warm_worker() -> int:
+    """Import the Conversation's code in an idle worker process.
+
+    Ray hands an idle worker of the same job and runtime env to the next actor it creates, so a
+    re-activated conversation can skip process start-up and imports.
+    """
+    import actors.conversation.actor  # noqa: F401
+    import serving.models  # noqa: F401
+
+    return os.getpid()
+
+
+def _prewarm() -> None:
+    _warm_worker.remote()
 
 
 class _Directory(ConversationDirectory):
     def __init__(self, max_resident: int, settings_env: dict[str, str]) -> None:
         self.settings_env = dict(settings_env)
         super().__init__(
-            max_resident, lambda cid: create_conversation_actor(cid, self.settings_env)
+            max_resident,
+            lambda cid: create_conversation_actor(cid, self.settings_env),
+            prewarm=_prewarm,
         )
 
     def configure(  # type: ignore[override]
@@ -73,20 +108,20 @@ def directory() -> Any:
     global _directory
     if _directory is None:
         settings = Settings()
-        _directory = (
-            ray.remote(_Directory)
-            .options(  # type: ignore[attr-defined]
-                name=DIRECTORY_NAME,
-                namespace=NAMESPACE,
-                lifetime="detached",
-                get_if_exists=True,
-                num_cpus=0,
-                max_restarts=-1,
-                max_concurrency=1000,
-            )
-            .remote(settings.max_resident_conversations, wonder_env())
+        _directory = named_detached(
+            _Directory, DIRECTORY_NAME, settings.max_resident_conversations, wonder_env()
         )
     return _directory
+
+
+def operations_runner() -> Any:
+    """The async operations runner actor (get-or-create; cached per process)."""
+    global _runner
+    if _runner is None:
+        from actors.operations_runner import RUNNER_NAME, AsyncOperationRunner
+
+        _runner = named_detached(AsyncOperationRunner, RUNNER_NAME)
+    return _runner
 
 
 async def _call(conversation_id: str, method: str, *args: Any, **kwargs: Any) -> Any:
