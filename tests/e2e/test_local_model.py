@@ -14,6 +14,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from core.errors import InvalidInput
 from core.llm.protocol import (
     ChatChunk,
     ChatRequest,
@@ -89,6 +90,19 @@ def test_openai_errors_keep_the_openai_shape(llm_app: LlmApp) -> None:
     )
     assert response.status_code == 404
     assert "no-such-model" in response.json()["error"]["message"]
+    invalid = httpx.post(
+        f"{llm_app.base_url}/chat/completions",
+        json={"model": "default", "messages": "not a list"},
+        timeout=30,
+        trust_env=False,
+    )
+    assert invalid.status_code == 400 and invalid.json()["error"]["message"]
+
+
+async def test_handle_model_reports_rejected_requests_as_invalid_input(llm_app: LlmApp) -> None:
+    request = ChatRequest(messages=[{"role": "user", "content": "x"}], model="no-such-model")
+    with pytest.raises(InvalidInput, match="no-such-model"):
+        await collect(request)
 
 
 async def collect(request: ChatRequest) -> list[ChatChunk]:
