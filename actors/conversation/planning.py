@@ -30,7 +30,16 @@ from actors.conversation.domain import (
     ToolsReturned,
     TurnProgress,
 )
-from core.domain import Message, MessageRole, ModelProfile, Persona, Tool, ToolError, ToolResult
+from core.domain import (
+    Message,
+    MessageRole,
+    ModelProfile,
+    Persona,
+    Tool,
+    ToolError,
+    ToolResult,
+    resolved_tool_calling,
+)
 from core.errors import ErrorCode
 from core.llm.protocol import ChatRequest, ToolCallRequested, ToolSpec
 
@@ -81,7 +90,7 @@ def assemble_context(
         temperature=profile.temperature,
         max_tokens=profile.max_tokens,
         timeout_s=profile.timeout_s,
-        tool_calling=profile.tool_calling,
+        tool_calling=resolved_tool_calling(profile),
     )
 
 

@@ -140,6 +140,9 @@ class TurnRunner:
         agent_id = turn.agent_id or self.actor.conversation.agent_id
         if agent_id is None:
             raise NotFound("this conversation has no agent to answer")
+        return self.load_setup_for(agent_id)
+
+    def load_setup_for(self, agent_id: str) -> AgentSetup:
         agent = self.store.agents.get(agent_id)
         if agent.persona is not None:
             persona = agent.persona

@@ -68,7 +68,9 @@ def create_api(context: GatewayContext) -> FastAPI:
     return api
 
 
-@serve.deployment(name="gateway", ray_actor_options={"num_cpus": 0})
+# Every open WebSocket counts as an ongoing request: Serve's default of 5 would make the sixth
+# concurrent stream's handshake wait. The gateway only awaits actors, so it can hold many.
+@serve.deployment(name="gateway", ray_actor_options={"num_cpus": 0}, max_ongoing_requests=10_000)
 @serve.ingress()
 class Gateway:
     """One gateway replica: a store handle and access to the Conversation actors."""
