@@ -21,6 +21,7 @@ from core.errors import NonRetryableError, WonderError
 from core.ids import new_id
 
 NAMESPACE = "wonder"
+BACKPRESSURE_EVENTS = 16
 DIRECTORY_NAME = "conversation-directory"
 
 JsonObject = dict[str, Any]
@@ -233,7 +234,11 @@ async def stream_events(conversation_id: str, after_seq: int = 0) -> AsyncIterat
     replace = False
     for attempt in range(4):
         handle = await directory().activate.remote(conversation_id, replace)
-        generator = handle.events.options(num_returns="streaming").remote(last)
+        # Backpressure: the actor runs at most a few events ahead of this consumer, so a slow
+        # consumer's tokens wait in the actor's queue, where they are coalesced.
+        generator = handle.events.options(
+            num_returns="streaming", _generator_backpressure_num_objects=BACKPRESSURE_EVENTS
+        ).remote(last)
         try:
             async for ref in generator:
                 event: JsonObject = await ref

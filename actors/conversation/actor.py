@@ -53,6 +53,25 @@ MENTION = re.compile(r"(?<![\w@])@([A-Za-z0-9_.:-]+)")
 __all__ = ["AgentSetup", "ConversationActor", "Hibernating"]
 
 
+def coalesce_tokens(
+    item: JsonObject, queue: asyncio.Queue[JsonObject]
+) -> tuple[JsonObject, JsonObject | None]:
+    """Merge the token deltas already waiting behind ``item`` (same turn) into one event.
+
+    A subscriber that keeps up gets every token as it comes; one that falls behind (a slow
+    WebSocket, many streams on few cores) gets fewer, larger deltas instead of a growing backlog.
+    Returns the event to send and the first queued event that could not be merged, if any.
+    """
+    if item.get("type") != "token":
+        return item, None
+    while not queue.empty():
+        following = queue.get_nowait()
+        if following.get("type") != "token" or following.get("turn_id") != item.get("turn_id"):
+            return item, following
+        item = {**item, "delta": item["delta"] + following["delta"]}
+    return item, None
+
+
 class Hibernating(RetryableError):
     """The actor is being evicted; the caller re-activates the conversation and retries."""
 
@@ -425,8 +444,10 @@ class ConversationActor:
             for event in self.store.events.list(self.id, after_seq):
                 last = event.seq
                 yield event_dict(event)
+            held: JsonObject | None = None
             while True:
-                item = await queue.get()
+                item = held if held is not None else await queue.get()
+                item, held = coalesce_tokens(item, queue)
                 seq = item.get("seq")
                 if seq is not None:
                     if seq <= last:
