@@ -24,6 +24,10 @@ def _tune_sqlite(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+def _begin_sqlite(conn: Connection) -> None:
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.info.get("wonder_write") else "BEGIN")
+
+
 class Database:
     """One engine per process; ``begin()`` yields a connection inside a transaction."""
 
@@ -40,9 +44,10 @@ class Database:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
             engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
             event.listen(engine, "connect", _tune_sqlite)
-            # BEGIN IMMEDIATE takes the write lock up front, so two processes never deadlock
-            # upgrading a read transaction to a write one.
-            event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
+            # A write transaction starts with BEGIN IMMEDIATE: it takes the write lock up front, so
+            # two processes never deadlock upgrading a read transaction to a write one. Reads use
+            # a plain (deferred) BEGIN: under WAL they never wait for writers.
+            event.listen(engine, "begin", _begin_sqlite)
             event.listen(
                 engine,
                 "connect",
@@ -53,20 +58,28 @@ class Database:
 
     def migrate(self) -> None:
         """Create missing tables and record the schema version (idempotent, safe to race)."""
-        metadata.create_all(self.engine, checkfirst=True)
-        with self.begin() as conn:
+        with self.begin() as conn:  # one write transaction: concurrent starters serialise here
+            metadata.create_all(conn, checkfirst=True)
             row = conn.execute(select(schema_info.c.version)).first()
             if row is None:
                 conn.execute(insert(schema_info).values(id=1, version=SCHEMA_VERSION))
 
     @contextmanager
     def begin(self) -> Iterator[Connection]:
-        with self.engine.begin() as conn:
-            yield conn
+        """A write transaction (committed on exit, rolled back on error)."""
+        with self.engine.connect() as conn:
+            conn.info["wonder_write"] = True
+            try:
+                with conn.begin():
+                    yield conn
+            finally:
+                conn.info["wonder_write"] = False
 
     @contextmanager
     def connect(self) -> Iterator[Connection]:
+        """A connection for reads (its implicit transaction never takes the write lock)."""
         with self.engine.connect() as conn:
+            conn.info["wonder_write"] = False
             yield conn
 
     def dispose(self) -> None:
