@@ -10,7 +10,8 @@ what is measured is Wonder's own overhead. Figures:
 - ``turn_overhead_nohooks_p50_ms``: the same without hooks;
 - ``gateway_turn_overhead_p50/p99_ms``: the same through the gateway WebSocket (send a message
   frame → receive ``turn.completed``);
-- ``reactivation_p50/p99_ms``: message to an evicted conversation → acknowledged;
+- ``reactivation_p50/p99_ms``: message to an evicted conversation → acknowledged, beside
+  ``bare_actor_start_p50_ms``: a bare named detached actor created and called once (its floor);
 - scale run: N conversations messaged once each, ``max_resident_actors`` sampled from the Ray
   state API and the directory's peak, under ``--cap``.
 
@@ -62,6 +63,26 @@ def progress(message: str) -> None:
 class Pinger:
     async def ping(self) -> int:
         return 1
+
+
+async def _bare_actor_starts(n: int) -> list[float]:
+    """Baseline for re-activation: create a bare named detached actor and call it once."""
+    import ray
+
+    samples = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        handle = (
+            ray.remote(Pinger)
+            .options(  # type: ignore[attr-defined]
+                name=f"bench-bare-{i}-{time.time_ns()}", lifetime="detached", num_cpus=0
+            )
+            .remote()
+        )
+        await handle.ping.remote()
+        samples.append(time.perf_counter() - t0)
+        ray.kill(handle)
+    return samples
 
 
 def _setup_store(store: Any) -> dict[str, Any]:
@@ -287,6 +308,8 @@ async def main_async(args: argparse.Namespace, store: Any, port: int) -> dict[st
     results["gateway"] = _ms(await _gateway_turns(port, setup["key"], conv.id, args.turns))
     progress(f"turn via gateway WebSocket (hooks): {results['gateway']}")
 
+    results["bare_actor_start"] = _ms(await _bare_actor_starts(args.reactivations))
+    progress(f"bare detached actor create + first call (baseline): {results['bare_actor_start']}")
     results["reactivation"] = _ms(await _reactivation(store, setup, args.reactivations))
     progress(f"re-activation of an evicted conversation: {results['reactivation']}")
 
@@ -359,6 +382,7 @@ def main() -> None:
         "gateway_turn_overhead_p99_ms": results["gateway"]["p99"],
         "reactivation_p50_ms": results["reactivation"]["p50"],
         "reactivation_p99_ms": results["reactivation"]["p99"],
+        "bare_actor_start_p50_ms": results["bare_actor_start"]["p50"],
     }
     if "scale" in results:
         scale = results["scale"]

@@ -69,30 +69,12 @@ def create_conversation_actor(conversation_id: str, settings_env: dict[str, str]
     )
 
 
-@ray.remote(num_cpus=0)
-def _warm_worker() -> int:
-    """Import the Conversation's code in an idle worker process.
-
-    Ray hands an idle worker of the same job and runtime env to the next actor it creates, so a
-    re-activated conversation can skip process start-up and imports.
-    """
-    import actors.conversation.actor  # noqa: F401
-    import serving.models  # noqa: F401
-
-    return os.getpid()
-
-
-def _prewarm() -> None:
-    _warm_worker.remote()
-
-
 class _Directory(ConversationDirectory):
     def __init__(self, max_resident: int, settings_env: dict[str, str]) -> None:
         self.settings_env = dict(settings_env)
         super().__init__(
             max_resident,
             lambda cid: create_conversation_actor(cid, self.settings_env),
-            prewarm=_prewarm,
         )
 
     def configure(  # type: ignore[override]

@@ -33,11 +33,9 @@ class ConversationDirectory:
         self,
         max_resident: int,
         create: Callable[[str], Any],
-        prewarm: Callable[[], None] | None = None,
     ) -> None:
         self.max_resident = max_resident
         self._create = create
-        self._prewarm = prewarm
         self._resident: OrderedDict[str, Any] = OrderedDict()
         self._lock = asyncio.Lock()
         self.peak_resident = 0
@@ -57,9 +55,6 @@ class ConversationDirectory:
             self._resident.pop(conversation_id, None)
             await self._make_room(conversation_id)
             handle = self._create(conversation_id)
-            if self._prewarm is not None:
-                # The new actor took a worker process; ready another one for the next activation.
-                self._prewarm()
             self._resident[conversation_id] = handle
             self.peak_resident = max(self.peak_resident, len(self._resident))
             return handle
