@@ -113,6 +113,9 @@ def embedded_dataset(ops: MemoryOps, options: EmbedOptions, where: str | None) -
         columns=columns,
         filter=where,
         storage_options=ops.table.storage_options or None,
+        # Reading is I/O: it must not wait for CPUs the embedding actors hold (a pool sized to
+        # every CPU would otherwise starve its own input).
+        num_cpus=0,
     )
     return ds.map_batches(
         EmbedBatch,

@@ -257,7 +257,7 @@ class MemoryOps:
             return memory.content
         return self.objects.get(memory.content_ref).decode()
 
-    def list(
+    def recent(
         self, where: MemoryFilter, limit: int = 100, before_id: str | None = None
     ) -> list[Memory]:
         """Newest first (ids are ULIDs, so id order is creation order)."""
@@ -298,14 +298,14 @@ class MemoryOps:
         return int(self.table.table.count_rows(where.sql()))
 
     def vector_search(
-        self, where: MemoryFilter, vector: Sequence[float], limit: int, nprobes: int = 20
+        self, where: MemoryFilter, vector: Sequence[float], limit: int, nprobes: int | None = None
     ) -> list[Found]:
         """Nearest by cosine distance among the agent's memories (prefiltered, so never short)."""
         rows = (
             self.table.table.search(list(vector), vector_column_name="vector")
             .distance_type("cosine")
             .where(where.sql(), prefilter=True)
-            .nprobes(nprobes)
+            .nprobes(nprobes or self.table.nprobes())
             .refine_factor(2)
             .select([*DATA_COLUMNS, "_distance"])
             .limit(limit)

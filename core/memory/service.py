@@ -103,9 +103,9 @@ class MemoryService:
             if target is not None:
                 outcomes.append(await asyncio.to_thread(self._update, target, new, vector))
                 continue
-            memory = await asyncio.to_thread(self._new_memory, agent_id, new)
-            to_insert.append((memory, vector))
-            outcomes.append(WriteOutcome(memory=memory, action="created"))
+            created = await asyncio.to_thread(self._new_memory, agent_id, new)
+            to_insert.append((created, vector))
+            outcomes.append(WriteOutcome(memory=created, action="created"))
         await asyncio.to_thread(self.ops.insert, to_insert)
         return outcomes
 
@@ -131,7 +131,7 @@ class MemoryService:
         same_subject: list[Memory] = []
         if new.subject:
             where = MemoryFilter(agent_id, types=same_type, subject=new.subject)
-            same_subject = self.ops.list(where, limit=10)
+            same_subject = self.ops.recent(where, limit=10)
         nearest: tuple[Memory, float] | None = None
         if not same_subject:
             found = self.ops.vector_search(MemoryFilter(agent_id, types=same_type), vector, 1)
@@ -231,7 +231,7 @@ class MemoryService:
 
         return await asyncio.to_thread(load)
 
-    async def list(
+    async def recent(
         self,
         agent_id: str,
         *,
@@ -241,7 +241,7 @@ class MemoryService:
         include_consolidated: bool = False,
     ) -> list[Memory]:
         where = MemoryFilter(agent_id, tuple(types), include_consolidated)
-        return await asyncio.to_thread(self.ops.list, where, limit, before_id)
+        return await asyncio.to_thread(self.ops.recent, where, limit, before_id)
 
     async def delete(self, agent_id: str, memory_id: str) -> Memory:
         return await asyncio.to_thread(self.ops.delete, agent_id, memory_id)

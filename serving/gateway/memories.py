@@ -89,7 +89,7 @@ async def list_memories(
     after_cursor: Cursor = None,
 ) -> Page[Memory]:
     service = await owned_agent_memories(context, client_id, agent_id)
-    found = await service.list(
+    found = await service.recent(
         agent_id,
         types=types or (),
         limit=limit + 1,

@@ -130,3 +130,16 @@ def test_plan_fact_merges_keeps_the_newest_per_subject() -> None:
         mem("e1", "episode", subject="name"),
     ]
     assert plan_fact_merges(facts) == [("f2", ["f1", "f3"])]
+
+
+def test_pure_memory_modules_pull_in_no_infrastructure() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, core.memory.planning, core.memory.ranking, core.memory.context;"
+        "print(sorted(m for m in ('ray', 'lancedb', 'sqlalchemy', 'httpx', 'pyarrow', 's3fs')"
+        " if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

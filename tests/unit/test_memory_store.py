@@ -70,9 +70,9 @@ def test_write_read_list_delete_round_trip(service: MemoryService) -> None:
         pytest.approx(0.7),
     )
     assert memory.metadata == {"source": "t1"} and memory.embedding_model == "hashing"
-    assert [m.id for m in run(service.list("agent-a"))] == [second, first]
-    assert [m.id for m in run(service.list("agent-a", types=["fact"]))] == [first]
-    assert [m.id for m in run(service.list("agent-a", before_id=second))] == [first]
+    assert [m.id for m in run(service.recent("agent-a"))] == [second, first]
+    assert [m.id for m in run(service.recent("agent-a", types=["fact"]))] == [first]
+    assert [m.id for m in run(service.recent("agent-a", before_id=second))] == [first]
     run(service.delete("agent-a", first))
     with pytest.raises(NotFound):
         run(service.read("agent-a", first))
@@ -157,7 +157,7 @@ def test_a_fact_on_a_known_subject_updates_instead_of_duplicating(service: Memor
         )
     )
     assert outcomes[0].action == "updated" and outcomes[0].memory.id == first
-    facts = run(service.list("agent-a", types=["fact"]))
+    facts = run(service.recent("agent-a", types=["fact"]))
     assert [(m.id, m.content) for m in facts] == [(first, "The user lives in Berlin")]
     assert facts[0].metadata["history"][0]["content"] == "The user lives in Paris"
     hits = run(service.search("agent-a", SearchRequest("Berlin", mode=SearchMode.FTS)))
