@@ -189,7 +189,7 @@ def _alive_conversations() -> int:
     alive = list_actors(
         address=DASHBOARD["url"],
         filters=[("state", "=", "ALIVE")],
-        limit=100_000,
+        limit=10_000,
         raise_on_missing_output=False,
     )
     return sum(1 for a in alive if (a.name or "").startswith("conversation:"))
