@@ -175,3 +175,25 @@ def test_compact_job_builds_indexes_and_compacts_fragments(
     assert result["after"]["rows"] == 30
     hits = asyncio.run(service.search("agent-k", SearchRequest("small write 7", k=1)))
     assert hits[0].memory.content == "small write 7"
+
+
+def test_embed_job_output_writes_a_new_table_with_write_lance(
+    ray_cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from core.memory import MemoryTable
+    from jobs.embed import EmbedOptions, run_embed
+
+    where = Locations(str(tmp_path / "lance"), str(tmp_path / "objects"))
+    stand_in = open_memory_service(where, HashingEmbedder(384, name="stand-in"))
+    texts = ["Ship the release on Monday", "x" * 5000 + " a long design document"]
+    asyncio.run(stand_in.write("agent-o", [NewMemory(content=t) for t in texts]))
+    monkeypatch.setenv("WONDER_DATA_DIR", str(tmp_path))  # the job reads its settings from env
+    output = str(tmp_path / "lance-v2")
+    result = run_embed(EmbedOptions(actors=1, output=output))
+    assert result["written"] == 2
+
+    new = MemoryTable.open_existing(output)
+    rows = new.table.to_arrow().to_pylist()
+    assert sorted(r["content"][:20] for r in rows) == sorted(t[:20] for t in ["", texts[0]])
+    assert {r["embedding_model"] for r in rows} == {"all-MiniLM-L6-v2"}
+    assert all(len(r["vector"]) == 384 and r["agent_id"] == "agent-o" for r in rows)
