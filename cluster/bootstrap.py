@@ -168,6 +168,9 @@ def start_local_head(settings: Settings, report: Report) -> HeadInfo:
         "--include-dashboard", "true",
         "--dashboard-host", "127.0.0.1",
         "--dashboard-port", str(dashboard_port),
+        # Ray's default agent port (52365) is fixed: a second Ray on the machine (a test run
+        # beside `wonder up`) would lose its job agent to the clash. Pick a free one.
+        "--dashboard-agent-listen-port", str(free_port()),
         "--disable-usage-stats",
     ]  # fmt: skip
     if settings.ray_num_cpus is not None:
