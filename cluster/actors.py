@@ -69,7 +69,7 @@ def create_conversation_actor(conversation_id: str, settings_env: dict[str, str]
     )
 
 
-class _Directory(ConversationDirectory):
+class ConversationDirectoryActor(ConversationDirectory):
     def __init__(self, max_resident: int, settings_env: dict[str, str]) -> None:
         self.settings_env = dict(settings_env)
         super().__init__(
@@ -92,7 +92,10 @@ def directory() -> Any:
     if _directory is None:
         settings = Settings()
         _directory = named_detached(
-            _Directory, DIRECTORY_NAME, settings.max_resident_conversations, wonder_env()
+            ConversationDirectoryActor,
+            DIRECTORY_NAME,
+            settings.max_resident_conversations,
+            wonder_env(),
         )
     return _directory
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -294,3 +295,5 @@ def connect(settings: Settings, address: str) -> None:
             encoding="JSON", log_level="INFO", additional_log_standard_attrs=["name"]
         ),
     )
+    # The config also applies to this (CLI) process: keep its terminal to what `say` prints.
+    logging.getLogger().setLevel(logging.WARNING)
