@@ -7,7 +7,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -90,6 +90,27 @@ def dashboard_url() -> str:
     return _DASHBOARD[0]
 
 
+def _free_dashboard_agent_port() -> None:
+    """Give the test Ray's dashboard agent a free port.
+
+    ``ray.init`` has no argument for it and Ray's default (52365) is fixed: with another Ray on
+    the machine (``wonder up``, a benchmark) the agent could not bind, and job submission would
+    fail with "No available agent". ``ray start`` has ``--dashboard-agent-listen-port``; here the
+    parameters ``ray.init`` builds get the same setting.
+    """
+    from ray._private import parameter
+
+    original = parameter.RayParams.__init__
+    port = free_port()
+
+    def with_free_agent_port(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        if self.dashboard_agent_listen_port == 52365:
+            self.dashboard_agent_listen_port = port
+
+    parameter.RayParams.__init__ = with_free_agent_port  # type: ignore[method-assign]
+
+
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[Cluster]:
     """One real local Ray for the whole test session (≈10 s to start)."""
@@ -109,6 +130,7 @@ def ray_cluster() -> Iterator[Cluster]:
     os.environ.update(env)
     dashboard_port = free_port()
     _DASHBOARD[:] = [f"http://127.0.0.1:{dashboard_port}"]
+    _free_dashboard_agent_port()
     ray.init(
         num_cpus=4,
         namespace="wonder",
