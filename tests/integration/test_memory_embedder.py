@@ -13,7 +13,7 @@ from actors.executor import execute_task
 from core.domain import TaskDef
 from core.ids import new_id
 from core.memory.embedding import SentenceTransformerEmbedder
-from serving.embedder import ServeEmbedder, get_embedder
+from serving.embedder import ServeEmbedder, get_embedder, reset_embedder_cache
 from tests.conftest import Cluster
 
 
@@ -35,6 +35,9 @@ async def test_deployment_matches_in_process_model_and_batches(embedder_app: str
     for answer, expected in zip(answers[:3], local, strict=False):
         assert _close(answer[0], expected)
     assert await remote.embed([]) == []
+    # Earlier tests in this process may have cached the in-process fallback (re-checked only
+    # every RECHECK_S); with the deployment up, a fresh look must find it.
+    reset_embedder_cache()
     assert isinstance(await get_embedder(), ServeEmbedder)
 
 
