@@ -345,7 +345,7 @@ class TurnRunner:
         self, turn_id: str, progress: TurnProgress, answer: ModelAnswered, results: list[ToolResult]
     ) -> None:
         now = utc_now()
-        base_seq = len(self.store.moves.list(turn_id))
+        base_seq = self.store.moves.count(turn_id)
         moves: list[Move] = []
         failures: list[PendingEvent] = []
         for n, (call, result) in enumerate(zip(answer.tool_calls, results, strict=True)):
@@ -405,7 +405,7 @@ class TurnRunner:
         move = Move(
             id=new_id("move"),
             turn_id=turn_id,
-            sequence=len(self.store.moves.list(turn_id)) + 1,
+            sequence=self.store.moves.count(turn_id) + 1,
             reasoning=content,
             raw={"delivers": delivering.id} if delivering else None,
             created_at=now,
@@ -433,7 +433,7 @@ class TurnRunner:
         if turn.awaiting_operations:
             return
         waiting = turn.model_copy(
-            update={"awaiting_operations": True, "usage": _add_turn_usage(turn.usage, usage)}
+            update={"awaiting_operations": True, "usage": _add_usage(turn.usage, usage)}
         )
         self.log.save_turn(waiting, "turn.awaiting")
 
@@ -453,7 +453,7 @@ class TurnRunner:
                 "status": TurnStatus.COMPLETED,
                 "completed_at": utc_now(),
                 "awaiting_operations": False,
-                "usage": _add_turn_usage(turn.usage, usage),
+                "usage": _add_usage(turn.usage, usage),
                 "issues": issues.model_copy(update={"tool_failures": failures}),
             }
         )
@@ -507,7 +507,7 @@ class TurnRunner:
         if not calls:
             return
         now = utc_now()
-        base_seq = len(self.store.moves.list(turn_id))
+        base_seq = self.store.moves.count(turn_id)
         moves = [
             Move(
                 id=new_id("move"),
@@ -533,14 +533,7 @@ def _arguments(call: ToolCallRequested) -> JsonObject:
     return parsed if isinstance(parsed, dict) else {"_value": parsed}
 
 
-def _add_usage(usage: Usage, finished: ModelFinished) -> Usage:
-    return Usage(
-        prompt_tokens=usage.prompt_tokens + finished.prompt_tokens,
-        completion_tokens=usage.completion_tokens + finished.completion_tokens,
-    )
-
-
-def _add_turn_usage(a: Usage, b: Usage) -> Usage:
+def _add_usage(a: Usage, b: Usage | ModelFinished) -> Usage:
     return Usage(
         prompt_tokens=a.prompt_tokens + b.prompt_tokens,
         completion_tokens=a.completion_tokens + b.completion_tokens,

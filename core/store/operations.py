@@ -376,6 +376,15 @@ class MoveOps(_Ops):
             )
         return move
 
+    def count(self, turn_id: str, conn: Connection | None = None) -> int:
+        """How many moves the turn has (the next move's sequence is this + 1)."""
+        t = schema.moves
+        with self._read(conn) as c:
+            found = c.execute(
+                select(func.count()).select_from(t).where(t.c.turn_id == turn_id)
+            ).scalar_one()
+        return int(found)
+
     def list(self, turn_id: str, conn: Connection | None = None) -> list[Move]:
         t = schema.moves
         query = select(t.c.data).where(t.c.turn_id == turn_id).order_by(t.c.sequence)
