@@ -47,6 +47,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: install
 	$(BIN)/python benchmarks/turn_overhead.py

@@ -1,10 +1,10 @@
-"""The executor: library tasks run as Ray remote functions.
+"""The executor: library tasks as sequences of actions (plain async Python, testable without Ray).
 
-``run_task`` is plain async Python (testable without Ray); ``execute_task`` is the Ray remote
-function the Conversation and the WorkflowCoordinator dispatch to. A task's actions run in order;
-each gets the task input plus the previous action's output, and the last output is the result.
-Business errors come back as a failed ``ToolResult``-shaped dict; infrastructure errors raise so the
-caller's retry policy applies.
+``run_task`` runs a task's actions in order; each gets the task input plus the previous action's
+output, and the last output is the result. Business errors come back as a failed ``TaskOutcome``
+(the caller's model hears them); infrastructure errors (``RetryableError``) raise so the caller's
+retry policy applies. ``cluster.executor`` runs this as a Ray remote function; the ``TaskRunner``
+port is how actors reach it.
 """
 
 from __future__ import annotations
@@ -12,11 +12,19 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import ray
-
-from actors.actions import ActionContext, JsonObject, get_action
+from actors.actions import context_actions, http_request, llm_action, python_call
+from actors.actions.registry import ActionContext, ActionServices, get_action
 from core.domain import TaskDef
 from core.errors import NonRetryableError
+from core.jsontypes import JsonObject
+from core.ports import TaskContext, TaskOutcome
+
+try:  # the memory stack is an optional extra: without it, memory actions are unknown kinds
+    from actors.actions import memory_actions
+except ImportError:  # pragma: no cover - exercised only without the memory extra
+    memory_actions = None  # type: ignore[assignment]
+
+BUILTIN_ACTIONS = (context_actions, http_request, llm_action, python_call, memory_actions)
 
 _TEMPLATE = re.compile(r"\{\{\s*([a-zA-Z_][\w.]*)\s*\}\}")
 
@@ -45,8 +53,11 @@ def _lookup(data: JsonObject, path: str) -> Any:
     return current
 
 
-async def run_task(task: TaskDef, task_input: JsonObject, ctx: ActionContext) -> JsonObject:
-    """Run ``task``'s actions in order; returns ``{"success", "result"|"error"}``."""
+async def run_task(
+    task: TaskDef, task_input: JsonObject, context: TaskContext, services: ActionServices
+) -> TaskOutcome:
+    """Run ``task``'s actions in order; a business error ends it as a failed outcome."""
+    ctx = ActionContext.of(context, services)
     data: JsonObject = {"input": task_input, "previous": None, **task_input}
     result: Any = None
     try:
@@ -55,13 +66,5 @@ async def run_task(task: TaskDef, task_input: JsonObject, ctx: ActionContext) ->
             result = await fn(fill_templates(step.params, data), data, ctx)
             data = {**data, "previous": result}
     except NonRetryableError as exc:
-        return {"success": False, "error": exc.to_dict()}
-    return {"success": True, "result": result}
-
-
-@ray.remote(num_cpus=0, max_retries=0)
-def execute_task(task_json: str, task_input: JsonObject, ctx: ActionContext) -> JsonObject:
-    """Ray entry point: run a task definition (JSON) in a worker process."""
-    import asyncio
-
-    return asyncio.run(run_task(TaskDef.model_validate_json(task_json), task_input, ctx))
+        return TaskOutcome.failed(exc)
+    return TaskOutcome.ok(result)

@@ -343,7 +343,7 @@ def gateway_app(env: dict[str, str], streams: int) -> Any:
     Serve counts an open WebSocket as an ongoing request of the replica, so a deployment with
     Serve's default ``max_ongoing_requests`` (5) holds five streams and the sixth handshake waits.
     """
-    from serving.gateway.app import Gateway, build_gateway_app
+    from cluster.gateway import Gateway, build_gateway_app
 
     if Gateway.max_ongoing_requests >= streams + 8:
         return build_gateway_app(env)
@@ -384,7 +384,8 @@ def main() -> None:
     os.environ.update(env)
     os.environ.pop("RAY_ADDRESS", None)
     progress("preparing the model (converted once, then cached)")
-    from actors.stores import open_store, settings_from_env
+    from core.settings import settings_from_env
+    from core.store import open_store
     from serving.model_setup import ensure_local_model
 
     settings = settings_from_env(env)

@@ -119,8 +119,8 @@ def _setup_store(store: Any) -> dict[str, Any]:
                 id=f"bench-{name}",
                 system_prompt="You echo.",
                 model_profile_id="bench-echo",
-                context_assembly_workflow_id="bench-context" if hooks else None,
-                memory_extraction_workflow_id="bench-extract" if hooks else None,
+                context_assembly_task_id="bench-context" if hooks else None,
+                memory_extraction_task_id="bench-extract" if hooks else None,
             ),
             utc_now(),
         )
@@ -135,18 +135,23 @@ def _setup_store(store: Any) -> dict[str, Any]:
     return {"client_id": client.id, "key": key, "agents": agents}
 
 
-async def _actor_turns(conv_id: str, n: int) -> list[float]:
-    from cluster import actors
+def _conversations() -> Any:
+    from cluster import wiring
+    from core.settings import wonder_env
 
-    handle = await actors.directory().activate.remote(conv_id, False)
+    return wiring.conversations(wonder_env())
+
+
+async def _actor_turns(conv_id: str, n: int) -> list[float]:
+    handle = await _conversations().actor(conv_id)
     await handle.status.remote()
     samples = []
     for i in range(n):
         t0 = time.perf_counter()
         ack = await handle.post_message.remote(f"m{i}", "bench", message_id=None)
-        done = await handle.wait_for_turn.remote(ack["turn_id"])
+        done = await handle.wait_for_turn.remote(ack.turn_id)
         samples.append(time.perf_counter() - t0)
-        assert done["status"] == "completed", done
+        assert done.status.value == "completed", done
     return samples
 
 
@@ -196,30 +201,30 @@ def _alive_conversations() -> int:
 
 
 async def _reactivation(store: Any, setup: dict[str, Any], n: int) -> list[float]:
-    from cluster import actors
     from core.conversations import create_conversation
 
+    conversations = _conversations()
     samples = []
     for i in range(n):
         conv = create_conversation(
             store, client_id=setup["client_id"], agent_id=setup["agents"]["nohooks"].id
         )
-        first = await actors.post_message(conv.id, "warm", "bench")
-        await actors.wait_for_turn(conv.id, first["turn_id"])
-        assert await actors.directory().evict.remote(conv.id)
+        first = await conversations.post_message(conv.id, "warm", "bench")
+        await conversations.wait_for_turn(conv.id, first.turn_id)
+        assert await conversations.evict(conv.id)
         t0 = time.perf_counter()
-        ack = await actors.post_message(conv.id, f"back {i}", "bench")
+        ack = await conversations.post_message(conv.id, f"back {i}", "bench")
         samples.append(time.perf_counter() - t0)
-        await actors.wait_for_turn(conv.id, ack["turn_id"])
+        await conversations.wait_for_turn(conv.id, ack.turn_id)
     return samples
 
 
 async def _scale(
     store: Any, setup: dict[str, Any], total: int, cap: int, concurrency: int
 ) -> dict[str, Any]:
-    from cluster import actors
     from core.conversations import create_conversation
 
+    actors = _conversations()
     await actors.configure_directory(max_resident=cap)
     convs = [
         create_conversation(
@@ -245,8 +250,8 @@ async def _scale(
             except asyncio.QueueEmpty:
                 return
             ack = await actors.post_message(conv_id, "hello", "bench")
-            result = await actors.wait_for_turn(conv_id, ack["turn_id"])
-            assert result["status"] == "completed", result
+            result = await actors.wait_for_turn(conv_id, ack.turn_id)
+            assert result.status.value == "completed", result
             done += 1
             if done % 100 == 0:
                 stats = await actors.directory_stats()
@@ -278,9 +283,9 @@ async def _scale(
 async def main_async(args: argparse.Namespace, store: Any, port: int) -> dict[str, Any]:
     import ray
 
-    from cluster import actors
     from core.conversations import create_conversation
 
+    actors = _conversations()
     setup = _setup_store(store)
     pinger = ray.remote(Pinger).options(num_cpus=0).remote()  # type: ignore[attr-defined]
     await pinger.ping.remote()
@@ -360,8 +365,8 @@ def main() -> None:
     port = _free_port()
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
-        from actors.stores import open_store
-        from serving.gateway.app import build_gateway_app
+        from cluster.gateway import build_gateway_app
+        from core.store import open_store
 
         serve.run(build_gateway_app(env), name="gateway", route_prefix="/")
         store = open_store(env)

@@ -104,13 +104,13 @@ def _in_process_chain(store: Any, n: int) -> float:
         RunState,
         WorkflowEvent,
     )
-    from actors.workflow_coordinator.operations import WorkflowRunOps, node_record
     from actors.workflow_coordinator.planning import apply, plan
+    from actors.workflow_coordinator.records import node_record
     from core.ids import new_id, utc_now
     from core.workflows import WorkflowRun
 
     definition = store.workflows.get("bench-chain")
-    runs = WorkflowRunOps(store.db)
+    runs = store.workflow_runs
     run_id = new_id("run")
     runs.insert(
         WorkflowRun(
@@ -140,37 +140,40 @@ def _in_process_chain(store: Any, n: int) -> float:
 
 
 async def _plain_chain(task_json: str, n: int) -> float:
-    from actors.actions import ActionContext
-    from actors.executor import execute_task
+    from cluster.executor import execute_task
+    from cluster.wiring import executor_services
+    from core.ports import TaskContext
 
-    ctx = ActionContext(settings_env=_env())
+    ctx = TaskContext(settings_env=_env())
     t0 = time.perf_counter()
     for _ in range(n):
-        result = await execute_task.remote(task_json, {}, ctx)
-        assert result["success"], result
+        result = await execute_task.remote(task_json, {}, ctx, executor_services)
+        assert result.success, result
     return time.perf_counter() - t0
 
 
 async def _plain_fanout(task_json: str, n: int) -> float:
-    from actors.actions import ActionContext
-    from actors.executor import execute_task
+    from cluster.executor import execute_task
+    from cluster.wiring import executor_services
+    from core.ports import TaskContext
 
-    ctx = ActionContext(settings_env=_env())
+    ctx = TaskContext(settings_env=_env())
     t0 = time.perf_counter()
-    refs = [execute_task.remote(task_json, {"item": i}, ctx) for i in range(n)]
+    refs = [execute_task.remote(task_json, {"item": i}, ctx, executor_services) for i in range(n)]
     results = await asyncio.gather(*refs)
-    assert all(r["success"] for r in results)
+    assert all(r.success for r in results)
     return time.perf_counter() - t0
 
 
 async def _workflow(workflow_id: str, run_input: dict[str, Any]) -> dict[str, float]:
-    from cluster.workflows import start_workflow_run, wait_for_run
+    from cluster import wiring
     from core.workflows import RunStatus
 
+    runs = wiring.workflows(_env())
     t0 = time.perf_counter()
-    run_id = await start_workflow_run(workflow_id, run_input)
+    run_id = await runs.start(workflow_id, run_input)
     t_started = time.perf_counter()
-    run = await wait_for_run(run_id, 600)
+    run = await runs.wait(run_id, 600)
     t1 = time.perf_counter()
     assert run.status is RunStatus.COMPLETED, run.error
     assert run.started_at is not None and run.finished_at is not None
@@ -185,14 +188,17 @@ class _Launcher:
     """Plain Ray from inside an async actor: the coordinator's vantage point, without it."""
 
     async def fanout(self, task_json: str, n: int, settings_env: dict[str, str]) -> float:
-        from actors.actions import ActionContext
-        from actors.executor import execute_task
+        from cluster.executor import execute_task
+        from cluster.wiring import executor_services
+        from core.ports import TaskContext
 
-        ctx = ActionContext(settings_env=settings_env)
+        ctx = TaskContext(settings_env=settings_env)
         t0 = time.perf_counter()
-        refs = [execute_task.remote(task_json, {"item": i}, ctx) for i in range(n)]
+        refs = [
+            execute_task.remote(task_json, {"item": i}, ctx, executor_services) for i in range(n)
+        ]
         results = await asyncio.gather(*refs)
-        assert all(r["success"] for r in results)
+        assert all(r.success for r in results)
         return time.perf_counter() - t0
 
 
@@ -369,7 +375,7 @@ def main() -> None:
         _system_config=system_config,
     )
     try:
-        from actors.stores import open_store
+        from core.store import open_store
 
         results = asyncio.run(main_async(args, open_store(env)))
     finally:

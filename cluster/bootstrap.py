@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from hashlib import sha256
 from pathlib import Path
 
-from cluster.config import Settings
+from core.settings import Settings
 
 Report = Callable[[str], None]
 
@@ -288,7 +288,7 @@ def connect(settings: Settings, address: str) -> None:
         namespace=settings.ray_namespace,
         runtime_env={"env_vars": settings.env()},
         log_to_driver=False,
-        logging_level="ERROR",
+        logging_level=logging.ERROR,
         # Structured logs: every actor and task of the job writes JSON lines (with the logger
         # name, e.g. wonder.conversation) to its Ray log files, readable in the dashboard.
         logging_config=ray.LoggingConfig(

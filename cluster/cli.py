@@ -8,7 +8,7 @@
     wonder keys create NAME        a new client and its API key
     wonder job ...                 batch jobs (embed, consolidate), when installed
 
-Settings are ``WONDER_*`` environment variables (cluster/config.py); ``--data-dir`` sets
+Settings are ``WONDER_*`` environment variables (core/settings.py); ``--data-dir`` sets
 ``WONDER_DATA_DIR`` for one command.
 """
 
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from cluster.config import Settings, load_settings
+from core.settings import Settings, load_settings
 
 UP_FILE = "wonder-up.json"
 FIRST_CLIENT_FILE = "first-client.json"
@@ -161,7 +161,7 @@ def deploy(settings: Settings) -> list[str]:
     """Start Serve on the gateway's host and port and deploy the apps; returns their names."""
     from ray import serve
 
-    from serving.gateway.app import build_gateway_app
+    from cluster.gateway import build_gateway_app
 
     say(f"starting Serve on {settings.gateway_host}:{settings.gateway_port}")
     serve.start(http_options={"host": settings.gateway_host, "port": settings.gateway_port})
@@ -492,11 +492,8 @@ def cmd_model_setup(args: argparse.Namespace) -> int:
 
 def cmd_job(args: argparse.Namespace) -> int:
     from cluster import bootstrap
+    from cluster.jobs import main as jobs_main
 
-    try:
-        from jobs.cli import main as jobs_main
-    except ImportError:
-        return fail("`wonder job` is not available in this install (jobs/cli.py is missing)")
     job_args = list(args.job_args)
     head = bootstrap.read_head(load_settings())
     if head is not None:  # the head `wonder up` started: its job server and its token
@@ -592,7 +589,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``wonder`` console script."""
     parser = build_parser()
-    # `wonder job ...` hands everything after `job` to jobs/cli.py, options included.
+    # `wonder job ...` hands everything after `job` to cluster/jobs.py, options included.
     args, extra = parser.parse_known_args(argv)
     if args.command == "job":
         args.job_args = [*args.job_args, *extra]

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from core.domain import Conversation, Event, JsonObject, Participant
+from core.domain import Conversation, Event, Participant
 from core.ids import new_id, utc_now
+from core.jsontypes import JsonObject
 from core.store import Store
 
 CONVERSATION_STARTED = "conversation_started"

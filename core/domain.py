@@ -10,11 +10,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from core.errors import ErrorCode
-
-JsonObject = dict[str, Any]
+from core.errors import ErrorCode, WonderError
+from core.jsontypes import JsonObject
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 LibraryId = Annotated[str, Field(pattern=NAME_PATTERN, description="Library object id")]
@@ -137,15 +136,37 @@ class Constraints(Model):
     deny: list[str] = Field(default_factory=list, description="Tool names denied (wins)")
 
 
+LEGACY_HOOK_FIELDS = {
+    "context_assembly_workflow_id": "context_assembly_task_id",
+    "memory_extraction_workflow_id": "memory_extraction_task_id",
+}
+
+
 class Persona(Model):
     """Identity, memory configuration and tools (seed 001)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_hook_names(cls, data: Any) -> Any:
+        # Personas stored before the hooks were named for what they hold (a task id) used
+        # ``*_workflow_id``; they still load.
+        if isinstance(data, dict):
+            for old, new in LEGACY_HOOK_FIELDS.items():
+                if old in data and new not in data:
+                    data = {**data, new: data[old]}
+                    del data[old]
+        return data
 
     id: LibraryId
     version: int = 0
     system_prompt: str = Field(max_length=100_000)
     model_profile_id: str = "local"
-    context_assembly_workflow_id: str | None = None
-    memory_extraction_workflow_id: str | None = None
+    context_assembly_task_id: str | None = Field(
+        None, description="Library task that assembles the context (default: built-in)"
+    )
+    memory_extraction_task_id: str | None = Field(
+        None, description="Library task that extracts memories after a turn (default: none)"
+    )
     recent_turns_limit: int = Field(20, ge=0, le=1000)
     tool_ids: list[str] = Field(default_factory=list, max_length=128)
     constraints: Constraints = Field(default_factory=Constraints)
@@ -233,6 +254,10 @@ class AgentCaller(Model):
 Caller = Annotated[UserCaller | WorkflowCaller | AgentCaller, Field(discriminator="type")]
 
 
+MessageSource = Literal["human", "trigger", "agent", "webhook", "cron", "event"]
+"""Where a turn's input came from (seed 004)."""
+
+
 class TurnStatus(StrEnum):
     ACTIVE = "active"
     COMPLETED = "completed"
@@ -257,7 +282,7 @@ class Turn(Model):
     parent_turn_id: str | None = None
     caller: Caller
     input: str
-    source: Literal["human", "trigger", "agent", "webhook", "cron", "event"] = "human"
+    source: MessageSource = "human"
     reply_to_message_id: str | None = None
     status: TurnStatus = TurnStatus.ACTIVE
     failure_reason: str | None = None
@@ -293,6 +318,11 @@ class ToolError(Model):
     code: ErrorCode
     message: str
     retriable: bool = False
+
+    @classmethod
+    def of(cls, error: WonderError) -> ToolError:
+        """A raised error as the error part of a result (its code and retryability kept)."""
+        return cls(code=error.code, message=error.message, retriable=error.retriable)
 
 
 class ToolResult(Model):
@@ -343,6 +373,11 @@ class AsyncOperation(Model):
     result: ToolResult | None = None
     created_at: datetime
     completed_at: datetime | None = None
+    delivery_error: str | None = Field(
+        None,
+        description="Why the result could not be handed to its conversation (it is kept "
+        "and delivered when the conversation next activates)",
+    )
 
 
 class Event(Model):

@@ -160,7 +160,7 @@ def _references(item: LibraryObject) -> list[tuple[str, str]]:
         refs = [("model_profiles", obj.model_profile_id)] + [("tools", t) for t in obj.tool_ids]
         refs += [
             ("tasks", hook)
-            for hook in (obj.context_assembly_workflow_id, obj.memory_extraction_workflow_id)
+            for hook in (obj.context_assembly_task_id, obj.memory_extraction_task_id)
             if hook
         ]
         return refs

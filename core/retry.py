@@ -1,7 +1,10 @@
 """The one retry helper: retries ``RetryableError`` (and timeouts) with the given backoffs.
 
-Backoffs come from ARCHITECTURE.md §5: context assembly 100/200/400 ms with a 30 s timeout per
-attempt, LLM calls 500 ms/1 s/2 s with 120 s; tools use their own ``retry`` settings.
+Every retry in Wonder goes through ``with_retries`` with one of the policies below (or a tool's own
+``retry`` settings); there is no other retry loop. Backoffs come from ARCHITECTURE.md §5: context
+assembly 100/200/400 ms with a 30 s timeout per attempt, LLM calls 500 ms/1 s/2 s with 120 s. Calls
+to actors retry on infrastructure errors only (a dead, restarting or hibernating actor), and a
+delivery that exhausts its retries raises: callers turn that into a visible failure, never silence.
 """
 
 from __future__ import annotations
@@ -18,9 +21,12 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
+    """``attempts`` tries in all; ``backoffs_s[i]`` after failed attempt ``i + 1``; a timeout per
+    attempt (``None``: the attempt may take as long as it takes, e.g. a whole turn)."""
+
     attempts: int
     backoffs_s: Sequence[float]
-    timeout_s: float
+    timeout_s: float | None
 
     def backoff(self, attempt: int) -> float:
         """Seconds to wait after failed ``attempt`` (1-based)."""
@@ -36,6 +42,13 @@ class RetryPolicy:
 CONTEXT_ASSEMBLY = RetryPolicy(3, (0.1, 0.2, 0.4), 30.0)
 LLM_CALL = RetryPolicy(3, (0.5, 1.0, 2.0), 120.0)
 MEMORY_EXTRACTION = RetryPolicy(3, (0.1, 0.2, 0.4), 60.0)
+ACTOR_CALL = RetryPolicy(6, (0.05, 0.2, 0.5, 1.0, 2.0), None)
+"""A call to a named actor: tried again (re-activated) when the actor died, is restarting or was
+being evicted — six attempts over about four seconds, since a restart takes a worker process."""
+STREAM_RESUME = RetryPolicy(4, (0.1, 0.25, 0.5), None)
+"""An event stream cut by an actor restart resumes from its last ``seq``, up to 3 times."""
+DELIVERY = RetryPolicy(8, (0.2, 0.4, 0.8, 1.6, 3.2, 5.0), None)
+"""Handing a finished async operation to its conversation (which may be restarting)."""
 
 
 async def with_retries(
@@ -43,10 +56,16 @@ async def with_retries(
     attempt: Callable[[], Awaitable[T]],
     on_retry: Callable[[int, Exception], Awaitable[None]] | None = None,
 ) -> T:
-    """Run ``attempt`` until it succeeds, raises a non-retryable error, or attempts run out."""
+    """Run ``attempt`` until it succeeds, raises a non-retryable error, or attempts run out.
+
+    ``on_retry(number, error)`` runs before the backoff that follows failed attempt ``number``.
+    The last error is raised when every attempt failed.
+    """
     last: Exception | None = None
     for number in range(1, policy.attempts + 1):
         try:
+            if policy.timeout_s is None:
+                return await attempt()
             return await asyncio.wait_for(attempt(), timeout=policy.timeout_s)
         except TimeoutError:
             last = Timeout(f"attempt {number} timed out after {policy.timeout_s}s")

@@ -37,8 +37,7 @@ from pydantic import (
 )
 
 from core.domain import LibraryId
-
-JsonObject = dict[str, Any]
+from core.jsontypes import JsonObject
 
 NODE_ID_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
 NodeId = Annotated[str, Field(pattern=NODE_ID_PATTERN)]

@@ -1,4 +1,4 @@
-"""``python -m jobs.consolidate``: fold old episodes into summaries, settle duplicate facts.
+"""``consolidate``: fold old episodes into summaries, settle duplicate facts.
 
 Per agent (one Ray task each, ``--parallel`` at a time):
 
@@ -12,8 +12,10 @@ Per agent (one Ray task each, ``--parallel`` at a time):
    reference and ``consolidated_into``. Marking a group is one commit.
 
 Every step is idempotent, so the job can be rerun at any time, also while conversations write.
-The summary text comes from a model profile (``--model-profile``, through the ``llm`` action's
-model access) or, without one, from a deterministic extractive summariser.
+The summary text comes from a model profile (``--model-profile``) or, without one, from a
+deterministic extractive summariser. The models and the embedder are ports
+(``ConsolidationPorts``), built in each worker by the factory the entry point (``python -m
+cluster.jobs consolidate``) passes in.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from core.ids import utc_now
+from core.llm.protocol import ChatRequest, complete
 from core.memory import MemoryFilter, MemoryOps, open_existing_memory_ops
 from core.memory.embedding import Embedder
 from core.memory.objects import object_key
@@ -37,6 +40,9 @@ from core.memory.planning import (
     unfinished_groups,
 )
 from core.memory.records import Memory, MemoryType
+from core.ports import ChatModels, Embedders
+from core.settings import settings_from_env
+from core.store import open_store
 from jobs.runtime import Progress, connect_ray, job_settings, print_result
 
 Summariser = Callable[[Sequence[tuple[Memory, str]]], Awaitable[str]]
@@ -45,6 +51,18 @@ SUMMARY_PROMPT = (
     "Summarise these episodes from an assistant's memory in at most five sentences. Keep names, "
     "decisions, dates and numbers; leave out small talk."
 )
+
+
+@dataclass(frozen=True)
+class ConsolidationPorts:
+    """What consolidation uses besides the memory stores: models for summaries, the embedder."""
+
+    chat_models: ChatModels
+    embedders: Embedders
+
+
+PortsFactory = Callable[[dict[str, str]], ConsolidationPorts]
+"""Builds the ports in the process that consolidates (a module-level function, by reference)."""
 
 
 @dataclass(frozen=True)
@@ -154,16 +172,11 @@ def extractive(max_chars: int) -> Summariser:
     return summarise
 
 
-def with_model(profile_id: str, settings_env: dict[str, str], max_chars: int) -> Summariser:
-    """Summaries written by a model profile (the ``llm`` action's model access)."""
-    from actors.actions import ActionContext
-    from actors.actions.llm_action import complete, resolve_profile
-    from core.llm.protocol import ChatRequest
-    from serving.models import chat_model_for
-
-    profile = resolve_profile(
-        {"model_profile": profile_id}, ActionContext(settings_env=settings_env)
-    )
+def with_model(
+    profile_id: str, settings_env: dict[str, str], max_chars: int, models: ChatModels
+) -> Summariser:
+    """Summaries written by a model profile."""
+    profile = open_store(settings_env).model_profiles.get(profile_id)
 
     async def summarise(episodes: Sequence[tuple[Memory, str]]) -> str:
         listing = "\n".join(f"- ({m.created_at.date()}) {text}" for m, text in episodes)
@@ -177,23 +190,25 @@ def with_model(profile_id: str, settings_env: dict[str, str], max_chars: int) ->
             max_tokens=min(profile.max_tokens, 400),
             timeout_s=profile.timeout_s,
         )
-        text = (await complete(chat_model_for(profile), request)).strip()
+        text = (await complete(models.for_profile(profile), request)).strip()
         return text[:max_chars] or extractive_summary(episodes, max_chars)
 
     return summarise
 
 
 async def consolidate_one(
-    agent_id: str, options: ConsolidateOptions, settings_env: dict[str, str], now: datetime
+    agent_id: str,
+    options: ConsolidateOptions,
+    settings_env: dict[str, str],
+    now: datetime,
+    ports: PortsFactory,
 ) -> AgentReport:
     """One agent in this process: open the stores, pick the summariser and embedder, run."""
-    from actors.stores import settings_from_env
-    from serving.embedder import get_embedder
-
+    wired = ports(settings_env)
     ops = open_existing_memory_ops(settings_from_env(settings_env))
-    embedder = await get_embedder(settings_env)
+    embedder = await wired.embedders.embedder()
     summarise = (
-        with_model(options.model_profile, settings_env, options.summary_chars)
+        with_model(options.model_profile, settings_env, options.summary_chars, wired.chat_models)
         if options.model_profile
         else extractive(options.summary_chars)
     )
@@ -201,13 +216,21 @@ async def consolidate_one(
 
 
 def _remote_consolidate(
-    agent_id: str, options: ConsolidateOptions, settings_env: dict[str, str], now: datetime
+    agent_id: str,
+    options: ConsolidateOptions,
+    settings_env: dict[str, str],
+    now: datetime,
+    ports: PortsFactory,
 ) -> AgentReport:
-    return asyncio.run(consolidate_one(agent_id, options, settings_env, now))
+    return asyncio.run(consolidate_one(agent_id, options, settings_env, now, ports))
 
 
 def _in_ray_tasks(
-    agents: list[str], options: ConsolidateOptions, env: dict[str, str], now: datetime
+    agents: list[str],
+    options: ConsolidateOptions,
+    env: dict[str, str],
+    now: datetime,
+    ports: PortsFactory,
 ) -> Iterator[AgentReport]:
     """One Ray task per agent, ``options.parallel`` at a time, reports as they finish."""
     import ray
@@ -217,19 +240,23 @@ def _in_ray_tasks(
     queue = list(agents)
     while queue or pending:
         while queue and len(pending) < options.parallel:
-            pending.append(task.remote(queue.pop(0), options, env, now))
+            pending.append(task.remote(queue.pop(0), options, env, now, ports))
         ready, pending = ray.wait(pending, num_returns=1)
         yield ray.get(ready[0])
 
 
 def _in_process(
-    agents: list[str], options: ConsolidateOptions, env: dict[str, str], now: datetime
+    agents: list[str],
+    options: ConsolidateOptions,
+    env: dict[str, str],
+    now: datetime,
+    ports: PortsFactory,
 ) -> Iterator[AgentReport]:
     for agent_id in agents:
-        yield asyncio.run(consolidate_one(agent_id, options, env, now))
+        yield asyncio.run(consolidate_one(agent_id, options, env, now, ports))
 
 
-def run_consolidate(options: ConsolidateOptions) -> dict[str, Any]:
+def run_consolidate(options: ConsolidateOptions, ports: PortsFactory) -> dict[str, Any]:
     """Consolidate every agent (or ``options.agents``); returns the job's totals."""
     import ray
 
@@ -249,7 +276,7 @@ def run_consolidate(options: ConsolidateOptions) -> dict[str, Any]:
     fan_out = ray.is_initialized() and options.parallel > 1 and len(agents) > 1
     runner = _in_ray_tasks if fan_out else _in_process
     reports: list[AgentReport] = []
-    for report in runner(agents, options, env, now):
+    for report in runner(agents, options, env, now, ports):
         reports.append(report)
         say.say(
             f"agent {report.agent_id}: {report.summaries} summaries from "
@@ -269,7 +296,7 @@ def run_consolidate(options: ConsolidateOptions) -> dict[str, Any]:
 
 
 def parse_args(argv: list[str] | None) -> ConsolidateOptions:
-    parser = argparse.ArgumentParser(prog="python -m jobs.consolidate", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m cluster.jobs consolidate", description=__doc__)
     parser.add_argument("--agent", action="append", default=[], help="only these agents")
     parser.add_argument("--min-age-hours", type=float, default=24.0)
     parser.add_argument("--group-size", type=int, default=20)
@@ -287,18 +314,14 @@ def parse_args(argv: list[str] | None) -> ConsolidateOptions:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None, ports: PortsFactory) -> int:
     options = parse_args(argv)
     connected = connect_ray()
     try:
-        print_result(run_consolidate(options))
+        print_result(run_consolidate(options, ports))
     finally:
         if connected:
             import ray
 
             ray.shutdown()
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -98,7 +98,7 @@ def pool_size(options: EmbedOptions) -> int:
 
     if options.actors:
         return options.actors
-    cpus = int(ray.cluster_resources().get("CPU", 1))
+    cpus = int(ray.cluster_resources().get("CPU", 1))  # type: ignore[no-untyped-call]
     return max(1, cpus // max(1, options.cpus_per_actor))
 
 

@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from cluster.config import Settings
+from core.settings import Settings
 
 
 def job_settings() -> Settings:

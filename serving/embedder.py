@@ -87,10 +87,12 @@ def build_embedder_app(
 ) -> Application:
     """The embedder as a Serve application (``num_cpus=0`` by default: a Ray Data job may take
     every CPU and the embedder must still answer conversations)."""
-    deployment = EmbedderDeployment.options(
+    deployment: Any = EmbedderDeployment
+    configured = deployment.options(
         num_replicas=num_replicas, ray_actor_options={"num_cpus": num_cpus}
     )
-    return deployment.bind(model_path, model_name)
+    app: Application = configured.bind(model_path, model_name)
+    return app
 
 
 def deploy_embedder(**kwargs: Any) -> None:

@@ -33,9 +33,10 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ray import serve
-from ray.serve import Application
+from ray.serve import Application, Deployment
 
-from cluster.config import Settings
+from core.jsontypes import JsonObject
+from core.settings import Settings
 from serving.llm_client import (
     DEFAULT_MODEL_ALIAS,
     LLM_APP_NAME,
@@ -50,7 +51,6 @@ TOOL_CALL_PARSER = "hermes"
 """Needed for vLLM to accept ``tools`` at all; named/required tool choice is grammar-constrained and
 works with any parser, and ``auto`` only works for models trained on this format."""
 
-JsonObject = dict[str, Any]
 
 __all__ = [
     "DEFAULT_MODEL_ALIAS",
@@ -101,7 +101,7 @@ class EngineSpec:
         """This spec with a local model directory, preparing it on this node if needed."""
         if self.model_dir is not None:
             return self
-        from actors.stores import settings_from_env
+        from core.settings import settings_from_env
         from serving.model_setup import ensure_local_model
 
         path = ensure_local_model(progress=True, settings=settings_from_env(self.settings_env))
@@ -163,7 +163,8 @@ class LocalEngine:
         _check_platform(spec.device)
         spec = await asyncio.to_thread(spec.resolved)
         started = time.monotonic()
-        args = make_arg_parser(FlexibleArgumentParser()).parse_args(spec.cli_args())
+        parser = FlexibleArgumentParser()  # type: ignore[no-untyped-call]
+        args = make_arg_parser(parser).parse_args(spec.cli_args())
         validate_parsed_serve_args(args)
         config = AsyncEngineArgs.from_cli_args(args).create_engine_config()
         engine = AsyncLLM.from_vllm_config(config, disable_log_stats=True)
@@ -274,7 +275,8 @@ api = FastAPI(title="Wonder local model (vLLM)", docs_url=None, redoc_url=None)
 class LLMServer:
     """A vLLM engine as a Serve replica: OpenAI HTTP routes plus ``chat_stream`` for handles."""
 
-    async def __init__(self, spec: EngineSpec) -> None:
+    # Serve awaits an async constructor; mypy insists `__init__` returns None.
+    async def __init__(self, spec: EngineSpec) -> None:  # type: ignore[misc]
         self._engine = await LocalEngine.start(spec)
 
     @api.get("/v1/models")
@@ -338,11 +340,12 @@ def build_llm_app(
     also be ``Settings.env()``-style ``WONDER_*`` variables.
     """
     if not isinstance(settings, Settings):
-        from actors.stores import settings_from_env
+        from core.settings import settings_from_env
 
         settings = settings_from_env(dict(settings))
     spec = engine_spec(settings, model_dir)
-    return LLMServer.options(**replica_options(spec, settings)).bind(spec)
+    deployment: Deployment = LLMServer  # type: ignore[assignment]  # the class decorators make it one
+    return deployment.options(**replica_options(spec, settings)).bind(spec)
 
 
 def deploy_llm(settings: Settings, model_dir: Path | None = None) -> None:

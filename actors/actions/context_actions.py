@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from actors.actions import ActionContext, JsonObject, action
-from actors.stores import open_store
 from core.errors import InvalidInput
 
 
@@ -20,7 +19,7 @@ async def context_get(params: JsonObject, data: JsonObject, ctx: ActionContext) 
     key = str(params.get("key") or data.get("key") or "")
     if not key:
         raise InvalidInput("context.get needs a key")
-    return {"key": key, "value": open_store(ctx.settings_env).context.get(_conversation(ctx), key)}
+    return {"key": key, "value": ctx.services.store.context.get(_conversation(ctx), key)}
 
 
 @action("context.set")
@@ -29,5 +28,5 @@ async def context_set(params: JsonObject, data: JsonObject, ctx: ActionContext) 
     if not key:
         raise InvalidInput("context.set needs a key")
     value = params["value"] if "value" in params else data.get("value")
-    open_store(ctx.settings_env).context.set(_conversation(ctx), key, value)
+    ctx.services.store.context.set(_conversation(ctx), key, value)
     return {"key": key, "value": value}

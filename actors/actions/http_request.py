@@ -15,9 +15,7 @@ MAX_BODY_BYTES = 64 * 1024
 
 
 def _allowed_hosts(ctx: ActionContext) -> list[str]:
-    raw = ctx.settings_env.get("WONDER_HTTP_ALLOWED_HOSTS", "[]")
-    hosts = json.loads(raw) if raw.startswith("[") else raw.split(",")
-    return [h.strip().lower() for h in hosts if h.strip()]
+    return [h.strip().lower() for h in ctx.services.settings.http_allowed_hosts if h.strip()]
 
 
 @action("http.request")

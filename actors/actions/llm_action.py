@@ -14,10 +14,9 @@ import json
 from typing import Any
 
 from actors.actions import ActionContext, JsonObject, action
-from actors.stores import open_store
-from core.domain import ModelProfile
+from core.domain import ModelProfile, resolved_tool_calling
 from core.errors import InvalidInput, NonRetryableError, NotFound
-from core.llm.protocol import ChatModel, ChatRequest, TextDelta
+from core.llm.protocol import ChatRequest, complete
 
 DEFAULT_PROFILE = "local"
 MAX_TRANSCRIPT_CHARS = 12_000
@@ -29,7 +28,7 @@ class ModelOutputInvalid(NonRetryableError):
 
 def resolve_profile(params: JsonObject, ctx: ActionContext) -> ModelProfile:
     """The profile named in params, else the agent's persona's, else ``local``."""
-    store = open_store(ctx.settings_env)
+    store = ctx.services.store
     inline = params.get("profile")
     if isinstance(inline, dict):
         return ModelProfile.model_validate(inline)
@@ -82,15 +81,6 @@ def build_messages(params: JsonObject) -> list[JsonObject]:
     return messages
 
 
-async def complete(model: ChatModel, request: ChatRequest) -> str:
-    """The model's whole text reply (tool calls are not offered to task-level calls)."""
-    parts: list[str] = []
-    async for chunk in model.stream(request):
-        if isinstance(chunk, TextDelta):
-            parts.append(chunk.text)
-    return "".join(parts)
-
-
 def parse_json_reply(text: str, schema: JsonObject) -> JsonObject:
     """The first JSON object in ``text``, validated against ``schema``."""
     from jsonschema import Draft202012Validator
@@ -113,8 +103,6 @@ def parse_json_reply(text: str, schema: JsonObject) -> JsonObject:
 @action("llm")
 async def llm(params: JsonObject, data: JsonObject, ctx: ActionContext) -> Any:
     """Call a model profile; returns ``{"text"}`` or, with ``json_schema``, the parsed object."""
-    from serving.models import chat_model_for
-
     profile = resolve_profile(params, ctx)
     request = ChatRequest(
         messages=build_messages(params),
@@ -122,9 +110,9 @@ async def llm(params: JsonObject, data: JsonObject, ctx: ActionContext) -> Any:
         temperature=float(params.get("temperature", profile.temperature)),
         max_tokens=int(params.get("max_tokens") or profile.max_tokens),
         timeout_s=profile.timeout_s,
-        tool_calling=profile.tool_calling,
+        tool_calling=resolved_tool_calling(profile),
     )
-    text = await complete(chat_model_for(profile), request)
+    text = await complete(ctx.services.chat_models.for_profile(profile), request)
     schema = params.get("json_schema")
     if schema:
         return parse_json_reply(text, schema)

@@ -2,8 +2,8 @@
 
 Each action works on one agent's memories: the agent the task runs for (``ctx.agent_id``). A task
 may name ``agent_id`` only when it is that same agent, or, with no agent in the context, one its
-client owns. The per-process ``MemoryService`` embeds through the Embedder deployment when it is
-up (``serving.embedder.get_embedder``).
+client owns. The per-process ``MemoryService`` (``ctx.services.memory``) embeds through the
+Embedder deployment when it is up.
 
 Also here: ``assemble_context``, the ``python`` callable the default ``context_assembly`` task ends
 with (memories found + pending work + tool specs → ``system_context``).
@@ -11,57 +11,24 @@ with (memories found + pending work + tool specs → ``system_context``).
 
 from __future__ import annotations
 
-import asyncio
-import threading
-from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
 from actors.actions import ActionContext, JsonObject, action
-from actors.stores import open_store, settings_from_env
 from core.errors import InvalidInput, NotFound, PermissionDenied
 from core.memory import (
     Memory,
     MemoryHit,
-    MemoryService,
     NewMemory,
     RankWeights,
     SearchMode,
     SearchRequest,
-    open_memory_service,
 )
 from core.memory.context import assemble_context as render_context
 
-_services: dict[tuple[str, ...], MemoryService] = {}
-_services_lock = threading.Lock()  # tasks run on fresh event loops: no asyncio.Lock here
-
 NEW_MEMORY_KEYS = ("type", "content", "significance", "metadata", "subject")
 MAX_WRITE_BATCH = 64
-
-
-async def memory_service(settings_env: Mapping[str, str] | None = None) -> MemoryService:
-    """This process's ``MemoryService`` for the stores ``settings_env`` names (cached)."""
-    from serving.embedder import get_embedder
-
-    env = dict(settings_env or {})
-    settings = settings_from_env(env)
-    embedder = await get_embedder(env)
-    key = (
-        settings.resolved_lance_uri,
-        settings.resolved_object_uri,
-        settings.s3_endpoint_url or "",
-        embedder.model_name,
-        type(embedder).__name__,
-    )
-
-    def opened() -> MemoryService:
-        with _services_lock:
-            if key not in _services:
-                _services[key] = open_memory_service(settings, embedder)
-            return _services[key]
-
-    return await asyncio.to_thread(opened)
 
 
 def memory_agent(params: JsonObject, ctx: ActionContext) -> str:
@@ -75,7 +42,7 @@ def memory_agent(params: JsonObject, ctx: ActionContext) -> str:
         raise InvalidInput("memory actions need an agent (the task's agent or params.agent_id)")
     if ctx.client_id:
         try:
-            open_store(ctx.settings_env).agents.get(str(named), client_id=ctx.client_id)
+            ctx.services.store.agents.get(str(named), client_id=ctx.client_id)
         except NotFound:
             raise PermissionDenied(f"agent {named} is not yours") from None
     return str(named)
@@ -133,7 +100,7 @@ async def memory_write(params: JsonObject, data: JsonObject, ctx: ActionContext)
     dedupe = str(params.get("dedupe") or "auto")
     if dedupe not in ("auto", "none"):
         raise InvalidInput("memory.write: dedupe must be auto or none")
-    service = await memory_service(ctx.settings_env)
+    service = await ctx.services.memory.service()
     outcomes = await service.write(
         agent_id,
         memories,
@@ -178,7 +145,7 @@ async def memory_search(params: JsonObject, data: JsonObject, ctx: ActionContext
     request = search_request(params)
     if not request.query.strip():
         return {"query": request.query, "memories": []}
-    service = await memory_service(ctx.settings_env)
+    service = await ctx.services.memory.service()
     hits = await service.search(agent_id, request)
     full = await service.resolve_contents([h.memory for h in hits])
     hits = [h.model_copy(update={"memory": m}) for h, m in zip(hits, full, strict=True)]
@@ -196,14 +163,14 @@ def _memory_id(params: JsonObject) -> str:
 async def memory_read(params: JsonObject, data: JsonObject, ctx: ActionContext) -> Any:
     """One memory with its full content (large contents come from the object store)."""
     agent_id = memory_agent(params, ctx)
-    service = await memory_service(ctx.settings_env)
+    service = await ctx.services.memory.service()
     return memory_json(await service.read(agent_id, _memory_id(params)))
 
 
 @action("memory.delete")
 async def memory_delete(params: JsonObject, data: JsonObject, ctx: ActionContext) -> Any:
     agent_id = memory_agent(params, ctx)
-    service = await memory_service(ctx.settings_env)
+    service = await ctx.services.memory.service()
     deleted = await service.delete(agent_id, _memory_id(params))
     return {"deleted": deleted.id}
 

@@ -1,13 +1,12 @@
-"""The Conversation actor: the thin, effectful shell around ``planning``.
+"""The Conversation actor: the thin, effectful shell around the state machine in ``planning``.
 
 One instance per conversation, named ``conversation:<id>``, created through the directory
-(``actors.conversation.directory``), which also evicts idle ones. Its state lives in the store, so
-``__init__`` reloads it and recovers from a crash: a turn that was mid-loop is failed with reason
-``interrupted`` (its open tool calls closed with an error result); a turn that had answered and only
-waits for async operations stays active, and completed operations are re-delivered; a turn that was
-acknowledged but never started is started. Each turn runs as an asyncio task (``turns.TurnRunner``),
-so several turns can be active at once; what a message arriving mid-turn does is the conversation's
-``concurrency_policy``: parallel (default), queue, reject or interrupt.
+(``actors.conversation.directory``), which also evicts idle ones. Every entry point and every step
+outcome becomes an event, handled the same way (``_handle``): plan → persist what the decisions
+write (one transaction) → apply them to the state → perform their effects, whose outcomes come back
+as the next events. Its state lives in the store, so a new incarnation reloads it: the first call
+hands ``Recovered`` to planning, which decides what a crash left behind (see ``planning``).
+Collaborators arrive as ports at construction (``ConversationPorts``); nothing here reaches up.
 """
 
 from __future__ import annotations
@@ -15,42 +14,95 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any, assert_never
 
-from pydantic import TypeAdapter
-
-from actors.conversation.operations import ConversationLog, PendingEvent, event_dict
+from actors.conversation.domain import (
+    AddUsage,
+    AdoptContext,
+    AppendAgentMessage,
+    AssembleContext,
+    AwaitOperations,
+    BeginTurn,
+    CallModel,
+    CancelRequested,
+    CheckOperations,
+    CloseDangling,
+    CompleteTurn,
+    CompletionRequested,
+    ConversationEvent,
+    ConversationState,
+    Decision,
+    ExtractMemories,
+    FailTurn,
+    HoldDelivery,
+    MessageReceived,
+    NoteEvent,
+    OperationCompleted,
+    ParticipantAdded,
+    ParticipantRemoved,
+    PolicySet,
+    QueueTurn,
+    RecordMoves,
+    Recovered,
+    RecoveredTurn,
+    Refuse,
+    RunTools,
+    SaveConversation,
+    SettleOperation,
+    StartTurn,
+    StepFailed,
+    StopWork,
+    TurnRequested,
+    WaitForOperations,
+)
+from actors.conversation.log import ConversationLog, event_dict
+from actors.conversation.planning import apply, plan
+from actors.conversation.ports import ConversationPorts, ConversationPortsFactory
+from actors.conversation.records import WAITING, BatchWriter
+from actors.conversation.steps import TurnSteps
 from actors.conversation.tool_dispatch import ToolDispatcher
-from actors.conversation.turns import WAITING, AgentSetup, TurnRunner
-from actors.stores import open_store, settings_from_env
 from core.domain import (
+    AgentCaller,
     Caller,
     ConcurrencyPolicy,
-    Conversation,
-    ConversationStatus,
     Message,
     MessageRole,
+    MessageSource,
     OperationStatus,
-    Participant,
-    ToolError,
-    ToolResult,
-    Turn,
     TurnStatus,
     UserCaller,
+    WorkflowCaller,
 )
-from core.errors import Conflict, ErrorCode, InvalidInput, NotFound, RetryableError
+from core.errors import (
+    Conflict,
+    ErrorCode,
+    InvalidInput,
+    NonRetryableError,
+    NotFound,
+    RetryableError,
+    WonderError,
+)
 from core.ids import new_id, utc_now
+from core.jsontypes import JsonObject
+from core.llm.protocol import ChatModel
+from core.ports import (
+    AgentAnswer,
+    ConversationChange,
+    InvocationMode,
+    MessageAck,
+    ParticipantChange,
+    TurnOutcome,
+)
 
 log = logging.getLogger("wonder.conversation")
 
-JsonObject = dict[str, Any]
-CALLER = TypeAdapter(Caller)
-MENTION = re.compile(r"(?<![\w@])@([A-Za-z0-9_.:-]+)")
-
-__all__ = ["AgentSetup", "ConversationActor", "Hibernating"]
+REFUSALS: dict[ErrorCode, type[NonRetryableError]] = {
+    ErrorCode.CONFLICT: Conflict,
+    ErrorCode.INVALID_INPUT: InvalidInput,
+    ErrorCode.NOT_FOUND: NotFound,
+}
 
 
 def coalesce_tokens(
@@ -77,115 +129,182 @@ class Hibernating(RetryableError):
 
 
 class ConversationActor:
-    """Plain Python; ``cluster.actors`` applies ``ray.remote`` with name and lifetime."""
+    """Plain Python; ``cluster`` applies ``ray.remote`` with its name and lifetime."""
 
-    def __init__(self, conversation_id: str, settings_env: dict[str, str] | None = None) -> None:
+    def __init__(self, conversation_id: str, ports: ConversationPortsFactory) -> None:
         self.id = conversation_id
-        self.env = settings_env or {k: v for k, v in os.environ.items() if k.startswith("WONDER_")}
-        self.settings = settings_from_env(self.env)
-        self.store = open_store(self.env)
-        self.conversation: Conversation = self.store.conversations.get(conversation_id)
+        self.ports: ConversationPorts = ports()
+        self.store = self.ports.store
+        conversation = self.store.conversations.get(conversation_id)
+        self.state = ConversationState(conversation)
+        self.log = ConversationLog(self.store, conversation_id, self.publish)
+        self.tools = ToolDispatcher(self.ports, conversation)
+        self.steps = TurnSteps(self.ports, self.tools, self.publish)
         self._subscribers: set[asyncio.Queue[JsonObject]] = set()
-        self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._queued: list[str] = []
+        self._work: dict[str, asyncio.Task[None]] = {}  # each running turn's current step
+        self._models: dict[str, ChatModel] = {}  # each model loop's model (one per context)
+        self._ended: dict[str, asyncio.Event] = {}  # turns someone waits on
+        self._side: set[asyncio.Task[Any]] = set()
         self._last_activity = time.monotonic()
         self._closing = False
         self._started = False
-        self._background: list[asyncio.Task[None]] = []
-        self.log = ConversationLog(self.store, conversation_id, self.publish)
-        self.tools = ToolDispatcher(self)
-        self.turns = TurnRunner(self)
-        self._to_start, self._to_deliver = self._recover()
+        try:
+            # Under Ray an async actor is constructed on its event loop: recover at once, so a
+            # restart after a crash resumes (or settles) what was running without waiting for a
+            # caller. Built without a loop (tests), the first call starts it.
+            asyncio.get_running_loop().call_soon(self._start_in_background)
+        except RuntimeError:
+            pass
+
+    # ------------------------------------------------------------------ the step
+
+    def _handle(self, event: ConversationEvent) -> tuple[list[Decision], dict[str, Message]]:
+        """Plan ``event``, persist what it writes, apply it, perform its effects."""
+        decisions = plan(self.state, event)
+        writer = BatchWriter(self.store, self.id)
+        writes = writer.writes_for(decisions)
+        if writes:
+            self.log.commit(utc_now(), writes)  # intent first: a failed commit changes nothing
+        for decision in decisions:
+            apply(self.state, decision)
+        for decision in decisions:
+            self._perform(decision)
+        return decisions, writer.acks
+
+    def _perform(self, decision: Decision) -> None:
+        match decision:
+            case AssembleContext(turn_id=turn_id, agent_id=agent_id):
+                self._spawn(turn_id, self.steps.assemble(turn_id, agent_id))
+            case AdoptContext(turn_id=turn_id, setup=setup):
+                self._models[turn_id] = self.ports.models.for_profile(setup.profile)
+            case CallModel(turn_id=turn_id, request=request):
+                self._spawn(turn_id, self.steps.call_model(turn_id, self._models[turn_id], request))
+            case RunTools(turn_id=turn_id, agent_id=agent_id, plans=plans):
+                self._spawn(turn_id, self.steps.run_tools(turn_id, agent_id, plans))
+            case ExtractMemories(turn_id=turn_id, agent_id=agent_id, task_id=task_id):
+                self._spawn(turn_id, self.steps.extract_memories(turn_id, agent_id, task_id))
+            case CheckOperations(turn_id=turn_id, operations=operations):
+                self._side_step(turn_id, self.steps.check_operations(turn_id, operations))
+            case StopWork(turn_id=turn_id):
+                work = self._work.get(turn_id)
+                if work is not None:
+                    work.cancel()
+            case CompleteTurn(turn_id=turn_id) | FailTurn(turn_id=turn_id):
+                self._models.pop(turn_id, None)
+                ended = self._ended.pop(turn_id, None)
+                if ended is not None:
+                    ended.set()
+            case SaveConversation(conversation=conversation):
+                self.tools.conversation = conversation
+            case (
+                Refuse()
+                | BeginTurn()
+                | QueueTurn()
+                | StartTurn()
+                | WaitForOperations()
+                | AddUsage()
+                | RecordMoves()
+                | AppendAgentMessage()
+                | AwaitOperations()
+                | HoldDelivery()
+                | NoteEvent()
+                | CloseDangling()
+                | SettleOperation()
+            ):
+                pass  # persisted and applied: nothing more to do
+            case _:
+                assert_never(decision)
+
+    def _spawn(self, turn_id: str, step: Coroutine[Any, Any, ConversationEvent]) -> None:
+        """Run the turn's next step; its outcome comes back as an event."""
+        task = asyncio.get_running_loop().create_task(self._run_step(turn_id, step))
+        self._work[turn_id] = task
+        task.add_done_callback(lambda done: self._step_done(turn_id, done))
+
+    def _side_step(self, turn_id: str, step: Coroutine[Any, Any, ConversationEvent]) -> None:
+        """A step that runs beside the turn's current one (its event is checked on arrival)."""
+        task = asyncio.get_running_loop().create_task(self._run_step(turn_id, step))
+        self._side.add(task)
+        task.add_done_callback(self._side.discard)
+
+    async def _run_step(self, turn_id: str, step: Coroutine[Any, Any, ConversationEvent]) -> None:
+        try:
+            event = await step
+        except WonderError as exc:
+            log.warning("turn %s failed: %s", turn_id, exc.message)
+            event = StepFailed(turn_id, exc.message, utc_now())
+        except Exception as exc:  # a bug must not leave the turn dangling
+            log.exception("turn %s crashed", turn_id)
+            event = StepFailed(turn_id, f"internal error: {type(exc).__name__}: {exc}", utc_now())
+        try:
+            self._handle(event)
+        except Exception:
+            # The store refused the outcome's writes: the turn stays active there, and the next
+            # incarnation of this actor fails it as interrupted. Nothing acknowledged is lost.
+            log.exception("turn %s: could not record %s", turn_id, type(event).__name__)
+
+    def _step_done(self, turn_id: str, task: asyncio.Task[None]) -> None:
+        if self._work.get(turn_id) is task:
+            del self._work[turn_id]
+        self._last_activity = time.monotonic()
 
     # ------------------------------------------------------------------ lifecycle
-
-    def _recover(self) -> tuple[list[str], list[str]]:
-        """Classify turns left active by a previous incarnation (see the module docstring)."""
-        to_start: list[str] = []
-        to_deliver: list[str] = []
-        for turn in self.store.turns.list(self.id, status=TurnStatus.ACTIVE):
-            if turn.started_at is None:
-                to_start.append(turn.id)
-            elif turn.awaiting_operations:
-                ops = self.store.operations.list(self.id, turn_id=turn.id, statuses=WAITING)
-                to_deliver += [op.id for op in ops]
-            else:
-                self.turns.close_dangling(turn.id, "the conversation restarted mid-turn")
-                self.turns.fail(turn.id, "interrupted")
-                log.info("turn %s of %s marked interrupted after restart", turn.id, self.id)
-        return to_start, to_deliver
 
     def _touch(self) -> None:
         if self._closing:
             raise Hibernating(f"conversation {self.id} is hibernating")
         self._last_activity = time.monotonic()
-        if not self._started:
-            self._started = True
-            loop = asyncio.get_running_loop()
-            self._background = [
-                loop.create_task(self._watch_idle()),
-                loop.create_task(self._resume_recovered()),
-                loop.create_task(self._prewarm_model()),
-            ]
+        self._start()
 
-    async def _resume_recovered(self) -> None:
-        to_start, self._to_start = self._to_start, []
-        for turn_id in to_start:
-            if turn_id in self._tasks:
-                continue  # already started by run_agent_turn
-            turn = self._mark_started(self.store.turns.get(turn_id))
-            self._launch(turn_id, self.turns.run(turn))
-        if self._to_deliver:
-            from actors.operations_runner import running_operations
+    def _start(self) -> None:
+        """Recover what a previous incarnation left, then watch for idleness (once)."""
+        if self._started:
+            return
+        self._handle(self._recovered())
+        self._started = True
+        loop = asyncio.get_running_loop()
+        for background in (self._watch_idle(), self._prewarm_model()):
+            task = loop.create_task(background)
+            self._side.add(task)
+            task.add_done_callback(self._side.discard)
 
-            running = set(await running_operations())
-            for op_id in self._to_deliver:
-                op = self.store.operations.get(op_id)
-                if op.status is OperationStatus.PENDING and op.id not in running:
-                    lost = ToolResult(
-                        tool_call_id=op.tool_call_id,
-                        success=False,
-                        error=ToolError(
-                            code=ErrorCode.EXECUTION_FAILED,
-                            message="the operation was lost",
-                            retriable=True,
-                        ),
-                    )
-                    self.store.operations.save(
-                        op.model_copy(update={"status": OperationStatus.COMPLETED, "result": lost})
-                    )
-                if self.store.operations.get(op_id).status is OperationStatus.COMPLETED:
-                    self._launch(f"{op.turn_id}:{op_id}", self.turns.follow_up(op_id))
+    def _start_in_background(self) -> None:
+        try:
+            self._start()
+        except Exception:  # the first call tries again
+            log.exception("conversation %s could not recover yet", self.id)
+
+    def _recovered(self) -> Recovered:
+        """What a previous incarnation left active (see ``planning._recovered``)."""
+        turns = []
+        for turn in self.store.turns.list(self.id, status=TurnStatus.ACTIVE):
+            ops = self.store.async_operations.list(self.id, turn_id=turn.id, statuses=WAITING)
+            turns.append(RecoveredTurn(turn, tuple(ops)))
+        return Recovered(tuple(turns), utc_now())
 
     async def _prewarm_model(self) -> None:
-        """Resolve the local model's handle now, not on the first turn (≈ 0.5 s of imports)."""
+        """Get the agent's model ready now, not on the first turn (≈ 0.5 s of imports)."""
         try:
-            agent_id = self.conversation.agent_id
-            if agent_id is None:
-                return
-            profile = self.turns.load_setup_for(agent_id).profile
-            if profile.provider == "vllm":
-                from serving.llm_client import prewarm
-
-                await asyncio.to_thread(prewarm)
-        except Exception:  # an optimisation only: the first turn resolves it otherwise
+            profile = self.steps.load_setup(None).profile
+            await asyncio.to_thread(self.ports.models.prewarm, profile)
+        except Exception:  # an optimisation only: the first turn gets it ready otherwise
             log.debug("model prewarm for %s skipped", self.id, exc_info=True)
 
     def is_idle(self) -> bool:
-        awaiting = self.store.turns.list(self.id, status=TurnStatus.ACTIVE)
-        return not self._tasks and not self._subscribers and not awaiting
+        return not self._work and not self._subscribers and not self.state.turns
 
     async def status(self) -> JsonObject:
         self._touch()
         return {
             "conversation_id": self.id,
-            "active_turns": sorted({key.split(":")[0] for key in self._tasks}),
-            "queued_turns": list(self._queued),
+            "active_turns": sorted(self.state.running),
+            "queued_turns": list(self.state.queue),
+            "live_turns": {t.turn_id: t.phase.value for t in self.state.turns.values()},
             "subscribers": len(self._subscribers),
             "idle_s": time.monotonic() - self._last_activity,
             "pid": os.getpid(),
-            "last_seq": self.log.seq,
-            "policy": self.conversation.concurrency_policy.value,
+            "last_seq": self.log.last_seq(),
+            "policy": self.state.conversation.concurrency_policy.value,
         }
 
     async def try_hibernate(self) -> bool:
@@ -196,13 +315,19 @@ class ConversationActor:
         return True
 
     async def _watch_idle(self) -> None:
-        ttl = self.settings.conversation_idle_ttl_s
+        ttl = self.ports.settings.conversation_idle_ttl_s
         while not self._closing:
             await asyncio.sleep(min(max(ttl / 4, 0.05), 5.0))
             if time.monotonic() - self._last_activity >= ttl and self.is_idle():
-                from cluster.actors import release_idle
+                await self.ports.residency.release_idle(self.id)
 
-                await release_idle(self.id)
+    async def shutdown(self, reason: str = "conversation deleted") -> JsonObject:
+        """Stop everything running here (before the conversation is deleted); refuse new work."""
+        cancelled = sorted(self.state.turns)
+        for turn_id in cancelled:
+            await self.cancel_turn(turn_id, reason)
+        self._closing = True
+        return {"conversation_id": self.id, "cancelled_turns": cancelled}
 
     # ------------------------------------------------------------------ entry points
 
@@ -212,10 +337,10 @@ class ConversationActor:
         author: str,
         *,
         message_id: str | None = None,
-        source: str = "human",
+        source: MessageSource = "human",
         reply_to_message_id: str | None = None,
         agent_id: str | None = None,
-    ) -> JsonObject:
+    ) -> MessageAck:
         """Persist a user message and its turn, start (or queue) the turn, acknowledge the ids.
 
         ``agent_id`` (or an ``@agent`` mention of a participant) picks which agent answers.
@@ -225,214 +350,205 @@ class ConversationActor:
             existing = self._existing_ack(message_id)
             if existing is not None:
                 return existing
-        if self.conversation.status in (ConversationStatus.COMPLETED, ConversationStatus.FAILED):
-            raise Conflict(f"conversation {self.id} is {self.conversation.status.value}")
-        policy = self.conversation.concurrency_policy
-        busy = bool(self._tasks) or bool(self._queued)
-        if busy and policy is ConcurrencyPolicy.REJECT:
-            raise Conflict("a turn is active and this conversation rejects messages mid-turn")
-        if busy and policy is ConcurrencyPolicy.INTERRUPT:
-            for turn_id in sorted({key.split(":")[0] for key in self._tasks}):
-                await self.cancel_turn(turn_id, "interrupted by a new message")
-        queue = busy and policy is ConcurrencyPolicy.QUEUE
-        turn, message = self._new_turn(
+        event = self._received(
             content,
             author,
             UserCaller(user_id=author),
             source,
             reply_to_message_id,
             message_id,
-            self._addressee(content, agent_id),
-            started=not queue,
+            agent_id,
+            policy_applies=True,
         )
-        stored = self.log.begin_turn(turn, message)
-        if queue:
-            self._queued.append(turn.id)
-        else:
-            self._launch(turn.id, self.turns.run(turn))
-        return {"turn_id": turn.id, "message_id": stored.id, "seq": stored.seq, "queued": queue}
+        decisions, acks = self._handle(event)
+        _raise_refusal(decisions)
+        stored = acks[event.turn_id]
+        return MessageAck(
+            conversation_id=self.id,
+            turn_id=event.turn_id,
+            message_id=stored.id,
+            seq=stored.seq,
+            queued=event.turn_id in self.state.queue,
+        )
 
-    def _existing_ack(self, message_id: str) -> JsonObject | None:
+    def _received(
+        self,
+        content: str,
+        author: str,
+        caller: Caller,
+        source: MessageSource,
+        reply_to_message_id: str | None,
+        message_id: str | None,
+        agent_id: str | None,
+        *,
+        policy_applies: bool,
+    ) -> MessageReceived:
+        return MessageReceived(
+            turn_id=new_id("turn"),
+            message_id=message_id or new_id("msg"),
+            content=content,
+            author=author,
+            caller=caller,
+            source=source,
+            requested_agent_id=agent_id,
+            reply_to_message_id=reply_to_message_id,
+            parent_turn_id=self._parent_turn(reply_to_message_id),
+            policy_applies=policy_applies,
+            at=utc_now(),
+        )
+
+    def _existing_ack(self, message_id: str) -> MessageAck | None:
         try:
             message = self.store.messages.get(message_id)
         except NotFound:
             return None
         if message.conversation_id != self.id:
             raise Conflict(f"message id {message_id} is used by another conversation")
-        return {
-            "turn_id": message.turn_id,
-            "message_id": message.id,
-            "seq": message.seq,
-            "queued": False,
-        }
+        return MessageAck(
+            conversation_id=self.id,
+            turn_id=message.turn_id,
+            message_id=message.id,
+            seq=message.seq,
+        )
 
-    def _addressee(self, content: str, agent_id: str | None) -> str | None:
-        agents = {p.id for p in self.conversation.participants if p.type == "agent"}
-        if agent_id is not None:
-            if agent_id not in agents and agent_id != self.conversation.agent_id:
-                raise InvalidInput(f"agent {agent_id} is not a participant of this conversation")
-            return agent_id
-        for mention in MENTION.findall(content):
-            if mention in agents:
-                return str(mention)
-        return self.conversation.agent_id
+    def _parent_turn(self, reply_to_message_id: str | None) -> str | None:
+        if reply_to_message_id is not None:
+            try:
+                replied = self.store.messages.get(reply_to_message_id)
+            except NotFound:
+                replied = None
+            if replied is None or replied.conversation_id != self.id:
+                raise NotFound(f"message {reply_to_message_id} not found in this conversation")
+            return replied.turn_id
+        latest = self.store.turns.list(self.id, last=1)
+        return latest[-1].id if latest else None
 
     async def start_agent_call(
-        self, input: str, caller: JsonObject, mode: str = "delegate"
-    ) -> JsonObject:
+        self, input: str, caller: Caller, mode: InvocationMode = "delegate"
+    ) -> AgentAnswer:
         """Run one turn for another agent or a workflow and return its answer."""
         self._touch()
-        parsed = CALLER.validate_python(caller)
-        author = getattr(parsed, "agent_id", None) or getattr(parsed, "run_id", "workflow")
-        source = "agent" if parsed.type == "agent" else "trigger"
-        turn, message = self._new_turn(
-            input, author, parsed, source, None, None, self.conversation.agent_id, started=True
+        author, source = _author(caller)
+        event = self._received(
+            input,
+            author,
+            caller,
+            source,
+            None,
+            None,
+            self.state.conversation.agent_id,
+            policy_applies=False,
         )
-        self.log.begin_turn(turn, message)
-        return await self._answer(turn.id, self._launch(turn.id, self.turns.run(turn)))
+        decisions, _acks = self._handle(event)
+        _raise_refusal(decisions)
+        return await self._answer(event.turn_id)
 
-    async def run_agent_turn(self, turn_id: str) -> JsonObject:
+    async def run_agent_turn(self, turn_id: str) -> AgentAnswer:
         """Run a turn written by whoever created this conversation (a delegated child's first)."""
         self._touch()
-        task = self._tasks.get(turn_id)
-        if turn_id in self._to_start:
-            self._to_start.remove(turn_id)
-        if task is None:
+        if turn_id not in self.state.turns:
             turn = self.store.turns.get(turn_id)
-            if turn.status is TurnStatus.ACTIVE:
-                turn = self._mark_started(turn)
-                task = self._launch(turn_id, self.turns.run(turn))
-        return await self._answer(turn_id, task)
+            if turn.conversation_id != self.id:
+                raise NotFound(f"turn {turn_id} not found in this conversation")
+            self._handle(TurnRequested(turn, utc_now()))
+        return await self._answer(turn_id)
 
-    async def _answer(self, turn_id: str, task: asyncio.Task[None] | None) -> JsonObject:
-        if task is not None:
-            await asyncio.shield(task)
+    async def _answer(self, turn_id: str) -> AgentAnswer:
+        await self._until_ended(turn_id, None)
         done = self.store.turns.get(turn_id)
         answers = [
             m
             for m in self.store.messages.list(self.id, turn_ids=[turn_id])
             if m.role is MessageRole.AGENT
         ]
-        return {
-            "conversation_id": self.id,
-            "turn_id": turn_id,
-            "status": done.status.value,
-            "failure_reason": done.failure_reason,
-            "content": answers[-1].content if answers else "",
-        }
+        return AgentAnswer(
+            conversation_id=self.id,
+            turn_id=turn_id,
+            status=done.status,
+            failure_reason=done.failure_reason,
+            content=answers[-1].content if answers else "",
+        )
+
+    async def _until_ended(self, turn_id: str, timeout_s: float | None) -> None:
+        """Wait until ``turn_id`` is no longer live here (or the timeout passes)."""
+        if turn_id not in self.state.turns:
+            return
+        ended = self._ended.setdefault(turn_id, asyncio.Event())
+        try:
+            await asyncio.wait_for(ended.wait(), timeout_s)
+        except TimeoutError:
+            pass
 
     async def deliver_operation(self, op_id: str) -> bool:
         """An async operation finished: answer with its result on its turn (exactly once)."""
         self._touch()
-        op = self.store.operations.get(op_id)
+        op = self.store.async_operations.get(op_id)
         if op.conversation_id != self.id:
             raise NotFound(f"operation {op_id} not found in this conversation")
         if op.status is not OperationStatus.COMPLETED:
             return False
-        self._launch(f"{op.turn_id}:{op_id}", self.turns.follow_up(op_id))
+        self._handle(OperationCompleted(op, utc_now()))
         return True
 
-    async def cancel_turn(self, turn_id: str, reason: str = "cancelled") -> JsonObject:
+    async def cancel_turn(self, turn_id: str, reason: str = "cancelled") -> TurnOutcome:
         """Stop a turn: its open tool calls get an error result and it fails with ``reason``."""
         self._touch()
         turn = self.store.turns.get(turn_id)
         if turn.conversation_id != self.id:
             raise NotFound(f"turn {turn_id} not found in this conversation")
-        tasks = [t for key, t in self._tasks.items() if key.split(":")[0] == turn_id]
-        self.turns.cancel_reasons[turn_id] = reason
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        if turn_id in self._queued:
-            self._queued.remove(turn_id)
-        self.turns.cancel_reasons.pop(turn_id, None)
-        self.turns.close_dangling(turn_id, reason)
-        self.turns.fail(turn_id, reason)
-        return {"turn_id": turn_id, "status": self.store.turns.get(turn_id).status.value}
+        work = self._work.get(turn_id)
+        self._handle(CancelRequested(turn_id, reason, utc_now()))
+        if work is not None:
+            await asyncio.gather(work, return_exceptions=True)
+        return self._outcome(turn_id)
 
-    async def wait_for_turn(self, turn_id: str, timeout_s: float = 300.0) -> JsonObject:
+    async def wait_for_turn(self, turn_id: str, timeout_s: float = 300.0) -> TurnOutcome:
         """Wait until ``turn_id`` stops running here; returns its stored status."""
         self._touch()
-        deadline = time.monotonic() + timeout_s
-        while True:
-            tasks = [t for key, t in self._tasks.items() if key.split(":")[0] == turn_id]
-            if not tasks and turn_id not in self._queued:
-                break
-            if tasks:
-                await asyncio.wait(tasks, timeout=max(0.0, deadline - time.monotonic()))
-            else:
-                await asyncio.sleep(0.01)
-            if time.monotonic() > deadline:
-                break
+        await self._until_ended(turn_id, timeout_s)
+        return self._outcome(turn_id)
+
+    def _outcome(self, turn_id: str) -> TurnOutcome:
         turn = self.store.turns.get(turn_id)
         if turn.conversation_id != self.id:
             raise NotFound(f"turn {turn_id} not found in this conversation")
-        return {
-            "turn_id": turn.id,
-            "status": turn.status.value,
-            "failure_reason": turn.failure_reason,
-            "awaiting_operations": turn.awaiting_operations,
-        }
+        return TurnOutcome(
+            turn_id=turn.id,
+            status=turn.status,
+            failure_reason=turn.failure_reason,
+            awaiting_operations=turn.awaiting_operations,
+        )
 
-    async def add_participant(self, agent_id: str) -> JsonObject:
+    async def add_participant(self, agent_id: str) -> ParticipantChange:
         """Loop an agent in: it sees this conversation's history and answers when addressed."""
         self._touch()
-        if any(p.id == agent_id for p in self.conversation.participants):
-            return {"agent_id": agent_id, "joined": False}
-        participants = [*self.conversation.participants, Participant(type="agent", id=agent_id)]
-        self._save_conversation(
-            self.conversation.model_copy(update={"participants": participants}),
-            "participant_joined",
-            {"agent_id": agent_id},
-        )
-        return {"agent_id": agent_id, "joined": True}
+        decisions, _acks = self._handle(ParticipantAdded(agent_id, utc_now()))
+        return ParticipantChange(agent_id=agent_id, joined=bool(decisions))
 
-    async def remove_participant(self, agent_id: str) -> JsonObject:
+    async def remove_participant(self, agent_id: str) -> ParticipantChange:
         self._touch()
-        if agent_id == self.conversation.agent_id:
-            raise InvalidInput("the primary agent cannot leave its conversation")
-        participants = [p for p in self.conversation.participants if p.id != agent_id]
-        if len(participants) == len(self.conversation.participants):
-            raise NotFound(f"agent {agent_id} is not a participant")
-        self._save_conversation(
-            self.conversation.model_copy(update={"participants": participants}),
-            "participant_left",
-            {"agent_id": agent_id},
-        )
-        return {"agent_id": agent_id, "left": True}
+        decisions, _acks = self._handle(ParticipantRemoved(agent_id, utc_now()))
+        _raise_refusal(decisions)
+        return ParticipantChange(agent_id=agent_id, left=True)
 
-    async def set_policy(self, policy: str) -> JsonObject:
+    async def set_policy(self, policy: ConcurrencyPolicy) -> ConversationChange:
         self._touch()
-        chosen = ConcurrencyPolicy(policy)
-        self._save_conversation(
-            self.conversation.model_copy(update={"concurrency_policy": chosen}),
-            "conversation_updated",
-            {"concurrency_policy": chosen.value},
-        )
-        return {"concurrency_policy": chosen.value}
+        self._handle(PolicySet(ConcurrencyPolicy(policy), utc_now()))
+        return self._change()
 
-    async def shutdown(self, reason: str = "conversation deleted") -> JsonObject:
-        """Stop everything running here (before the conversation is deleted); refuse new work."""
-        turn_ids = sorted({key.split(":")[0] for key in self._tasks})
-        for turn_id in turn_ids:
-            await self.cancel_turn(turn_id, reason)
-        self._closing = True
-        return {"conversation_id": self.id, "cancelled_turns": turn_ids}
-
-    async def complete(self) -> JsonObject:
+    async def complete(self) -> ConversationChange:
         """Mark the conversation completed (only by explicit user action)."""
         self._touch()
-        done = self.conversation.model_copy(update={"status": ConversationStatus.COMPLETED})
-        self._save_conversation(done, "conversation_ended", {"status": done.status.value})
-        return {"conversation_id": self.id, "status": done.status.value}
+        self._handle(CompletionRequested(utc_now()))
+        return self._change()
 
-    def _save_conversation(self, updated: Conversation, event: str, payload: JsonObject) -> None:
-        self.log.commit(
-            utc_now(),
-            [PendingEvent(event, payload)],
-            lambda conn, _e: self.store.conversations.save(updated, conn),
+    def _change(self) -> ConversationChange:
+        conversation = self.state.conversation
+        return ConversationChange(
+            conversation_id=self.id,
+            status=conversation.status,
+            concurrency_policy=conversation.concurrency_policy,
         )
-        self.conversation = updated
 
     async def events(self, after_seq: int = 0) -> AsyncIterator[JsonObject]:
         """Stored events after ``after_seq``, then live ones (token deltas have ``seq`` None)."""
@@ -462,70 +578,24 @@ class ConversationActor:
         for queue in self._subscribers:
             queue.put_nowait(event)
 
-    # ------------------------------------------------------------------ turns
 
-    def _new_turn(
-        self,
-        content: str,
-        author: str,
-        caller: Any,
-        source: str,
-        reply_to_message_id: str | None,
-        message_id: str | None,
-        agent_id: str | None,
-        *,
-        started: bool,
-    ) -> tuple[Turn, Message]:
-        now = utc_now()
-        turn = Turn(
-            id=new_id("turn"),
-            conversation_id=self.id,
-            agent_id=agent_id,
-            parent_turn_id=self._parent_turn(reply_to_message_id),
-            caller=caller,
-            input=content,
-            source=source,
-            reply_to_message_id=reply_to_message_id,  # type: ignore[arg-type]
-            created_at=now,
-            started_at=now if started else None,
-        )
-        message = Message(
-            id=message_id or new_id("msg"),
-            conversation_id=self.id,
-            turn_id=turn.id,
-            role=MessageRole.USER,
-            author=author,
-            content=content,
-            created_at=now,
-        )
-        return turn, message
+def _author(caller: Caller) -> tuple[str, MessageSource]:
+    """Who speaks for a caller, and where its input comes from."""
+    match caller:
+        case AgentCaller(agent_id=agent_id):
+            return agent_id, "agent"
+        case WorkflowCaller(run_id=run_id):
+            return run_id, "trigger"
+        case UserCaller(user_id=user_id):
+            return user_id, "human"
+        case _:
+            assert_never(caller)
 
-    def _parent_turn(self, reply_to_message_id: str | None) -> str | None:
-        if reply_to_message_id is not None:
-            try:
-                replied = self.store.messages.get(reply_to_message_id)
-            except NotFound:
-                replied = None
-            if replied is None or replied.conversation_id != self.id:
-                raise NotFound(f"message {reply_to_message_id} not found in this conversation")
-            return replied.turn_id
-        latest = self.store.turns.list(self.id, last=1)
-        return latest[-1].id if latest else None
 
-    def _mark_started(self, turn: Turn) -> Turn:
-        started = turn.model_copy(update={"started_at": utc_now()})
-        self.store.turns.save(started)
-        return started
-
-    def _launch(self, key: str, work: Any) -> asyncio.Task[None]:
-        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(work)
-        self._tasks[key] = task
-        task.add_done_callback(lambda _t: self._finished(key))
-        return task
-
-    def _finished(self, key: str) -> None:
-        self._tasks.pop(key, None)
-        self._last_activity = time.monotonic()
-        if self._queued and not self._tasks:
-            turn = self._mark_started(self.store.turns.get(self._queued.pop(0)))
-            self._launch(turn.id, self.turns.run(turn))
+def _raise_refusal(decisions: list[Decision]) -> None:
+    for decision in decisions:
+        match decision:
+            case Refuse(code=code, message=message):
+                raise REFUSALS.get(code, NonRetryableError)(message)
+            case _:
+                pass

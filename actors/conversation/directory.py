@@ -14,12 +14,10 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from typing import Any
 
-import ray
-
 from core.errors import Unavailable
+from core.ports import ActorHost
 
 log = logging.getLogger("wonder.directory")
 
@@ -27,15 +25,12 @@ EVICTION_WAIT_S = 30.0
 
 
 class ConversationDirectory:
-    """Plain Python; ``cluster.actors`` applies ``ray.remote`` with name and lifetime."""
+    """Plain Python; ``cluster`` applies ``ray.remote`` with its name and lifetime, and hands it
+    the ``ActorHost`` that creates, evicts and stops conversation actors."""
 
-    def __init__(
-        self,
-        max_resident: int,
-        create: Callable[[str], Any],
-    ) -> None:
+    def __init__(self, max_resident: int, host: ActorHost) -> None:
         self.max_resident = max_resident
-        self._create = create
+        self._host = host
         self._resident: OrderedDict[str, Any] = OrderedDict()
         self._lock = asyncio.Lock()
         self.peak_resident = 0
@@ -54,7 +49,7 @@ class ConversationDirectory:
                 return handle
             self._resident.pop(conversation_id, None)
             await self._make_room(conversation_id)
-            handle = self._create(conversation_id)
+            handle = self._host.create(conversation_id)
             self._resident[conversation_id] = handle
             self.peak_resident = max(self.peak_resident, len(self._resident))
             return handle
@@ -80,14 +75,10 @@ class ConversationDirectory:
         handle = self._resident.get(conversation_id)
         if handle is None:
             return False
-        try:
-            agreed = await asyncio.wait_for(handle.try_hibernate.remote(), timeout=5.0)
-        except (ray.exceptions.RayActorError, TimeoutError):
-            agreed = True  # dead or wedged: forget it
-        if not agreed:
+        if not await self._host.try_hibernate(handle):
             return False
         self._resident.pop(conversation_id, None)
-        ray.kill(handle, no_restart=True)
+        self._host.kill(handle)
         self.evictions += 1
         log.info("evicted conversation %s", conversation_id)
         return True
@@ -104,11 +95,8 @@ class ConversationDirectory:
             handle = self._resident.pop(conversation_id, None)
             if handle is None:
                 return False
-            try:
-                await asyncio.wait_for(handle.shutdown.remote(), timeout=10.0)
-            except (ray.exceptions.RayError, TimeoutError):
-                log.warning("conversation %s did not shut down cleanly", conversation_id)
-            ray.kill(handle, no_restart=True)
+            await self._host.shut_down(handle, "conversation deleted")
+            self._host.kill(handle)
             return True
 
     async def release_idle(self, conversation_id: str) -> bool:

@@ -1,109 +1,38 @@
-"""What the Conversation's planning reasons about: turn progress, events in, decisions out.
+"""What the Conversation's state machine reasons about: its state, events in, decisions out.
 
-Events are past tense (what happened), decisions are imperatives (what to do next). Ids and times
-arrive inside events so that planning stays pure.
+Events are past tense (what happened: a message arrived, the model answered, tools returned...),
+decisions are imperatives (begin a turn, call the model, run tools, complete the turn...). Ids and
+times arrive inside events, so planning stays pure. ``ConversationState`` is the live part of a
+conversation as planning sees it: the conversation row and every turn that is not finished.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
+from enum import StrEnum
 
-from core.domain import Tool, ToolResult
-from core.llm.protocol import ToolCallRequested
-
-JsonObject = dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class TurnProgress:
-    """A running turn as planning sees it: the request so far and the moves made."""
-
-    turn_id: str
-    moves_made: int = 0
-    # OpenAI-shaped messages this turn added after context assembly (assistant tool calls, results).
-    transcript: tuple[JsonObject, ...] = ()
-
-
-# --------------------------------------------------------------------------- events
-
-
-@dataclass(frozen=True, slots=True)
-class ModelAnswered:
-    """The model finished a call: text and/or tool calls."""
-
-    text: str
-    tool_calls: tuple[ToolCallRequested, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class ToolsReturned:
-    """Every tool call of the last model answer has a result (dispatched or refused)."""
-
-    calls: tuple[ToolCallRequested, ...]
-    results: tuple[ToolResult, ...]
-
-
-ConversationEvent = ModelAnswered | ToolsReturned
-
-
-# --------------------------------------------------------------------------- decisions
-
-
-@dataclass(frozen=True, slots=True)
-class DispatchTool:
-    """Run a valid tool call on its target (task, workflow or agent)."""
-
-    call: ToolCallRequested
-    tool: Tool
-    input: JsonObject
-
-
-@dataclass(frozen=True, slots=True)
-class ReturnToolError:
-    """Answer a tool call with a business error without dispatching it (bad input, denied...)."""
-
-    call: ToolCallRequested
-    result: ToolResult
-
-
-@dataclass(frozen=True, slots=True)
-class CallModel:
-    """Ask the model again; ``tools_allowed`` is False once the move budget is spent."""
-
-    transcript: tuple[JsonObject, ...]
-    tools_allowed: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class AppendAgentMessage:
-    content: str
-
-
-@dataclass(frozen=True, slots=True)
-class CompleteTurn:
-    """The agent answered and nothing is pending: extract memories, then complete."""
-
-
-@dataclass(frozen=True, slots=True)
-class AwaitOperations:
-    """The agent answered, but async operations of this turn are still out: keep it active."""
-
-
-@dataclass(frozen=True, slots=True)
-class FailTurn:
-    reason: str
-
-
-Decision = (
-    DispatchTool
-    | ReturnToolError
-    | CallModel
-    | AppendAgentMessage
-    | AwaitOperations
-    | CompleteTurn
-    | FailTurn
+from core.domain import (
+    Agent,
+    AsyncOperation,
+    Caller,
+    ConcurrencyPolicy,
+    Conversation,
+    Message,
+    MessageSource,
+    ModelProfile,
+    Persona,
+    Tool,
+    ToolError,
+    ToolResult,
+    Turn,
+    Usage,
 )
+from core.errors import ErrorCode
+from core.jsontypes import JsonObject
+from core.llm.protocol import ChatRequest, ToolCallRequested
+
+# --------------------------------------------------------------------------- what a turn works with
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,3 +51,538 @@ class ToolCatalog:
 
     def visible(self) -> list[Tool]:
         return [tool for name, tool in sorted(self.by_name.items()) if self.permitted(name)]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSetup:
+    """What a turn needs to know about its agent, loaded when its context is assembled."""
+
+    agent: Agent
+    persona: Persona
+    profile: ModelProfile
+    catalog: ToolCatalog
+
+    @property
+    def max_moves(self) -> int:
+        return self.persona.constraints.max_moves_per_turn
+
+    @property
+    def extraction_task_id(self) -> str | None:
+        return self.persona.memory_extraction_task_id
+
+
+class TurnPhase(StrEnum):
+    """Where a live turn is. A finished turn (completed or failed) is no longer live."""
+
+    QUEUED = "queued"  # acknowledged; waits for the turn before it (queue policy)
+    ASSEMBLING = "assembling"  # context assembly is running
+    THINKING = "thinking"  # a model call is running
+    ACTING = "acting"  # the tool calls of the last answer are running
+    AWAITING = "awaiting"  # answered; async operations of this turn are still out
+    EXTRACTING = "extracting"  # answered, nothing pending; memory extraction is running
+
+
+RUNNING_PHASES = frozenset(
+    {TurnPhase.ASSEMBLING, TurnPhase.THINKING, TurnPhase.ACTING, TurnPhase.EXTRACTING}
+)
+
+
+@dataclass(slots=True)
+class TurnState:
+    """A live turn as planning sees it."""
+
+    turn_id: str
+    agent_id: str | None
+    phase: TurnPhase
+    setup: AgentSetup | None = None
+    base: ChatRequest | None = None  # the assembled context of the current model loop
+    moves_made: int = 0
+    # OpenAI-shaped messages this loop added after context assembly (tool calls and results).
+    transcript: tuple[JsonObject, ...] = ()
+    last_text: str = ""  # what the model said beside its tool calls (the move's reasoning)
+    open_calls: tuple[ToolCallRequested, ...] = ()  # tool calls whose results are not in yet
+    pending_operations: frozenset[str] = frozenset()  # async operations not yet delivered
+    delivering: AsyncOperation | None = None  # the completed operation this loop answers
+    deliveries: tuple[AsyncOperation, ...] = ()  # completed operations waiting their turn
+    usage: Usage = field(default_factory=Usage)
+    awaiting_recorded: bool = False  # the store marks it awaiting its operations
+
+
+@dataclass(slots=True)
+class ConversationState:
+    """One conversation as planning sees it: its row and its live turns."""
+
+    conversation: Conversation
+    turns: dict[str, TurnState] = field(default_factory=dict)
+    queue: list[str] = field(default_factory=list)  # queued turn ids, oldest first
+
+    @property
+    def running(self) -> list[str]:
+        """Turns doing something now (not queued, not just waiting for async operations)."""
+        return [t.turn_id for t in self.turns.values() if t.phase in RUNNING_PHASES]
+
+    @property
+    def busy(self) -> bool:
+        """Whether a new message arrives mid-turn (for the concurrency policy)."""
+        return bool(self.running) or bool(self.queue)
+
+
+# --------------------------------------------------------------------------- events
+
+
+@dataclass(frozen=True, slots=True)
+class MessageReceived:
+    """Input for a new turn: a user's message, or another agent's or a workflow's call.
+
+    ``policy_applies`` is False for calls from agents and workflows: they always start at once.
+    ``parent_turn_id`` is resolved by the shell (the replied-to message's turn, else the latest).
+    """
+
+    turn_id: str
+    message_id: str
+    content: str
+    author: str
+    caller: Caller
+    source: MessageSource
+    requested_agent_id: str | None
+    reply_to_message_id: str | None
+    parent_turn_id: str | None
+    policy_applies: bool
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRequested:
+    """Run a turn someone else wrote and acknowledged (a delegated child's first turn)."""
+
+    turn: Turn
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveredTurn:
+    """A turn the store holds as active when this incarnation of the actor starts."""
+
+    turn: Turn
+    operations: tuple[AsyncOperation, ...] = ()  # its operations still pending or completed
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """The actor (re)started: what a previous incarnation left active."""
+
+    turns: tuple[RecoveredTurn, ...]
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ContextAssembled:
+    turn_id: str
+    setup: AgentSetup
+    base: ChatRequest
+
+
+@dataclass(frozen=True, slots=True)
+class ContextAssemblyFailed:
+    turn_id: str
+    error: ToolError
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ModelAnswered:
+    """The model finished a call: text and/or tool calls.
+
+    ``operation_ids`` has one fresh id per tool call, used when that call is an async tool.
+    """
+
+    turn_id: str
+    text: str
+    tool_calls: tuple[ToolCallRequested, ...]
+    usage: Usage
+    operation_ids: tuple[str, ...]
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFailed:
+    """The model call failed after its retries."""
+
+    turn_id: str
+    error: ToolError
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ToolsReturned:
+    """Every tool call of the last answer has a result (ran, refused or acknowledged)."""
+
+    turn_id: str
+    results: tuple[ToolResult, ...]
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class OperationCompleted:
+    """An async operation finished (its result is stored): answer with it on its turn."""
+
+    operation: AsyncOperation
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class OperationsChecked:
+    """The runner says which of a recovered turn's pending operations it is still running."""
+
+    turn_id: str
+    lost: tuple[AsyncOperation, ...]
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class MemoriesExtracted:
+    turn_id: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryExtractionFailed:
+    turn_id: str
+    error: ToolError
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRequested:
+    turn_id: str
+    reason: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class StepFailed:
+    """A step of the turn could not go on (its agent is gone, a bug): the turn fails with
+    ``reason`` and is not left dangling."""
+
+    turn_id: str
+    reason: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ParticipantAdded:
+    agent_id: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ParticipantRemoved:
+    agent_id: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySet:
+    policy: ConcurrencyPolicy
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionRequested:
+    """A user ends the conversation (conversations complete only by explicit action)."""
+
+    at: datetime
+
+
+ConversationEvent = (
+    MessageReceived
+    | TurnRequested
+    | Recovered
+    | ContextAssembled
+    | ContextAssemblyFailed
+    | ModelAnswered
+    | ModelFailed
+    | ToolsReturned
+    | OperationCompleted
+    | OperationsChecked
+    | MemoriesExtracted
+    | MemoryExtractionFailed
+    | CancelRequested
+    | StepFailed
+    | ParticipantAdded
+    | ParticipantRemoved
+    | PolicySet
+    | CompletionRequested
+)
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    """Refuse the request that caused the event (the entry point raises the matching error)."""
+
+    code: ErrorCode
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class BeginTurn:
+    """Persist a new turn and its input message (the acknowledgement)."""
+
+    turn: Turn
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class QueueTurn:
+    turn_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class StartTurn:
+    """A turn that was written but not started (queued, delegated, recovered) starts now."""
+
+    turn_id: str
+    agent_id: str | None
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AssembleContext:
+    """Load the agent's setup and build the context (with the hook task, when the persona has one).
+
+    ``delivering`` is the completed async operation this model loop answers, if any.
+    """
+
+    turn_id: str
+    agent_id: str | None
+    delivering: AsyncOperation | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AdoptContext:
+    """Remember the turn's agent setup and assembled context for the loop that follows."""
+
+    turn_id: str
+    setup: AgentSetup
+    base: ChatRequest
+
+
+@dataclass(frozen=True, slots=True)
+class CallModel:
+    """Ask the model; ``transcript`` and ``moves_made`` are the loop's state for this call."""
+
+    turn_id: str
+    request: ChatRequest
+    profile: ModelProfile
+    transcript: tuple[JsonObject, ...]
+    moves_made: int
+
+
+@dataclass(frozen=True, slots=True)
+class AddUsage:
+    """The turn's token counts so far, after a model call."""
+
+    turn_id: str
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchTool:
+    """Run a valid tool call on its target (task, workflow or agent) and wait for its result."""
+
+    call: ToolCallRequested
+    tool: Tool
+    input: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class StartOperation:
+    """An async tool call: record the operation (intent first), hand it to the runner, and
+    acknowledge the call to the model at once with ``ack``."""
+
+    call: ToolCallRequested
+    operation: AsyncOperation
+    ack: ToolResult
+
+
+@dataclass(frozen=True, slots=True)
+class ReturnToolError:
+    """Answer a tool call with a business error without dispatching it (bad input, denied...)."""
+
+    call: ToolCallRequested
+    result: ToolResult
+
+
+ToolPlan = DispatchTool | StartOperation | ReturnToolError
+
+
+@dataclass(frozen=True, slots=True)
+class RunTools:
+    """Run every tool call of the last answer (sync ones are awaited, async ones acknowledged).
+
+    ``reasoning`` is what the model said beside the calls (recorded with their moves)."""
+
+    turn_id: str
+    agent_id: str
+    plans: tuple[ToolPlan, ...]
+    reasoning: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMoves:
+    """One move per tool call of the last answer, with its result; failures emit events."""
+
+    turn_id: str
+    calls: tuple[ToolCallRequested, ...]
+    results: tuple[ToolResult, ...]
+    reasoning: str
+    iteration: int
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AppendAgentMessage:
+    """The agent's answer (and its move); ``delivers`` marks the operation it answers delivered,
+    in the same transaction."""
+
+    turn_id: str
+    agent_id: str
+    content: str
+    delivers: str | None
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitOperations:
+    """The agent answered, but async operations of this turn are still out: keep it active.
+
+    ``announce`` is True the first time (the turn is marked awaiting, ``turn.awaiting``)."""
+
+    turn_id: str
+    usage: Usage
+    announce: bool
+
+
+@dataclass(frozen=True, slots=True)
+class WaitForOperations:
+    """A recovered turn that had answered keeps waiting for its async operations."""
+
+    turn_id: str
+    agent_id: str | None
+    operations: frozenset[str]
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True)
+class HoldDelivery:
+    """A completed operation arrived while its turn is busy: answer it when the turn is free."""
+
+    turn_id: str
+    operation: AsyncOperation
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractMemories:
+    turn_id: str
+    agent_id: str
+    task_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteTurn:
+    turn_id: str
+    usage: Usage
+    memory_extraction_failed: bool
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class FailTurn:
+    turn_id: str
+    reason: str
+    usage: Usage
+    context_failed: bool
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class NoteEvent:
+    """A durable event with no entity write (errors of hooks)."""
+
+    type: str
+    payload: JsonObject
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class CloseDangling:
+    """Give every open tool call of a turn an error result, and cancel its pending operations."""
+
+    turn_id: str
+    calls: tuple[ToolCallRequested, ...]
+    operations: tuple[str, ...]
+    message: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class StopWork:
+    """Stop whatever the turn's current step is doing (cancel its task)."""
+
+    turn_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class CheckOperations:
+    """Ask the runner whether a recovered turn's pending operations are still running."""
+
+    turn_id: str
+    operations: tuple[AsyncOperation, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SettleOperation:
+    """Store an operation's final state: ``cancelled`` (its turn is over) or ``completed`` with
+    ``result`` (a pending operation the runner lost)."""
+
+    operation: AsyncOperation
+
+
+@dataclass(frozen=True, slots=True)
+class SaveConversation:
+    """Persist a change to the conversation row, announced by ``event``."""
+
+    conversation: Conversation
+    event: str
+    payload: JsonObject
+    at: datetime
+
+
+Decision = (
+    Refuse
+    | BeginTurn
+    | QueueTurn
+    | StartTurn
+    | AssembleContext
+    | AdoptContext
+    | CallModel
+    | AddUsage
+    | RunTools
+    | RecordMoves
+    | AppendAgentMessage
+    | AwaitOperations
+    | WaitForOperations
+    | HoldDelivery
+    | ExtractMemories
+    | CompleteTurn
+    | FailTurn
+    | NoteEvent
+    | CloseDangling
+    | StopWork
+    | CheckOperations
+    | SettleOperation
+    | SaveConversation
+)

@@ -1,297 +1,782 @@
-"""The Conversation's pure core: context assembly and the agent loop's next step.
+"""The Conversation's state machine: ``plan(state, event) -> decisions`` and ``apply``. Pure.
 
-Theory of operation: a turn is a loop of model calls. After each call, ``plan_after_model`` looks
-at what the model said: tool calls become ``DispatchTool`` (valid input, permitted tool) or
-``ReturnToolError`` (anything else — the model sees the error and can correct itself); a plain
-answer becomes ``AppendAgentMessage`` + ``CompleteTurn``. After tools return, ``plan_after_tools``
-appends the call and its results to the turn's transcript and asks for another model call — without
-tools once ``max_moves_per_turn`` is reached, so the agent must answer. Nothing here does I/O: no
-Ray, no store, no clock, no ids.
+Theory of operation. A conversation has live turns; each is in one ``TurnPhase``. Every outcome
+the shell observes comes back as an event; ``plan`` answers with decisions, ``apply`` folds them
+into the state, the shell persists what must survive a crash (one transaction per batch) and then
+performs the effects, whose outcomes are the next events:
+
+    message received ─▶ BeginTurn + AssembleContext          (or QueueTurn / Refuse, by policy)
+    context assembled ─▶ CallModel                           (context assembly failed ─▶ FailTurn)
+    model answered:  tool calls ─▶ RunTools                  (model failed ─▶ FailTurn)
+                     plain text ─▶ AppendAgentMessage + AwaitOperations | ExtractMemories |
+                                   CompleteTurn, or the next held delivery
+    tools returned ─▶ RecordMoves + CallModel     (without tools once max_moves_per_turn is spent)
+    operation completed ─▶ AssembleContext (delivering it) when the turn waits, else HoldDelivery
+    memories extracted / extraction failed ─▶ CompleteTurn (the failure is noted on the turn)
+    cancel requested ─▶ StopWork + CloseDangling + FailTurn
+    recovered (actor restart) ─▶ unstarted turns start; answered turns keep waiting for their
+                                 operations (lost ones settled); turns cut mid-loop fail
+                                 ``interrupted`` with their open calls closed
+
+A turn that ends (completed, failed, or waiting for operations) lets the oldest queued turn start.
+Events about a turn that is no longer live, or not in the phase they answer, are stale (a
+cancelled step finishing late) and plan nothing. Nothing here does I/O: no Ray, no store, no
+clock, no ids (they arrive in events).
 """
 
 from __future__ import annotations
 
-import json
+import re
 from collections.abc import Sequence
-from typing import Any, assert_never
+from datetime import datetime
+from typing import assert_never
 
-from jsonschema import Draft202012Validator
-
+from actors.conversation.context import (
+    operation_result_message,
+    request_for_step,
+    tool_exchange,
+)
 from actors.conversation.domain import (
+    AddUsage,
+    AdoptContext,
     AppendAgentMessage,
+    AssembleContext,
     AwaitOperations,
+    BeginTurn,
     CallModel,
+    CancelRequested,
+    CheckOperations,
+    CloseDangling,
     CompleteTurn,
+    CompletionRequested,
+    ContextAssembled,
+    ContextAssemblyFailed,
+    ConversationEvent,
+    ConversationState,
     Decision,
     DispatchTool,
+    ExtractMemories,
+    FailTurn,
+    HoldDelivery,
+    MemoriesExtracted,
+    MemoryExtractionFailed,
+    MessageReceived,
     ModelAnswered,
+    ModelFailed,
+    NoteEvent,
+    OperationCompleted,
+    OperationsChecked,
+    ParticipantAdded,
+    ParticipantRemoved,
+    PolicySet,
+    QueueTurn,
+    RecordMoves,
+    Recovered,
+    RecoveredTurn,
+    Refuse,
     ReturnToolError,
-    ToolCatalog,
+    RunTools,
+    SaveConversation,
+    SettleOperation,
+    StartOperation,
+    StartTurn,
+    StepFailed,
+    StopWork,
+    ToolPlan,
     ToolsReturned,
-    TurnProgress,
+    TurnPhase,
+    TurnRequested,
+    TurnState,
+    WaitForOperations,
 )
+from actors.conversation.tool_calls import plan_tool_calls
 from core.domain import (
+    AsyncOperation,
+    ConcurrencyPolicy,
+    ConversationStatus,
     Message,
     MessageRole,
-    ModelProfile,
-    Persona,
-    Tool,
+    OperationStatus,
+    Participant,
     ToolError,
     ToolResult,
-    resolved_tool_calling,
+    Turn,
+    TurnStatus,
+    Usage,
 )
 from core.errors import ErrorCode
-from core.llm.protocol import ChatRequest, ToolCallRequested, ToolSpec
 
-JsonObject = dict[str, Any]
-
-MUST_ANSWER_NOTE = (
-    "You have used every tool call this turn allows. Answer the user now with what you have."
-)
+MENTION = re.compile(r"(?<![\w@])@([A-Za-z0-9_.:-]+)")
+RESTARTED_MID_TURN = "the conversation restarted mid-turn"
+INTERRUPTED = "interrupted"
+INTERRUPTED_BY_MESSAGE = "interrupted by a new message"
 
 
-# --------------------------------------------------------------------------- context assembly
-
-
-def history_messages(messages: Sequence[Message], agent_id: str | None) -> list[JsonObject]:
-    """Stored messages → OpenAI chat messages (other agents' words are shown as user turns)."""
-    out: list[JsonObject] = []
-    for message in messages:
-        if message.role is MessageRole.USER:
-            out.append({"role": "user", "content": message.content})
-        elif message.role is MessageRole.AGENT:
-            own = agent_id is None or message.author == agent_id
-            role = "assistant" if own else "user"
-            content = message.content if own else f"[{message.author}] {message.content}"
-            out.append({"role": role, "content": content})
-    return out
-
-
-def assemble_context(
-    persona: Persona,
-    profile: ModelProfile,
-    history: Sequence[Message],
-    catalog: ToolCatalog,
-    agent_id: str | None,
-    system_context: str = "",
-) -> ChatRequest:
-    """The built-in default context: system prompt (+ hook context) + recent turns + tool specs.
-
-    ``history`` is the conversation's messages of the recent turns, the current user message last.
-    """
-    system = persona.system_prompt
-    if system_context:
-        system = f"{system}\n\n{system_context}"
-    messages = [{"role": "system", "content": system}, *history_messages(history, agent_id)]
-    return ChatRequest(
-        messages=messages,
-        tools=[tool_spec(tool) for tool in catalog.visible()],
-        model=profile.model,
-        temperature=profile.temperature,
-        max_tokens=profile.max_tokens,
-        timeout_s=profile.timeout_s,
-        tool_calling=resolved_tool_calling(profile),
-    )
-
-
-def tool_spec(tool: Tool) -> ToolSpec:
-    return ToolSpec(name=tool.name, description=tool.description, parameters=tool.input_schema)
-
-
-def request_for_step(base: ChatRequest, step: CallModel) -> ChatRequest:
-    """The request for the next model call of a turn: the base context plus this turn's moves."""
-    messages = [*base.messages, *step.transcript]
-    tools = base.tools
-    if not step.tools_allowed:
-        messages.append({"role": "system", "content": MUST_ANSWER_NOTE})
-        tools = []
-    return ChatRequest(
-        messages=messages,
-        tools=tools,
-        model=base.model,
-        temperature=base.temperature,
-        max_tokens=base.max_tokens,
-        timeout_s=base.timeout_s,
-        tool_calling=base.tool_calling,
-    )
-
-
-# --------------------------------------------------------------------------- the loop
-
-
-def plan(
-    progress: TurnProgress,
-    event: ModelAnswered | ToolsReturned,
-    catalog: ToolCatalog,
-    max_moves: int,
-    pending_operations: int = 0,
-) -> list[Decision]:
-    """The next decisions of a turn after ``event``.
-
-    ``pending_operations`` counts this turn's async operations not yet delivered: an answer while
-    some are out keeps the turn active instead of completing it.
-    """
+def plan(state: ConversationState, event: ConversationEvent) -> list[Decision]:
+    """The decisions that follow ``event`` in ``state`` (``state`` is not changed here)."""
     match event:
-        case ModelAnswered():
-            return plan_after_model(event, catalog, pending_operations)
-        case ToolsReturned():
-            return [plan_after_tools(progress, event, max_moves)]
+        case (
+            MessageReceived()
+            | TurnRequested()
+            | Recovered()
+            | CancelRequested()
+            | StepFailed()
+            | OperationCompleted()
+            | OperationsChecked()
+        ):
+            return _plan_turns(state, event)
+        case (
+            ContextAssembled()
+            | ContextAssemblyFailed()
+            | ModelAnswered()
+            | ModelFailed()
+            | ToolsReturned()
+            | MemoriesExtracted()
+            | MemoryExtractionFailed()
+        ):
+            return _plan_step(state, event)
+        case ParticipantAdded() | ParticipantRemoved() | PolicySet() | CompletionRequested():
+            return _conversation_changed(state, event)
         case _:
             assert_never(event)
 
 
-def plan_after_model(
-    answer: ModelAnswered, catalog: ToolCatalog, pending_operations: int = 0
+def _plan_turns(
+    state: ConversationState,
+    event: MessageReceived
+    | TurnRequested
+    | Recovered
+    | CancelRequested
+    | StepFailed
+    | OperationCompleted
+    | OperationsChecked,
 ) -> list[Decision]:
-    if not answer.tool_calls:
-        then = AwaitOperations() if pending_operations > 0 else CompleteTurn()
-        return [AppendAgentMessage(answer.text), then]
-    return [plan_tool_call(call, catalog) for call in answer.tool_calls]
+    """Events that start, stop or feed whole turns."""
+    match event:
+        case MessageReceived():
+            return _message_received(state, event)
+        case TurnRequested():
+            return _turn_requested(state, event)
+        case Recovered():
+            return _recovered(state, event)
+        case CancelRequested():
+            return _cancel(state, event.turn_id, event.reason, event.at, next_=True)
+        case StepFailed():
+            return _step_failed(state, event)
+        case OperationCompleted():
+            return _operation_completed(state, event)
+        case OperationsChecked():
+            return _operations_checked(state, event)
+        case _:
+            assert_never(event)
 
 
-def async_ack(tool_call_id: str, operation_id: str) -> ToolResult:
-    """What the model hears right after dispatching an async tool."""
-    return ToolResult(
-        tool_call_id=tool_call_id,
-        success=True,
-        result={
-            "status": "dispatched",
-            "operation_id": operation_id,
-            "note": "This runs in the background. Tell the user you are on it; the result will "
-            "arrive later in this conversation.",
-        },
+def _plan_step(
+    state: ConversationState,
+    event: ContextAssembled
+    | ContextAssemblyFailed
+    | ModelAnswered
+    | ModelFailed
+    | ToolsReturned
+    | MemoriesExtracted
+    | MemoryExtractionFailed,
+) -> list[Decision]:
+    """The outcome of a turn's current step (context, model, tools, extraction)."""
+    match event:
+        case ContextAssembled():
+            return _context_assembled(state, event)
+        case ContextAssemblyFailed():
+            return _context_assembly_failed(state, event)
+        case ModelAnswered():
+            return _model_answered(state, event)
+        case ModelFailed():
+            return _model_failed(state, event)
+        case ToolsReturned():
+            return _tools_returned(state, event)
+        case MemoriesExtracted():
+            return _memories_extracted(state, event)
+        case MemoryExtractionFailed():
+            return _memory_extraction_failed(state, event)
+        case _:
+            assert_never(event)
+
+
+# --------------------------------------------------------------------------- new turns
+
+
+def _message_received(state: ConversationState, event: MessageReceived) -> list[Decision]:
+    conversation = state.conversation
+    if conversation.status in (ConversationStatus.COMPLETED, ConversationStatus.FAILED):
+        status = conversation.status.value
+        return [Refuse(ErrorCode.CONFLICT, f"conversation {conversation.id} is {status}")]
+    match addressee(state, event.content, event.requested_agent_id):
+        case Refuse() as refusal:
+            return [refusal]
+        case agent_id:
+            pass
+    policy = conversation.concurrency_policy
+    busy = event.policy_applies and state.busy
+    if busy and policy is ConcurrencyPolicy.REJECT:
+        rejected = "a turn is active and this conversation rejects messages mid-turn"
+        return [Refuse(ErrorCode.CONFLICT, rejected)]
+    queue = busy and policy is ConcurrencyPolicy.QUEUE
+    turn, message = _new_turn(state, event, agent_id, started=not queue)
+    if queue:
+        return [BeginTurn(turn, message), QueueTurn(turn.id)]
+    decisions: list[Decision] = []
+    if busy and policy is ConcurrencyPolicy.INTERRUPT:
+        for turn_id in state.running:
+            decisions += _cancel(state, turn_id, INTERRUPTED_BY_MESSAGE, event.at, next_=False)
+    return [*decisions, BeginTurn(turn, message), AssembleContext(turn.id, agent_id)]
+
+
+def addressee(state: ConversationState, content: str, requested: str | None) -> str | Refuse | None:
+    """Which agent answers: the one asked for, else the first ``@mentioned`` participant, else
+    the conversation's primary agent."""
+    conversation = state.conversation
+    agents = {p.id for p in conversation.participants if p.type == "agent"}
+    if requested is not None:
+        if requested not in agents and requested != conversation.agent_id:
+            message = f"agent {requested} is not a participant of this conversation"
+            return Refuse(ErrorCode.INVALID_INPUT, message)
+        return requested
+    for mention in MENTION.findall(content):
+        if mention in agents:
+            return str(mention)
+    return conversation.agent_id
+
+
+def _new_turn(
+    state: ConversationState, event: MessageReceived, agent_id: str | None, *, started: bool
+) -> tuple[Turn, Message]:
+    conversation_id = state.conversation.id
+    turn = Turn(
+        id=event.turn_id,
+        conversation_id=conversation_id,
+        agent_id=agent_id,
+        parent_turn_id=event.parent_turn_id,
+        caller=event.caller,
+        input=event.content,
+        source=event.source,
+        reply_to_message_id=event.reply_to_message_id,
+        created_at=event.at,
+        started_at=event.at if started else None,
     )
+    message = Message(
+        id=event.message_id,
+        conversation_id=conversation_id,
+        turn_id=turn.id,
+        role=MessageRole.USER,
+        author=event.author,
+        content=event.content,
+        created_at=event.at,
+    )
+    return turn, message
 
 
-def pending_operations_note(pending: Sequence[Any]) -> str:
-    """System context listing background work still out, across all active turns."""
-    if not pending:
-        return ""
-    lines = [
-        f"- {op.tool_name} (operation {op.id}, started in turn {op.turn_id})" for op in pending
+def _turn_requested(state: ConversationState, event: TurnRequested) -> list[Decision]:
+    turn = event.turn
+    if turn.id in state.turns or turn.status is not TurnStatus.ACTIVE:
+        return []  # already running here, or already over
+    return [StartTurn(turn.id, turn.agent_id, event.at), AssembleContext(turn.id, turn.agent_id)]
+
+
+def _recovered(state: ConversationState, event: Recovered) -> list[Decision]:
+    decisions: list[Decision] = []
+    unstarted: list[Turn] = []
+    for recovered in event.turns:
+        turn = recovered.turn
+        if turn.id in state.turns:
+            continue
+        if turn.started_at is None:
+            unstarted.append(turn)
+        elif turn.awaiting_operations:
+            decisions += _resume_waiting(recovered, event.at)
+        else:
+            operations = tuple(op.id for op in recovered.operations)
+            decisions += [
+                CloseDangling(turn.id, (), operations, RESTARTED_MID_TURN, event.at),
+                FailTurn(turn.id, INTERRUPTED, turn.usage, False, event.at),
+            ]
+    queue = state.conversation.concurrency_policy is ConcurrencyPolicy.QUEUE
+    for n, turn in enumerate(unstarted):
+        if queue and n > 0:
+            decisions.append(QueueTurn(turn.id))
+        else:
+            decisions += [
+                StartTurn(turn.id, turn.agent_id, event.at),
+                AssembleContext(turn.id, turn.agent_id),
+            ]
+    return decisions
+
+
+def _resume_waiting(recovered: RecoveredTurn, at: datetime) -> list[Decision]:
+    """An answered turn whose actor restarted: completed operations are delivered (again, if the
+    crash came before their delivery committed), pending ones are checked with the runner."""
+    turn = recovered.turn
+    ops = recovered.operations
+    decisions: list[Decision] = [
+        WaitForOperations(turn.id, turn.agent_id, frozenset(op.id for op in ops), turn.usage)
     ]
-    return "Background operations still running:\n" + "\n".join(lines)
+    completed = [op for op in ops if op.status is OperationStatus.COMPLETED]
+    decisions += _deliveries(turn.id, turn.agent_id, completed, free=True)
+    pending = tuple(op for op in ops if op.status is OperationStatus.PENDING)
+    if pending:
+        decisions.append(CheckOperations(turn.id, pending))
+    return decisions
 
 
-def operation_result_message(tool_name: str, operation_id: str, result: ToolResult) -> JsonObject:
-    """The message that hands a finished async operation's result to the model."""
-    outcome = "finished" if result.success else "failed"
-    return {
-        "role": "user",
-        "content": f"[background result] {tool_name} (operation {operation_id}) {outcome}: "
-        f"{tool_result_text(result)}. Tell the user what it means.",
-    }
+# --------------------------------------------------------------------------- the model loop
 
 
-def plan_after_tools(progress: TurnProgress, returned: ToolsReturned, max_moves: int) -> CallModel:
-    transcript = (*progress.transcript, *tool_exchange(returned.calls, returned.results))
-    return CallModel(transcript=transcript, tools_allowed=progress.moves_made + 1 < max_moves)
-
-
-def tool_exchange(
-    calls: Sequence[ToolCallRequested], results: Sequence[ToolResult]
-) -> list[JsonObject]:
-    """The assistant's tool-call message and one tool message per result (OpenAI shape)."""
-    assistant = {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in calls
-        ],
-    }
-    replies = [
-        {"role": "tool", "tool_call_id": r.tool_call_id, "content": tool_result_text(r)}
-        for r in results
+def _context_assembled(state: ConversationState, event: ContextAssembled) -> list[Decision]:
+    turn = _live(state, event.turn_id, TurnPhase.ASSEMBLING)
+    if turn is None:
+        return []
+    transcript = (operation_result_message(turn.delivering),) if turn.delivering else ()
+    tools_allowed = event.setup.max_moves > 0
+    request = request_for_step(event.base, transcript, tools_allowed)
+    return [
+        AdoptContext(turn.turn_id, event.setup, event.base),
+        CallModel(turn.turn_id, request, event.setup.profile, transcript, 0),
     ]
-    return [assistant, *replies]
 
 
-def tool_result_text(result: ToolResult) -> str:
-    if result.success:
-        value = result.result
-        return value if isinstance(value, str) else json.dumps(value, default=str)
-    assert result.error is not None
-    return json.dumps({"error": result.error.model_dump(mode="json")})
+def _context_assembly_failed(
+    state: ConversationState, event: ContextAssemblyFailed
+) -> list[Decision]:
+    turn = _live(state, event.turn_id, TurnPhase.ASSEMBLING)
+    if turn is None:
+        return []
+    payload = {"turn_id": turn.turn_id, "error": event.error.model_dump(mode="json")}
+    reason = f"context assembly failed: {event.error.message}"
+    return [
+        NoteEvent("context_assembly.failed", payload, event.at),
+        FailTurn(turn.turn_id, reason, turn.usage, True, event.at),
+        *_start_next(state, turn.turn_id, event.at),
+    ]
 
 
-def plan_tool_call(call: ToolCallRequested, catalog: ToolCatalog) -> DispatchTool | ReturnToolError:
-    """Validate one tool call: known, permitted, JSON, schema-valid → dispatch; else an error."""
-    tool = catalog.by_name.get(call.name)
-    if tool is None:
-        known = ", ".join(sorted(t.name for t in catalog.visible())) or "none"
-        return _refuse(call, ErrorCode.NOT_FOUND, f"no tool named {call.name!r} (tools: {known})")
-    if not catalog.permitted(call.name):
-        return _refuse(call, ErrorCode.PERMISSION_DENIED, f"tool {call.name!r} is not allowed")
-    try:
-        arguments = json.loads(call.arguments or "{}")
-    except json.JSONDecodeError as exc:
-        return _refuse(call, ErrorCode.INVALID_INPUT, f"arguments are not valid JSON: {exc.msg}")
-    problem = schema_problem(tool.input_schema, arguments)
-    if problem is not None:
-        return _refuse(call, ErrorCode.INVALID_INPUT, problem)
-    if (
-        tool.target_type == "agent"
-        and catalog.allowed_agents is not None
-        and tool.target_id not in catalog.allowed_agents
-    ):
-        message = f"agent {tool.target_id!r} is not among this persona's allowed agents"
-        return _refuse(call, ErrorCode.PERMISSION_DENIED, message)
-    return DispatchTool(
-        call=call, tool=tool, input=apply_input_mapping(tool.input_mapping, arguments)
+def _model_answered(state: ConversationState, event: ModelAnswered) -> list[Decision]:
+    turn = _live(state, event.turn_id, TurnPhase.THINKING)
+    if turn is None or turn.setup is None:
+        return []
+    usage = add_usage(turn.usage, event.usage)
+    decisions: list[Decision] = [AddUsage(turn.turn_id, usage)]
+    agent_id = turn.setup.agent.id
+    if not event.tool_calls:
+        return [*decisions, *_answered(state, turn, agent_id, event.text, usage, event.at)]
+    if turn.moves_made >= turn.setup.max_moves:
+        # It was asked to answer without tools and called some anyway: stop, do not loop.
+        reason = f"the model kept calling tools after its {turn.setup.max_moves} moves"
+        return [
+            *decisions,
+            FailTurn(turn.turn_id, reason, usage, False, event.at),
+            *_start_next(state, turn.turn_id, event.at),
+        ]
+    plans = plan_tool_calls(
+        event.tool_calls,
+        turn.setup.catalog,
+        state.conversation.id,
+        turn.turn_id,
+        event.operation_ids,
+        event.at,
     )
+    return [*decisions, RunTools(turn.turn_id, agent_id, plans, event.text)]
 
 
-def schema_problem(schema: JsonObject, value: Any) -> str | None:
-    """The first JSON Schema violation, with its path, or None when ``value`` is valid."""
-    errors = sorted(Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.path))
-    if not errors:
-        return None
-    first = errors[0]
-    where = "/".join(str(p) for p in first.path) or "(root)"
-    return f"input does not match the tool's schema at {where}: {first.message}"
+def _answered(
+    state: ConversationState,
+    turn: TurnState,
+    agent_id: str,
+    text: str,
+    usage: Usage,
+    at: datetime,
+) -> list[Decision]:
+    """The model answered without tool calls: the answer, then whatever the turn waits for."""
+    delivering = turn.delivering
+    delivered = delivering.id if delivering is not None else None
+    decisions: list[Decision] = [AppendAgentMessage(turn.turn_id, agent_id, text, delivered, at)]
+    remaining = turn.pending_operations - {delivered}
+    if turn.deliveries:
+        next_op = turn.deliveries[0]
+        return [*decisions, AssembleContext(turn.turn_id, turn.agent_id, delivering=next_op)]
+    if remaining:
+        return [
+            *decisions,
+            AwaitOperations(turn.turn_id, usage, announce=not turn.awaiting_recorded),
+            *_start_next(state, turn.turn_id, at),
+        ]
+    return [*decisions, *_finish(state, turn, agent_id, usage, at)]
 
 
-def apply_input_mapping(mapping: dict[str, str] | None, arguments: JsonObject) -> JsonObject:
-    """Map the model's arguments onto the target's input.
-
-    Each mapping entry is ``target_key: source``; a source starting with ``$.`` is a dotted path
-    into the arguments, anything else is a literal. Without a mapping the input passes through.
-    """
-    if not mapping:
-        return arguments
-    out: JsonObject = {}
-    for target, source in mapping.items():
-        out[target] = _path(arguments, source[2:]) if source.startswith("$.") else source
-    return out
+def _finish(
+    state: ConversationState, turn: TurnState, agent_id: str, usage: Usage, at: datetime
+) -> list[Decision]:
+    """Nothing pending: memory extraction when the persona has it, else the turn completes."""
+    task_id = turn.setup.extraction_task_id if turn.setup is not None else None
+    if task_id:
+        return [ExtractMemories(turn.turn_id, agent_id, task_id)]
+    return [CompleteTurn(turn.turn_id, usage, False, at), *_start_next(state, turn.turn_id, at)]
 
 
-def _path(value: Any, dotted: str) -> Any:
-    for part in dotted.split(".") if dotted else []:
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
+def _model_failed(state: ConversationState, event: ModelFailed) -> list[Decision]:
+    turn = _live(state, event.turn_id, TurnPhase.THINKING)
+    if turn is None:
+        return []
+    return [
+        FailTurn(turn.turn_id, event.error.message, turn.usage, False, event.at),
+        *_start_next(state, turn.turn_id, event.at),
+    ]
 
 
-def _refuse(call: ToolCallRequested, code: ErrorCode, message: str) -> ReturnToolError:
-    error = ToolError(code=code, message=message, retriable=False)
-    return ReturnToolError(
-        call=call, result=ToolResult(tool_call_id=call.id, success=False, error=error)
+def _tools_returned(state: ConversationState, event: ToolsReturned) -> list[Decision]:
+    turn = _live(state, event.turn_id, TurnPhase.ACTING)
+    if turn is None or turn.setup is None or turn.base is None:
+        return []
+    calls = turn.open_calls
+    moves_made = turn.moves_made + 1
+    transcript = (*turn.transcript, *tool_exchange(calls, event.results))
+    tools_allowed = moves_made < turn.setup.max_moves
+    request = request_for_step(turn.base, transcript, tools_allowed)
+    return [
+        RecordMoves(turn.turn_id, calls, event.results, turn.last_text, moves_made, event.at),
+        CallModel(turn.turn_id, request, turn.setup.profile, transcript, moves_made),
+    ]
+
+
+# --------------------------------------------------------------------------- async operations
+
+
+def _operation_completed(state: ConversationState, event: OperationCompleted) -> list[Decision]:
+    op = event.operation
+    turn = state.turns.get(op.turn_id)
+    if turn is None:
+        # Its turn is over (failed, cancelled): nobody will answer with it.
+        cancelled = op.model_copy(update={"status": OperationStatus.CANCELLED})
+        return [SettleOperation(cancelled)]
+    if op.id not in turn.pending_operations or _already_delivering(turn, op.id):
+        return []  # delivered already, or this very delivery is under way
+    return _deliveries(turn.turn_id, turn.agent_id, [op], free=_free(turn))
+
+
+def _operations_checked(state: ConversationState, event: OperationsChecked) -> list[Decision]:
+    turn = state.turns.get(event.turn_id)
+    if turn is None:
+        return []
+    lost = [_lost(op) for op in event.lost if op.id in turn.pending_operations]
+    settled: list[Decision] = [SettleOperation(op) for op in lost]
+    return [*settled, *_deliveries(turn.turn_id, turn.agent_id, lost, free=_free(turn))]
+
+
+def _deliveries(
+    turn_id: str, agent_id: str | None, ops: Sequence[AsyncOperation], *, free: bool
+) -> list[Decision]:
+    """Answer the first operation now when the turn is free, hold the rest for later."""
+    decisions: list[Decision] = []
+    for op in ops:
+        if free:
+            decisions.append(AssembleContext(turn_id, agent_id, delivering=op))
+            free = False
+        else:
+            decisions.append(HoldDelivery(turn_id, op))
+    return decisions
+
+
+def _free(turn: TurnState) -> bool:
+    return turn.phase is TurnPhase.AWAITING and turn.delivering is None
+
+
+def _already_delivering(turn: TurnState, op_id: str) -> bool:
+    held = {op.id for op in turn.deliveries}
+    return (turn.delivering is not None and turn.delivering.id == op_id) or op_id in held
+
+
+def _lost(op: AsyncOperation) -> AsyncOperation:
+    error = ToolError(
+        code=ErrorCode.EXECUTION_FAILED, message="the operation was lost", retriable=True
     )
+    result = ToolResult(tool_call_id=op.tool_call_id, success=False, error=error)
+    return op.model_copy(update={"status": OperationStatus.COMPLETED, "result": result})
 
 
-def build_catalog(persona: Persona, tools: Sequence[Tool]) -> ToolCatalog:
-    constraints = persona.constraints
-    return ToolCatalog(
-        by_name={tool.name: tool for tool in tools},
-        allow=tuple(constraints.allow) if constraints.allow is not None else None,
-        deny=tuple(constraints.deny),
-        allowed_agents=(
-            tuple(constraints.allowed_agents) if constraints.allowed_agents is not None else None
-        ),
+# --------------------------------------------------------------------------- the end of a turn
+
+
+def _memories_extracted(state: ConversationState, event: MemoriesExtracted) -> list[Decision]:
+    turn = _live(state, event.turn_id, TurnPhase.EXTRACTING)
+    if turn is None:
+        return []
+    return [
+        CompleteTurn(turn.turn_id, turn.usage, False, event.at),
+        *_start_next(state, turn.turn_id, event.at),
+    ]
+
+
+def _memory_extraction_failed(
+    state: ConversationState, event: MemoryExtractionFailed
+) -> list[Decision]:
+    turn = _live(state, event.turn_id, TurnPhase.EXTRACTING)
+    if turn is None:
+        return []
+    payload = {"turn_id": turn.turn_id, "error": event.error.model_dump(mode="json")}
+    return [
+        NoteEvent("memory_extraction.failed", payload, event.at),
+        CompleteTurn(turn.turn_id, turn.usage, True, event.at),
+        *_start_next(state, turn.turn_id, event.at),
+    ]
+
+
+def _cancel(
+    state: ConversationState, turn_id: str, reason: str, at: datetime, *, next_: bool
+) -> list[Decision]:
+    """Stop a live turn: its open tool calls and pending operations get an error result."""
+    turn = state.turns.get(turn_id)
+    if turn is None:
+        return []
+    message = f"the turn was cancelled: {reason}"
+    operations = tuple(sorted(turn.pending_operations))
+    decisions: list[Decision] = [
+        StopWork(turn_id),
+        CloseDangling(turn_id, turn.open_calls, operations, message, at),
+        FailTurn(turn_id, reason, turn.usage, False, at),
+    ]
+    return [*decisions, *_start_next(state, turn_id, at)] if next_ else decisions
+
+
+def _step_failed(state: ConversationState, event: StepFailed) -> list[Decision]:
+    turn = state.turns.get(event.turn_id)
+    if turn is None:
+        return []
+    decisions: list[Decision] = []
+    if turn.open_calls:
+        message = f"the turn failed: {event.reason}"
+        decisions.append(CloseDangling(turn.turn_id, turn.open_calls, (), message, event.at))
+    return [
+        *decisions,
+        FailTurn(turn.turn_id, event.reason, turn.usage, False, event.at),
+        *_start_next(state, turn.turn_id, event.at),
+    ]
+
+
+def _start_next(state: ConversationState, ending: str, at: datetime) -> list[Decision]:
+    """When ``ending`` stops running and nothing else runs, the oldest queued turn starts."""
+    if any(turn_id != ending for turn_id in state.running):
+        return []
+    queued = [turn_id for turn_id in state.queue if turn_id != ending]
+    if not queued:
+        return []
+    following = state.turns[queued[0]]
+    return [
+        StartTurn(following.turn_id, following.agent_id, at),
+        AssembleContext(following.turn_id, following.agent_id),
+    ]
+
+
+# --------------------------------------------------------------------------- the conversation
+
+
+def _conversation_changed(
+    state: ConversationState,
+    event: ParticipantAdded | ParticipantRemoved | PolicySet | CompletionRequested,
+) -> list[Decision]:
+    conversation = state.conversation
+    participants = conversation.participants
+    match event:
+        case ParticipantAdded(agent_id=agent_id, at=at):
+            if any(p.id == agent_id for p in participants):
+                return []
+            joined = [*participants, Participant(type="agent", id=agent_id)]
+            updated = conversation.model_copy(update={"participants": joined})
+            return [SaveConversation(updated, "participant_joined", {"agent_id": agent_id}, at)]
+        case ParticipantRemoved(agent_id=agent_id, at=at):
+            if agent_id == conversation.agent_id:
+                message = "the primary agent cannot leave its conversation"
+                return [Refuse(ErrorCode.INVALID_INPUT, message)]
+            left = [p for p in participants if p.id != agent_id]
+            if len(left) == len(participants):
+                return [Refuse(ErrorCode.NOT_FOUND, f"agent {agent_id} is not a participant")]
+            updated = conversation.model_copy(update={"participants": left})
+            return [SaveConversation(updated, "participant_left", {"agent_id": agent_id}, at)]
+        case PolicySet(policy=policy, at=at):
+            updated = conversation.model_copy(update={"concurrency_policy": policy})
+            payload = {"concurrency_policy": policy.value}
+            return [SaveConversation(updated, "conversation_updated", payload, at)]
+        case CompletionRequested(at=at):
+            done = ConversationStatus.COMPLETED
+            updated = conversation.model_copy(update={"status": done})
+            return [SaveConversation(updated, "conversation_ended", {"status": done.value}, at)]
+        case _:
+            assert_never(event)
+
+
+# --------------------------------------------------------------------------- apply
+
+
+def apply(state: ConversationState, decision: Decision) -> None:
+    """Fold one decision into the state (the state is in memory; the store is the shell's)."""
+    match decision:
+        case (
+            BeginTurn()
+            | QueueTurn()
+            | StartTurn()
+            | WaitForOperations()
+            | CompleteTurn()
+            | FailTurn()
+            | SaveConversation()
+        ):
+            _apply_lifecycle(state, decision)
+        case (
+            AssembleContext()
+            | AdoptContext()
+            | CallModel()
+            | AddUsage()
+            | RunTools()
+            | RecordMoves()
+            | AwaitOperations()
+            | ExtractMemories()
+        ):
+            _apply_step(state.turns[decision.turn_id], decision)
+        case AppendAgentMessage() | HoldDelivery() | CloseDangling() | SettleOperation():
+            _apply_delivery(state, decision)
+        case Refuse() | NoteEvent() | StopWork() | CheckOperations():
+            pass  # no state of their own: the shell acts on them
+        case _:
+            assert_never(decision)
+
+
+def _apply_lifecycle(
+    state: ConversationState,
+    decision: BeginTurn
+    | QueueTurn
+    | StartTurn
+    | WaitForOperations
+    | CompleteTurn
+    | FailTurn
+    | SaveConversation,
+) -> None:
+    match decision:
+        case BeginTurn(turn=turn):
+            state.turns[turn.id] = TurnState(turn.id, turn.agent_id, TurnPhase.QUEUED)
+        case QueueTurn(turn_id=turn_id):
+            _ensure(state, turn_id, None)
+            state.queue.append(turn_id)
+        case StartTurn(turn_id=turn_id, agent_id=agent_id):
+            _ensure(state, turn_id, agent_id)
+            if turn_id in state.queue:
+                state.queue.remove(turn_id)
+        case WaitForOperations(turn_id=turn_id, agent_id=agent_id):
+            state.turns[turn_id] = TurnState(
+                turn_id,
+                agent_id,
+                TurnPhase.AWAITING,
+                pending_operations=decision.operations,
+                usage=decision.usage,
+                awaiting_recorded=True,
+            )
+        case CompleteTurn(turn_id=turn_id) | FailTurn(turn_id=turn_id):
+            state.turns.pop(turn_id, None)
+            if turn_id in state.queue:
+                state.queue.remove(turn_id)
+        case SaveConversation(conversation=conversation):
+            state.conversation = conversation
+        case _:
+            assert_never(decision)
+
+
+def _apply_step(
+    turn: TurnState,
+    decision: AssembleContext
+    | AdoptContext
+    | CallModel
+    | AddUsage
+    | RunTools
+    | RecordMoves
+    | AwaitOperations
+    | ExtractMemories,
+) -> None:
+    match decision:
+        case AssembleContext(delivering=delivering):
+            turn.phase = TurnPhase.ASSEMBLING
+            turn.delivering = delivering
+            if delivering is not None:
+                turn.deliveries = tuple(op for op in turn.deliveries if op.id != delivering.id)
+        case AdoptContext(setup=setup, base=base):
+            turn.setup, turn.base = setup, base
+        case CallModel(transcript=transcript, moves_made=moves_made):
+            turn.phase = TurnPhase.THINKING
+            turn.transcript, turn.moves_made = transcript, moves_made
+        case AddUsage(usage=usage):
+            turn.usage = usage
+        case RunTools(plans=plans, reasoning=reasoning):
+            turn.phase = TurnPhase.ACTING
+            turn.open_calls = tuple(p.call for p in plans)
+            turn.last_text = reasoning
+            turn.pending_operations = turn.pending_operations | started_operations(plans)
+        case RecordMoves():
+            turn.open_calls = ()
+        case AwaitOperations():
+            turn.phase = TurnPhase.AWAITING
+            turn.awaiting_recorded = True
+        case ExtractMemories():
+            turn.phase = TurnPhase.EXTRACTING
+        case _:
+            assert_never(decision)
+
+
+def _apply_delivery(
+    state: ConversationState,
+    decision: AppendAgentMessage | HoldDelivery | CloseDangling | SettleOperation,
+) -> None:
+    match decision:
+        case AppendAgentMessage(turn_id=turn_id, delivers=delivers):
+            answered = state.turns[turn_id]
+            if delivers is not None:
+                answered.pending_operations = answered.pending_operations - {delivers}
+                answered.delivering = None
+        case HoldDelivery(turn_id=turn_id, operation=operation):
+            holder = state.turns[turn_id]
+            holder.deliveries = (*holder.deliveries, operation)
+        case CloseDangling(turn_id=turn_id, operations=operations):
+            closed = state.turns.get(turn_id)
+            if closed is not None:
+                closed.open_calls = ()
+                closed.pending_operations = closed.pending_operations - set(operations)
+        case SettleOperation(operation=operation):
+            owner = state.turns.get(operation.turn_id)
+            if owner is not None and operation.status is OperationStatus.CANCELLED:
+                owner.pending_operations = owner.pending_operations - {operation.id}
+        case _:
+            assert_never(decision)
+
+
+def started_operations(plans: Sequence[ToolPlan]) -> frozenset[str]:
+    """The ids of the async operations among a turn's tool plans."""
+    started: set[str] = set()
+    for tool_plan in plans:
+        match tool_plan:
+            case StartOperation(operation=operation):
+                started.add(operation.id)
+            case DispatchTool() | ReturnToolError():
+                pass
+            case _:
+                assert_never(tool_plan)
+    return frozenset(started)
+
+
+def _ensure(state: ConversationState, turn_id: str, agent_id: str | None) -> TurnState:
+    if turn_id not in state.turns:
+        state.turns[turn_id] = TurnState(turn_id, agent_id, TurnPhase.QUEUED)
+    return state.turns[turn_id]
+
+
+def _live(state: ConversationState, turn_id: str, phase: TurnPhase) -> TurnState | None:
+    turn = state.turns.get(turn_id)
+    return turn if turn is not None and turn.phase is phase else None
+
+
+def add_usage(a: Usage, b: Usage) -> Usage:
+    return Usage(
+        prompt_tokens=a.prompt_tokens + b.prompt_tokens,
+        completion_tokens=a.completion_tokens + b.completion_tokens,
     )
-
-
-def recent_turn_ids(turn_ids: Sequence[str], current: str, limit: int) -> list[str]:
-    """The ``limit`` most recent turns before ``current``, plus ``current`` itself."""
-    earlier = [t for t in turn_ids if t < current]
-    return [*(earlier[-limit:] if limit else []), current]

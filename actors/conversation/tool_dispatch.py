@@ -1,25 +1,33 @@
 """Dispatching a validated tool call to its target, with the tool's retry policy.
 
-Targets: ``task`` → the executor (a Ray remote function); ``agent`` → ``delegate``: a child
-conversation (a resumable sub-agent session) whose actor runs one isolated turn and returns its
-answer, or ``loop_in``: the agent joins this conversation; ``workflow`` → a WorkflowCoordinator
-run. Infrastructure errors are retried per ``tool.retry`` and, when exhausted, come back as a failed
-``ToolResult`` with ``retriable: true``; business errors come back at once.
+Targets: ``task`` → the executor (``TaskRunner``); ``agent`` → ``delegate``: a child conversation
+(a resumable sub-agent session) whose actor runs one isolated turn and returns its answer, or
+``loop_in``: the agent joins this conversation; ``workflow`` → a WorkflowCoordinator run.
+Infrastructure errors are retried per ``tool.retry`` and, when exhausted, come back as a failed
+``ToolResult`` with ``retriable: true``; business errors come back at once. The conversation actor
+and the async-operations runner both dispatch through this class, with the same ports.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any
 
-import ray
 from sqlalchemy.exc import IntegrityError
 
-from actors.actions import ActionContext
 from actors.conversation.domain import DispatchTool
-from actors.executor import execute_task
-from core.domain import Agent, AgentCaller, Participant, PersonaRef, ToolError, ToolResult
+from actors.conversation.log import create_child_conversation
+from actors.conversation.ports import ToolPorts
+from core.domain import (
+    Agent,
+    AgentCaller,
+    Conversation,
+    Participant,
+    PersonaRef,
+    ToolError,
+    ToolResult,
+    TurnStatus,
+)
 from core.errors import (
     ErrorCode,
     NonRetryableError,
@@ -29,53 +37,49 @@ from core.errors import (
     WonderError,
 )
 from core.ids import new_id, utc_now
+from core.jsontypes import JsonObject
+from core.ports import AgentAnswer, TaskContext, TaskOutcome, failed_outcome
 from core.retry import RetryPolicy, with_retries
 from core.store import Store
-
-if TYPE_CHECKING:
-    from actors.conversation.actor import ConversationActor
+from core.workflows import ConversationParent
 
 log = logging.getLogger("wonder.tools")
 
-JsonObject = dict[str, Any]
+PERSONA_TARGET = "persona:"
 
 
 class ToolDispatcher:
-    def __init__(self, actor: ConversationActor) -> None:
-        self.actor = actor
+    """Runs tool calls (and hook tasks) for one conversation."""
 
-    def _context(self, turn_id: str | None, agent_id: str | None) -> ActionContext:
-        return ActionContext(
-            client_id=self.actor.conversation.client_id,
-            conversation_id=self.actor.id,
+    def __init__(self, ports: ToolPorts, conversation: Conversation) -> None:
+        self.ports = ports
+        self.conversation = conversation
+
+    def task_context(self, turn_id: str | None, agent_id: str | None) -> TaskContext:
+        return TaskContext(
+            client_id=self.conversation.client_id,
+            conversation_id=self.conversation.id,
             agent_id=agent_id,
             turn_id=turn_id,
-            settings_env=self.actor.env,
+            settings_env=self.ports.settings_env,
         )
 
     async def run_task(
-        self, task_id: str, task_input: JsonObject, ctx: ActionContext
-    ) -> JsonObject:
-        """Run a library task on the executor; raises on infrastructure failure."""
-        task = self.actor.store.tasks.get(task_id)
-        try:
-            return await execute_task.remote(task.model_dump_json(), task_input, ctx)  # type: ignore[no-any-return]
-        except ray.exceptions.RayTaskError as exc:
-            cause = exc.cause if isinstance(exc.cause, Exception) else exc
-            if isinstance(cause, NonRetryableError):
-                raise cause from exc
-            raise RetryableError(f"task {task_id} failed: {cause}") from exc
-        except ray.exceptions.RayError as exc:
-            raise RetryableError(f"task {task_id} could not run: {exc}") from exc
+        self, task_id: str, task_input: JsonObject, context: TaskContext
+    ) -> TaskOutcome:
+        """Run a library task on the executor; raises ``RetryableError`` on infrastructure
+        failure."""
+        task = self.ports.store.tasks.get(task_id)
+        return await self.ports.tasks.run(task, task_input, context)
 
-    async def run_hook(self, task_id: str, payload: JsonObject) -> JsonObject:
+    async def run_hook(
+        self, task_id: str, payload: JsonObject, turn_id: str, agent_id: str
+    ) -> JsonObject:
         """Run a hook task; a business failure is an error here (hooks have no model to tell)."""
-        ctx = self._context(payload.get("turn_id"), payload.get("agent_id"))
-        outcome = await self.run_task(task_id, payload, ctx)
-        if not outcome.get("success"):
-            error = outcome.get("error") or {}
-            raise RetryableError(f"hook {task_id} failed: {error.get('message', error)}")
-        result = outcome.get("result")
+        outcome = await self.run_task(task_id, payload, self.task_context(turn_id, agent_id))
+        if not outcome.success:
+            raise RetryableError(f"hook {task_id} failed: {outcome.error_message()}")
+        result = outcome.result
         return result if isinstance(result, dict) else {"result": result}
 
     async def dispatch(self, turn_id: str, agent_id: str, decision: DispatchTool) -> ToolResult:
@@ -94,141 +98,97 @@ class ToolDispatcher:
         except WonderError as exc:
             log.warning("tool %s failed after retries: %s", tool.name, exc.message)
             return _failed(call_id, exc.code, exc.message, retriable=True)
-        if outcome.get("success"):
-            return ToolResult(tool_call_id=call_id, success=True, result=outcome.get("result"))
-        error = outcome.get("error") or {}
-        return _failed(
-            call_id,
-            ErrorCode(error.get("code", ErrorCode.EXECUTION_FAILED)),
-            str(error.get("message", "tool failed")),
-            retriable=bool(error.get("retriable", False)),
-        )
+        return outcome.for_call(call_id)
 
     async def _dispatch_once(
         self, turn_id: str, agent_id: str, decision: DispatchTool
-    ) -> JsonObject:
+    ) -> TaskOutcome:
         tool = decision.tool
-        if tool.target_type == "task":
-            return await self.run_task(
-                tool.target_id, decision.input, self._context(turn_id, agent_id)
-            )
-        if tool.target_type == "agent":
-            if tool.invocation_mode == "loop_in":
+        match tool.target_type:
+            case "task":
+                context = self.task_context(turn_id, agent_id)
+                return await self.run_task(tool.target_id, decision.input, context)
+            case "agent" if tool.invocation_mode == "loop_in":
                 return await self._loop_in(decision)
-            return await self._delegate(turn_id, agent_id, decision)
-        return await self._run_workflow(turn_id, decision)
+            case "agent":
+                return await self._delegate(turn_id, agent_id, decision)
+            case "workflow":
+                parent = ConversationParent(conversation_id=self.conversation.id, turn_id=turn_id)
+                return await self.ports.workflows.run_to_end(
+                    tool.target_id, decision.input, parent=parent
+                )
 
-    async def _run_workflow(self, turn_id: str, decision: DispatchTool) -> JsonObject:
-        from cluster.workflows import run_workflow_to_end
-
-        return await run_workflow_to_end(
-            decision.tool.target_id,
-            decision.input,
-            parent={"conversation_id": self.actor.id, "turn_id": turn_id},
-        )
-
-    async def _loop_in(self, decision: DispatchTool) -> JsonObject:
+    async def _loop_in(self, decision: DispatchTool) -> TaskOutcome:
         """Loop in: the target agent joins this conversation and answers when addressed."""
-        from cluster.actors import add_participant
-
         target = self._target_agent(decision)
-        await add_participant(self.actor.id, target.id)
-        return {
-            "success": True,
-            "result": {
-                "agent_id": target.id,
-                "joined": True,
-                "note": f"{target.name} now sees this conversation; address them as @{target.id}.",
-            },
-        }
+        await self.ports.conversations.add_participant(self.conversation.id, target.id)
+        note = f"{target.name} now sees this conversation; address them as @{target.id}."
+        return TaskOutcome.ok({"agent_id": target.id, "joined": True, "note": note})
 
     def _target_agent(self, decision: DispatchTool) -> Agent:
         target = decision.tool.target_id
-        client_id = self.actor.conversation.client_id
+        client_id = self.conversation.client_id
         try:
             if target.startswith(PERSONA_TARGET):
-                return persona_agent(self.actor.store, client_id, target[len(PERSONA_TARGET) :])
-            return self.actor.store.agents.get(target, client_id)
+                return persona_agent(self.ports.store, client_id, target[len(PERSONA_TARGET) :])
+            return self.ports.store.agents.get(target, client_id)
         except NotFound:
             raise NonRetryableError(
                 f"agent {decision.tool.target_id} is not available", code=ErrorCode.AGENT_DECLINED
             ) from None
 
-    async def _delegate(self, turn_id: str, agent_id: str, decision: DispatchTool) -> JsonObject:
+    async def _delegate(self, turn_id: str, agent_id: str, decision: DispatchTool) -> TaskOutcome:
         """Delegate: one isolated turn of the target agent in a child conversation (a sub-agent
         session). With ``session_id`` in the input, the same child conversation is resumed."""
-        from cluster.actors import run_agent_turn, start_agent_call
-
-        parent = self.actor.conversation
-        depth_limit = self.actor.settings.max_delegation_depth
+        parent = self.conversation
+        depth_limit = self.ports.settings.max_delegation_depth
         if parent.depth + 1 > depth_limit:
             raise PermissionDenied(f"delegation depth limit {depth_limit} reached")
         target = self._target_agent(decision)
         message = _delegated_text(decision.input)
-        caller = {
-            "type": "agent",
-            "agent_id": agent_id,
-            "turn_id": turn_id,
-            "conversation_id": parent.id,
-        }
+        caller = AgentCaller(agent_id=agent_id, turn_id=turn_id, conversation_id=parent.id)
         session_id = str(decision.input.get("session_id") or new_id("session"))
         label = f"subagent:{parent.id}:{target.id}:{session_id}"
-        existing = self.actor.store.sessions.get(parent.client_id, label)
+        existing = self.ports.store.sessions.get(parent.client_id, label)
+        conversations = self.ports.conversations
+        answer: AgentAnswer
         if existing is not None:
-            answer = await start_agent_call(existing, message, caller, "delegate")
+            answer = await conversations.start_agent_call(existing, message, caller, "delegate")
         else:
-            child_id, child_turn = self._create_child(
-                turn_id, agent_id, target.id, message, caller, label
-            )
-            answer = await run_agent_turn(child_id, child_turn)
-        if answer["status"] != "completed":
-            return {
-                "success": False,
-                "error": {
-                    "code": ErrorCode.EXECUTION_FAILED,
-                    "message": f"agent {target.id} failed: {answer.get('failure_reason')}",
-                    "retriable": False,
-                },
-            }
-        return {
-            "success": True,
-            "result": {
+            child_id, child_turn = self._create_child(turn_id, target.id, message, caller, label)
+            answer = await conversations.run_agent_turn(child_id, child_turn)
+        if answer.status is not TurnStatus.COMPLETED:
+            reason = f"agent {target.id} failed: {answer.failure_reason}"
+            return failed_outcome(ErrorCode.EXECUTION_FAILED, reason)
+        return TaskOutcome.ok(
+            {
                 "agent_id": target.id,
                 "session_id": session_id,
-                "conversation_id": answer["conversation_id"],
-                "answer": answer["content"],
-            },
-        }
+                "conversation_id": answer.conversation_id,
+                "answer": answer.content,
+            }
+        )
 
     def _create_child(
-        self,
-        turn_id: str,
-        agent_id: str,
-        target_id: str,
-        message: str,
-        caller: JsonObject,
-        label: str,
+        self, turn_id: str, target_id: str, message: str, caller: AgentCaller, label: str
     ) -> tuple[str, str]:
         """The child conversation and its first message, turn and session label, in one commit."""
-        from actors.conversation.operations import create_child_conversation
-
-        parent = self.actor.conversation
-        turn_messages = self.actor.store.messages.list(parent.id, turn_ids=[turn_id])
+        parent = self.conversation
+        store = self.ports.store
+        turn_messages = store.messages.list(parent.id, turn_ids=[turn_id])
         participants = [p for p in parent.participants if p.id != target_id]
         return create_child_conversation(
-            self.actor.store,
+            store,
             parent=parent,
             agent_id=target_id,
             participants=[*participants, Participant(type="agent", id=target_id)],
-            title=f"delegated by {agent_id}",
+            title=f"delegated by {caller.agent_id}",
             started_by_message_id=turn_messages[0].id if turn_messages else None,
             content=message,
-            caller=AgentCaller.model_validate(caller),
+            caller=caller,
             session_label=label,
+            at=utc_now(),
         )
-
-
-PERSONA_TARGET = "persona:"
 
 
 def persona_agent(store: Store, client_id: str, persona_id: str) -> Agent:

@@ -1,7 +1,7 @@
 """The WorkflowCoordinator actor: the effectful shell around ``planning`` for one run.
 
-Named ``workflow:<run_id>`` (namespace ``wonder``, detached, ``num_cpus=0``, async), created by
-``cluster.workflows.start_workflow_run`` after the run row exists. Each step: plan the event(s) →
+Named ``workflow:<run_id>`` (namespace ``wonder``, detached, ``num_cpus=0``, async), created
+through ``WorkflowRunService.start`` after the run row exists. Each step: plan the event(s) →
 apply the decisions to the state → persist the run row and every touched token in one transaction
 (intent first) → perform the effects (submit executor tasks, start child runs, call agents) →
 their outcomes come back as events. Events that arrive together are planned as one batch, so a
@@ -19,11 +19,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import ray
-
-from actors.actions import ActionContext
-from actors.executor import execute_task
-from actors.stores import open_store
 from actors.workflow_coordinator.domain import (
     CallAgent,
     CancelRun,
@@ -43,15 +38,19 @@ from actors.workflow_coordinator.domain import (
     StartSubworkflow,
     WorkflowEvent,
 )
-from actors.workflow_coordinator.operations import WorkflowRunOps, node_record, run_error
 from actors.workflow_coordinator.planning import apply, plan
-from core.errors import ErrorCode, RetryableError, WonderError
+from actors.workflow_coordinator.ports import CoordinatorPorts, CoordinatorPortsFactory
+from actors.workflow_coordinator.records import node_record, run_error
+from core.conversations import create_conversation
+from core.domain import TaskDef, TurnStatus, WorkflowCaller
+from core.errors import ErrorCode, WonderError
 from core.ids import new_id, utc_now
+from core.jsontypes import JsonObject
+from core.ports import TaskContext
 from core.workflows import RunEvent, RunStatus, WorkflowParent, WorkflowRun
 
 log = logging.getLogger("wonder.workflows")
 
-JsonObject = dict[str, Any]
 RUN_DECISIONS = (StartRun, CompleteRun, FailRun, CancelRun)
 EXIT_GRACE_S = 0.2
 
@@ -59,20 +58,20 @@ EXIT_GRACE_S = 0.2
 class WorkflowCoordinator:
     """One run of a workflow graph. Plain Python; ``cluster.workflows`` applies ``ray.remote``."""
 
-    def __init__(self, run_id: str, settings_env: dict[str, str]) -> None:
+    def __init__(self, run_id: str, ports: CoordinatorPortsFactory) -> None:
         # Nothing run-specific is read here: a coordinator may be created ahead of its run (the
         # reserve in ``cluster.workflows``) and meets its run row at ``start``.
         self.run_id = run_id
-        self.settings_env = dict(settings_env)
-        self.store = open_store(settings_env or None)
-        self.runs = WorkflowRunOps(self.store.db)
+        self.ports: CoordinatorPorts = ports()
+        self.store = self.ports.store
+        self.runs = self.store.workflow_runs
         self._run: WorkflowRun | None = None
         self._state: RunState | None = None
         self._queue: list[WorkflowEvent] = []
         self._drain_scheduled = False
-        self._inflight: dict[str, Any] = {}  # token id -> ObjectRef or asyncio.Task
+        self._inflight: dict[str, asyncio.Task[Any]] = {}  # token id -> its work
         self._child_runs: dict[str, str] = {}  # token id -> child run id
-        self._task_json: dict[tuple[str, int | None], str] = {}
+        self._tasks: dict[tuple[str, int | None], TaskDef] = {}
         self._finished: asyncio.Event | None = None
         self._waiters = 0
         self._background: set[asyncio.Task[Any]] = set()
@@ -105,9 +104,7 @@ class WorkflowCoordinator:
         """Start the run (idempotent): the start tokens are dispatched when this returns."""
         if self.run.status is RunStatus.PENDING:
             if any(node.kind == "subworkflow" for node in self.state.workflow.nodes):
-                from cluster.workflows import wake_reserve
-
-                wake_reserve(self.settings_env)  # children can then start on ready coordinators
+                self.ports.workflows.prepare()  # children can then start on ready coordinators
             self._handle([RunStarted(utc_now())])
         return {"run_id": self.run_id, "status": self.run.status.value}
 
@@ -283,37 +280,36 @@ class WorkflowCoordinator:
 
     def _submit(self, decision: DispatchTask) -> None:
         try:
-            task_json = self._task(decision.task_id, decision.task_version)
+            task = self._task(decision.task_id, decision.task_version)
         except WonderError as exc:
             self._post(NodeFailed(decision.token_id, _node_error(exc), utc_now()))
             return
-        ref = execute_task.remote(task_json, decision.input, self._action_context())
-        self._spawn(decision.token_id, self._task_outcome(decision, ref), ref)
+        self._spawn(decision.token_id, self._task_outcome(decision, task))
 
-    def _task(self, task_id: str, version: int | None) -> str:
+    def _task(self, task_id: str, version: int | None) -> TaskDef:
         key = (task_id, version)
-        if key not in self._task_json:
-            self._task_json[key] = self.store.tasks.get(task_id, version).model_dump_json()
-        return self._task_json[key]
+        if key not in self._tasks:
+            self._tasks[key] = self.store.tasks.get(task_id, version)
+        return self._tasks[key]
 
-    def _action_context(self) -> ActionContext:
+    def _task_context(self) -> TaskContext:
         ctx = self.run.context
-        return ActionContext(
+        return TaskContext(
             client_id=self.run.client_id,
             conversation_id=ctx.conversation_id,
             agent_id=ctx.agent_id,
             turn_id=ctx.turn_id,
-            settings_env=self.settings_env,
+            run_id=self.run_id,
+            settings_env=self.ports.settings_env,
         )
 
-    def _spawn(self, token_id: str, outcome: Awaitable[WorkflowEvent], ref: Any = None) -> None:
+    def _spawn(self, token_id: str, outcome: Awaitable[WorkflowEvent]) -> None:
         async def run() -> None:
             event = await outcome
             self._inflight.pop(token_id, None)
             self._post(event)
 
-        task = self._background_task(run())
-        self._inflight[token_id] = ref if ref is not None else task
+        self._inflight[token_id] = self._background_task(run())
 
     def _background_task(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
@@ -321,56 +317,54 @@ class WorkflowCoordinator:
         task.add_done_callback(self._background.discard)
         return task
 
-    async def _task_outcome(self, decision: DispatchTask, ref: Any) -> WorkflowEvent:
+    async def _task_outcome(self, decision: DispatchTask, task: TaskDef) -> WorkflowEvent:
         token_id = decision.token_id
         try:
-            result = await _with_timeout(ref, decision.timeout_s)
+            outcome = await asyncio.wait_for(
+                self.ports.tasks.run(task, decision.input, self._task_context()),
+                decision.timeout_s,
+            )
         except TimeoutError:
-            ray.cancel(ref)
             message = f"task {decision.task_id} timed out after {decision.timeout_s}s"
             return NodeFailed(token_id, NodeError(ErrorCode.TIMEOUT, message, True), utc_now())
-        except Exception as exc:  # every failure becomes an event
-            return NodeFailed(token_id, _ray_error(exc), utc_now())
-        if result.get("success"):
-            return NodeSucceeded(token_id, result.get("result"), utc_now())
-        error = result.get("error") or {}
+        except WonderError as exc:
+            return NodeFailed(token_id, _node_error(exc), utc_now())
+        if outcome.success:
+            return NodeSucceeded(token_id, outcome.result, utc_now())
+        error = outcome.error
         return NodeFailed(
             token_id,
             NodeError(
-                str(error.get("code", ErrorCode.EXECUTION_FAILED)),
-                str(error.get("message", "task failed")),
-                bool(error.get("retriable", False)),
+                str(error.code if error else ErrorCode.EXECUTION_FAILED),
+                error.message if error else "task failed",
+                error.retriable if error else False,
             ),
             utc_now(),
         )
 
     async def _subworkflow(self, decision: StartSubworkflow) -> WorkflowEvent:
-        from cluster.workflows import reserved_run_id, start_workflow_run, wait_for_run
-
         token_id = decision.token_id
+        runs = self.ports.workflows
         try:
             # The child's id is intent: recorded on the token before the child exists. A reserved
             # id comes with its coordinator already running.
-            child_id = await reserved_run_id(self.settings_env) or new_id("run")
+            child_id = await runs.reserved_run_id() or new_id("run")
             self._child_runs[token_id] = child_id
             self.runs.record(None, [], [self._record(token_id)])
-            await start_workflow_run(
+            await runs.start(
                 decision.workflow_id,
                 decision.input,
                 decision.workflow_version,
                 parent=WorkflowParent(run_id=self.run_id, token_id=token_id),
                 run_id=child_id,
-                settings_env=self.settings_env,
             )
-            child = await wait_for_run(child_id, decision.timeout_s, settings_env=self.settings_env)
-        except Exception as exc:  # every failure becomes an event
-            return NodeFailed(token_id, _ray_error(exc), utc_now())
+            child = await runs.wait(child_id, decision.timeout_s)
+        except WonderError as exc:
+            return NodeFailed(token_id, _node_error(exc), utc_now())
         if child.status is RunStatus.COMPLETED:
             return NodeSucceeded(token_id, child.output, utc_now())
         if not child.status.terminal:
-            from cluster.workflows import cancel_run
-
-            await cancel_run(child_id, "timed out", settings_env=self.settings_env)
+            await runs.cancel(child_id, "timed out")
             message = f"subworkflow {decision.workflow_id} timed out after {decision.timeout_s}s"
             return NodeFailed(token_id, NodeError(ErrorCode.TIMEOUT, message, True), utc_now())
         cause = child.error.message if child.error else child.status.value
@@ -379,41 +373,37 @@ class WorkflowCoordinator:
 
     async def _agent(self, decision: CallAgent) -> WorkflowEvent:
         token_id = decision.token_id
+        conversation_id = decision.conversation_id
         try:
-            answer = await asyncio.wait_for(self._call_agent(decision), decision.timeout_s)
+            if conversation_id is None:
+                conversation_id = self._delegate_conversation(decision)
+            text = decision.input.get("message", decision.input.get("input"))
+            message = text if isinstance(text, str) else json.dumps(decision.input, default=str)
+            caller = WorkflowCaller(run_id=self.run_id)
+            answer = await asyncio.wait_for(
+                self.ports.conversations.start_agent_call(
+                    conversation_id, message, caller, decision.mode
+                ),
+                decision.timeout_s,
+            )
         except TimeoutError:
             message = f"agent call timed out after {decision.timeout_s}s"
             return NodeFailed(token_id, NodeError(ErrorCode.TIMEOUT, message, True), utc_now())
-        except Exception as exc:  # every failure becomes an event
-            return NodeFailed(token_id, _ray_error(exc), utc_now())
-        if answer.get("status") != "completed":
-            reason = answer.get("failure_reason") or answer.get("status")
-            message = f"agent turn in {answer.get('conversation_id')} failed: {reason}"
+        except WonderError as exc:
+            return NodeFailed(token_id, _node_error(exc), utc_now())
+        if answer.status is not TurnStatus.COMPLETED:
+            reason = answer.failure_reason or answer.status.value
+            message = f"agent turn in {answer.conversation_id} failed: {reason}"
             return NodeFailed(token_id, NodeError(ErrorCode.AGENT_DECLINED, message), utc_now())
-        return NodeSucceeded(
-            token_id,
-            {
-                "answer": answer.get("content", ""),
-                "conversation_id": answer.get("conversation_id"),
-                "turn_id": answer.get("turn_id"),
-            },
-            utc_now(),
-        )
-
-    async def _call_agent(self, decision: CallAgent) -> JsonObject:
-        from cluster.actors import start_agent_call
-
-        conversation_id = decision.conversation_id or self._delegate_conversation(decision)
-        text = decision.input.get("message", decision.input.get("input"))
-        message = text if isinstance(text, str) else json.dumps(decision.input, default=str)
-        caller = {"type": "workflow", "run_id": self.run_id}
-        result: JsonObject = await start_agent_call(conversation_id, message, caller, decision.mode)
-        return result
+        output: JsonObject = {
+            "answer": answer.content,
+            "conversation_id": answer.conversation_id,
+            "turn_id": answer.turn_id,
+        }
+        return NodeSucceeded(token_id, output, utc_now())
 
     def _delegate_conversation(self, decision: CallAgent) -> str:
         """A fresh child conversation of the target agent (delegate mode: a clean context)."""
-        from core.conversations import create_conversation
-
         agent = self.store.agents.get(decision.agent_id or "", self.run.client_id)
         conversation = create_conversation(
             self.store,
@@ -426,21 +416,12 @@ class WorkflowCoordinator:
 
     def _cancel_work(self, token_id: str) -> None:
         work = self._inflight.pop(token_id, None)
-        if isinstance(work, ray.ObjectRef):
-            ray.cancel(work)
-        elif isinstance(work, asyncio.Task):
-            work.cancel()
+        if work is not None:
+            work.cancel()  # the task runner cancels the executor task with it
         child_id = self._child_runs.get(token_id)
         if child_id is not None:
-            from cluster.workflows import cancel_run
-
-            self._background_task(
-                cancel_run(
-                    child_id,
-                    f"parent run {self.run_id} cancelled it",
-                    settings_env=self.settings_env,
-                )
-            )
+            reason = f"parent run {self.run_id} cancelled it"
+            self._background_task(self.ports.workflows.cancel(child_id, reason))
 
     async def _exit_when_answered(self) -> None:
         """Leave once blocked ``wait`` callers have their answer (the store keeps the rest)."""
@@ -450,34 +431,8 @@ class WorkflowCoordinator:
                 break
             await asyncio.sleep(0.05)
         await asyncio.sleep(EXIT_GRACE_S)
-        ray.get_runtime_context().current_actor.__ray_terminate__.remote()
-
-
-async def _with_timeout(ref: Any, timeout_s: float | None) -> Any:
-    async def get() -> Any:
-        return await ref
-
-    return await asyncio.wait_for(get(), timeout_s)
+        self.ports.lifecycle.exit()
 
 
 def _node_error(exc: WonderError) -> NodeError:
     return NodeError(str(exc.code), exc.message, exc.retriable)
-
-
-def _ray_error(exc: BaseException) -> NodeError:
-    """Map an exception from a dispatch to a node error (infrastructure ones are retriable)."""
-    cause = getattr(exc, "cause", None) if isinstance(exc, ray.exceptions.RayTaskError) else exc
-    if isinstance(cause, WonderError):
-        return _node_error(cause)
-    if isinstance(exc, ray.exceptions.TaskCancelledError | asyncio.CancelledError):
-        return NodeError("CANCELLED", "cancelled")
-    if isinstance(
-        exc,
-        ray.exceptions.RayActorError
-        | ray.exceptions.WorkerCrashedError
-        | ray.exceptions.ObjectLostError
-        | RetryableError,
-    ):
-        return NodeError(ErrorCode.EXECUTION_FAILED, f"infrastructure: {exc}", True)
-    log.warning("workflow dispatch failed: %r", exc)
-    return NodeError(ErrorCode.EXECUTION_FAILED, f"{type(cause or exc).__name__}: {cause or exc}")

@@ -14,9 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
-from core.workflows import JsonObject, RunStatus, WorkflowDef, WorkflowGraph
+from core.jsontypes import JsonObject
+from core.workflows import RunStatus, WorkflowDef, WorkflowGraph
 
 
 class TokenState(StrEnum):
@@ -222,7 +223,7 @@ class CallAgent:
     agent_id: str | None
     conversation_id: str | None
     input: JsonObject
-    mode: str
+    mode: Literal["delegate", "loop_in"]
     attempt: int
     delay_ms: int = 0
     timeout_s: float | None = None

@@ -58,7 +58,8 @@ from actors.workflow_coordinator.domain import (
     TokenState,
     WorkflowEvent,
 )
-from core.workflows import Edge, JsonObject, Node, RunStatus, apply_mapping, evaluate, resolve_ref
+from core.jsontypes import JsonObject
+from core.workflows import Edge, Node, RunStatus, apply_mapping, evaluate, resolve_ref
 
 INVALID_INPUT = "INVALID_INPUT"
 EXECUTION_FAILED = "EXECUTION_FAILED"

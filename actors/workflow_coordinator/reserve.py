@@ -13,8 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 from core.ids import new_id
 
@@ -22,10 +21,13 @@ log = logging.getLogger("wonder.workflows")
 
 
 class CoordinatorReserve:
-    """Plain Python; ``cluster.workflows`` applies ``ray.remote`` with a name and lifetime."""
+    """Plain Python; ``cluster.workflows`` applies ``ray.remote`` with a name and lifetime.
+
+    ``create(run_id)`` starts the coordinator named for ``run_id`` and returns once it is up.
+    """
 
     def __init__(
-        self, size: int, settings_env: dict[str, str], create: Callable[[str], Any]
+        self, size: int, settings_env: dict[str, str], create: Callable[[str], Awaitable[object]]
     ) -> None:
         self.size = size
         self.settings_env = dict(settings_env)
@@ -71,7 +73,7 @@ class CoordinatorReserve:
     async def _start_one(self) -> None:
         run_id = new_id("run")
         try:
-            await self._create(run_id).ready.remote()
+            await self._create(run_id)
             self._ready.append(run_id)
         except Exception:  # a reserve that cannot start coordinators just stays empty
             log.exception("could not start a reserve coordinator")

@@ -27,6 +27,7 @@ import json
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any, Protocol
 
+from core.jsontypes import JsonObject
 from core.llm.protocol import (
     ChatChunk,
     ChatRequest,
@@ -35,8 +36,6 @@ from core.llm.protocol import (
     ToolCallRequested,
     ToolSpec,
 )
-
-JsonObject = dict[str, Any]
 
 REPLY = "reply"
 """The chooser's answer for "no tool: answer the user"."""

@@ -12,11 +12,11 @@ import json
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import httpx
 
 from core.errors import InvalidInput, RetryableError, Timeout, WonderError
+from core.jsontypes import JsonObject
 from core.llm.protocol import (
     ChatChunk,
     ChatRequest,
@@ -24,8 +24,6 @@ from core.llm.protocol import (
     TextDelta,
     ToolCallRequested,
 )
-
-JsonObject = dict[str, Any]
 
 
 @dataclass

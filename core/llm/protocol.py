@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
-JsonObject = dict[str, Any]
+from core.jsontypes import JsonObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,3 +74,12 @@ class ChatModel(Protocol):
     def stream(self, request: ChatRequest) -> AsyncIterator[ChatChunk]:
         """Yield the completion as chunks; raise ``RetryableError`` for infrastructure failures."""
         ...
+
+
+async def complete(model: ChatModel, request: ChatRequest) -> str:
+    """The model's whole text reply (tool calls are not offered to such calls)."""
+    parts: list[str] = []
+    async for chunk in model.stream(request):
+        if isinstance(chunk, TextDelta):
+            parts.append(chunk.text)
+    return "".join(parts)

@@ -92,7 +92,7 @@ def __getattr__(name: str) -> Any:
 
 
 class MemoryLocations(Protocol):
-    """Where memories live (``cluster.config.Settings`` satisfies this)."""
+    """Where memories live (``core.settings.Settings`` satisfies this)."""
 
     @property
     def resolved_lance_uri(self) -> str: ...

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from core.jsontypes import JsonObject
 
 INLINE_LIMIT_BYTES = 4096
 MAX_CONTENT_BYTES = 1024 * 1024  # one memory is at most 1 MiB, inline or not
 MAX_METADATA_BYTES = 16 * 1024
 MAX_SEARCH_K = 100
-
-JsonObject = dict[str, Any]
 
 
 class MemoryType(StrEnum):

@@ -23,14 +23,20 @@ from core.domain import (
     Conversation,
     Event,
     Message,
+    ModelProfile,
     Move,
     OperationStatus,
+    Persona,
+    TaskDef,
+    Tool,
     Turn,
     TurnStatus,
 )
 from core.errors import NotFound
 from core.store import schema
 from core.store.database import Database
+from core.store.workflow_runs import WorkflowRunOps
+from core.workflows import WorkflowDef
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -405,6 +411,23 @@ class EventOps(_Ops):
             )
         return event
 
+    def next_seq(self, conversation_id: str, conn: Connection) -> int:
+        """The first free ``seq`` of a conversation, inside a write transaction.
+
+        Two writers of one conversation (its actor, an async-operations runner, the gateway) are
+        serialised: SQLite's write transactions hold the database lock (``BEGIN IMMEDIATE``);
+        PostgreSQL locks the conversation's row first. The numbers stay gap-free because a
+        transaction that fails gives its numbers back with its rows.
+        """
+        if conn.dialect.name != "sqlite":
+            conversations = schema.conversations
+            conn.execute(
+                select(conversations.c.id)
+                .where(conversations.c.id == conversation_id)
+                .with_for_update()
+            )
+        return self.last_seq(conversation_id, conn) + 1
+
     def last_seq(self, conversation_id: str, conn: Connection | None = None) -> int:
         t = schema.events
         with self._read(conn) as c:
@@ -533,8 +556,6 @@ class Store:
     """All operations over one database: ``store.turns``, ``store.messages``, ..."""
 
     def __init__(self, db: Database) -> None:
-        from core.domain import ModelProfile, Persona, TaskDef, Tool
-
         self.db = db
         self.clients = ClientOps(db)
         self.personas: LibraryOps[Persona] = LibraryOps(db, "persona", Persona)
@@ -543,8 +564,6 @@ class Store:
         )
         self.tools: LibraryOps[Tool] = LibraryOps(db, "tool", Tool)
         self.tasks: LibraryOps[TaskDef] = LibraryOps(db, "task", TaskDef)
-        from core.workflows import WorkflowDef
-
         self.workflows: LibraryOps[WorkflowDef] = LibraryOps(db, "workflow", WorkflowDef)
         self.agents = AgentOps(db)
         self.conversations = ConversationOps(db)
@@ -553,8 +572,9 @@ class Store:
         self.moves = MoveOps(db)
         self.events = EventOps(db)
         self.context = ContextOps(db)
-        self.operations = AsyncOperationOps(db)
+        self.async_operations = AsyncOperationOps(db)
         self.sessions = SessionOps(db)
+        self.workflow_runs = WorkflowRunOps(db)
 
     @classmethod
     def open(cls, url: str) -> Store:

@@ -1,15 +1,12 @@
-"""The gateway app: ``create_api`` builds the FastAPI app; ``build_gateway_app`` wraps it in the
-Ray Serve deployment ``gateway`` (``num_cpus=0``: it waits on actors, it does not compute).
+"""The gateway app: ``create_api`` builds the FastAPI app over a ``GatewayContext``.
 
-The FastAPI app is built inside each replica (``__serve_build_asgi_app__``), after the replica has
-opened its store, so nothing unpicklable crosses from the driver.
+``cluster.gateway`` wraps it in the Ray Serve deployment ``gateway``, building the context's ports
+inside each replica; tests without Ray build it over fakes.
 """
 
 from __future__ import annotations
 
 from fastapi import FastAPI
-from ray import serve
-from ray.serve import Application
 
 from serving.gateway import (
     agents,
@@ -23,7 +20,7 @@ from serving.gateway import (
     turns,
     workflows,
 )
-from serving.gateway.context import ClusterConversations, GatewayContext
+from serving.gateway.context import GatewayContext
 from serving.gateway.errors import install_error_handlers
 from serving.gateway.protocol import ErrorResponse
 
@@ -66,32 +63,3 @@ def create_api(context: GatewayContext) -> FastAPI:
     ):
         api.include_router(router, responses=ERROR_RESPONSES)
     return api
-
-
-# Every open WebSocket counts as an ongoing request: Serve's default of 5 would make the sixth
-# concurrent stream's handshake wait. The gateway only awaits actors, so it can hold many.
-@serve.deployment(name="gateway", ray_actor_options={"num_cpus": 0}, max_ongoing_requests=10_000)
-@serve.ingress()
-class Gateway:
-    """One gateway replica: a store handle and access to the Conversation actors."""
-
-    def __init__(self, settings_env: dict[str, str]) -> None:
-        from actors.stores import open_store
-
-        self._context = GatewayContext(
-            store=open_store(settings_env),
-            conversations=ClusterConversations(),
-            settings_env=settings_env,
-        )
-
-    def __serve_build_asgi_app__(self) -> FastAPI:
-        return create_api(self._context)
-
-
-def build_gateway_app(settings_env: dict[str, str]) -> Application:
-    """The gateway as a Serve application; run it with ``serve.run(app, name="gateway")``."""
-    wonder_env = {k: v for k, v in settings_env.items() if k.startswith("WONDER_")}
-    deployment = Gateway.options(
-        ray_actor_options={"num_cpus": 0, "runtime_env": {"env_vars": wonder_env}}
-    )
-    return deployment.bind(settings_env)

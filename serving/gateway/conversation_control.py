@@ -35,10 +35,9 @@ class CancelTurn(WireModel):
 async def set_policy(
     conversation_id: str, body: PolicyUpdate, context: Context, client_id: ClientId
 ) -> dict[str, Any]:
-    from cluster import actors
-
     await run_in_threadpool(owned_conversation, context, client_id, conversation_id)
-    return await actors.set_policy(conversation_id, body.concurrency_policy.value)
+    change = await context.conversations.set_policy(conversation_id, body.concurrency_policy)
+    return {"concurrency_policy": change.concurrency_policy.value}
 
 
 @router.post(
@@ -52,31 +51,29 @@ async def cancel_turn(
     client_id: ClientId,
     body: CancelTurn | None = None,
 ) -> dict[str, Any]:
-    from cluster import actors
-
     await run_in_threadpool(owned_conversation, context, client_id, conversation_id)
     turn = await run_in_threadpool(context.store.turns.get, turn_id)
     if turn.conversation_id != conversation_id:
         raise NotFound(f"turn {turn_id} not found")
-    return await actors.cancel_turn(conversation_id, turn_id, (body or CancelTurn()).reason)
+    reason = (body or CancelTurn()).reason
+    outcome = await context.conversations.cancel_turn(conversation_id, turn_id, reason)
+    return {"turn_id": outcome.turn_id, "status": outcome.status.value}
 
 
 @router.post("/participants", status_code=201, summary="Loop an agent into the conversation")
 async def add_participant(
     conversation_id: str, body: ParticipantAdd, context: Context, client_id: ClientId
 ) -> dict[str, Any]:
-    from cluster import actors
-
     await run_in_threadpool(owned_conversation, context, client_id, conversation_id)
     await run_in_threadpool(context.store.agents.get, body.agent_id, client_id)
-    return await actors.add_participant(conversation_id, body.agent_id)
+    change = await context.conversations.add_participant(conversation_id, body.agent_id)
+    return {"agent_id": change.agent_id, "joined": change.joined}
 
 
 @router.delete("/participants/{agent_id}", summary="Remove a looped-in agent")
 async def remove_participant(
     conversation_id: str, agent_id: str, context: Context, client_id: ClientId
 ) -> dict[str, Any]:
-    from cluster import actors
-
     await run_in_threadpool(owned_conversation, context, client_id, conversation_id)
-    return await actors.remove_participant(conversation_id, agent_id)
+    change = await context.conversations.remove_participant(conversation_id, agent_id)
+    return {"agent_id": change.agent_id, "left": change.left}

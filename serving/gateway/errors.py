@@ -1,9 +1,9 @@
 """One JSON error shape for every failure: ``{"error": {"code", "message", "retriable"}}``.
 
 User input never produces a 500: malformed JSON is a 400, a body that does not fit its model is a
-422 naming each bad field by path, and ``WonderError`` subclasses map to their status here. Errors
-that crossed a Ray boundary are unwrapped first (an actor's ``NotFound`` is still a 404; a dead
-actor is a retriable 503).
+422 naming each bad field by path, and ``WonderError`` subclasses map to their status here (an
+actor's ``NotFound`` is still a 404: the ports hand it back as raised; a dead actor is a
+retriable 503).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from core.errors import (
     NonRetryableError,
     RetryableError,
     Timeout,
-    Unavailable,
     WonderError,
 )
 
@@ -63,20 +62,14 @@ def status_for(error: WonderError) -> int:
 
 
 def as_wonder_error(exc: BaseException) -> WonderError | None:
-    """``exc`` as a ``WonderError``, unwrapping Ray's wrappers; None for an unexpected error."""
-    from ray import exceptions as ray_errors
+    """``exc`` as a ``WonderError``; None for an unexpected error (a bug: a 500).
 
-    # An actor's error arrives as a RayTaskError that is also an instance of the cause's class:
-    # answer with the original, which carries the message the actor meant.
-    if isinstance(exc, ray_errors.RayTaskError):
-        cause = getattr(exc, "cause", None)
-        return cause if isinstance(cause, WonderError) else None
+    The ports the gateway calls turn infrastructure failures (a dead actor, Ray's own errors)
+    into retryable ``WonderError``s, so nothing Ray-specific is unwrapped here."""
     if isinstance(exc, WonderError):
         return exc
-    if isinstance(exc, ray_errors.GetTimeoutError | TimeoutError):
+    if isinstance(exc, TimeoutError):
         return Timeout("the conversation did not answer in time; try again")
-    if isinstance(exc, ray_errors.RayActorError | ray_errors.RaySystemError):
-        return Unavailable("the conversation is restarting; try again")
     return None
 
 
@@ -99,7 +92,7 @@ def validation_error(errors: Sequence[Any]) -> tuple[int, dict[str, Any]]:
     """Status and body for rejected input: 400 for unparsable JSON, else 422 with field paths."""
     problems = field_problems(errors)
     if any(err.get("type") == "json_invalid" for err in errors):
-        detail = next((e for e in errors if e.get("type") == "json_invalid"), {})
+        detail: dict[str, Any] = next((e for e in errors if e.get("type") == "json_invalid"), {})
         reason = (detail.get("ctx") or {}).get("error", "invalid JSON")
         return 400, error_body(InvalidInput(f"request body is not valid JSON: {reason}"))
     summary = "; ".join(f"{p['path']}: {p['message']}" for p in problems) or "invalid request"
@@ -147,12 +140,9 @@ async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
 
 def install_error_handlers(app: FastAPI) -> None:
     """Route every failure of ``app`` through the one JSON error shape."""
-    from ray.exceptions import RayError
-
     app.add_exception_handler(WonderError, _on_wonder_error)
     app.add_exception_handler(RequestValidationError, _on_request_validation)
     app.add_exception_handler(ValidationError, _on_model_validation)
     app.add_exception_handler(StarletteHTTPException, _on_http_exception)
-    app.add_exception_handler(RayError, _on_unexpected)
     app.add_exception_handler(TimeoutError, _on_unexpected)
     app.add_exception_handler(Exception, _on_unexpected)

@@ -70,9 +70,9 @@ def _routes_for(router: APIRouter, kind: LibraryKind) -> None:
 
     def put_object(
         obj_id: ObjectId,
-        body: Annotated[body_model, Body()],
+        body: Annotated[body_model, Body()],  # type: ignore[valid-type]
         context: Context,
-        _client: ClientId,  # type: ignore[valid-type]
+        _client: ClientId,
     ) -> Any:
         return ops(context).put(stored_object(kind, obj_id, body), utc_now())
 
@@ -114,16 +114,16 @@ def _routes_for(router: APIRouter, kind: LibraryKind) -> None:
         base,
         list_objects,
         methods=["GET"],
-        response_model=Items[model],
-        tags=[tag],  # type: ignore[valid-type]
+        response_model=Items[model],  # type: ignore[valid-type]
+        tags=[tag],
         summary=f"List the latest version of every {kind.label}",
     )
     router.add_api_route(
         base + "/{obj_id}/versions",
         list_versions,
         methods=["GET"],
-        response_model=Items[model],
-        tags=[tag],  # type: ignore[valid-type]
+        response_model=Items[model],  # type: ignore[valid-type]
+        tags=[tag],
         summary=f"List every version of a {kind.label}",
     )
 

@@ -69,13 +69,9 @@ class MemoryHitOut(Memory):
 async def owned_agent_memories(
     context: GatewayContext, client_id: str, agent_id: str
 ) -> MemoryService:
-    """The memory service, once ``agent_id`` is known to belong to ``client_id`` (404 otherwise).
-
-    The memory stack is imported here, not at module load: the gateway runs without it."""
-    from actors.actions.memory_actions import memory_service
-
+    """The memory service, once ``agent_id`` is known to belong to ``client_id`` (404 otherwise)."""
     await run_in_threadpool(context.store.agents.get, agent_id, client_id=client_id)
-    return await memory_service(context.settings_env)
+    return await context.memory.service()
 
 
 @router.get("", response_model=Page[Memory], summary="List an agent's memories, newest first")
@@ -110,7 +106,7 @@ async def write_memory(
     memory = outcome.memory
     if memory.content_ref:
         memory = memory.model_copy(update={"content": new.content})
-    return MemoryWritten(action=outcome.action, memory=memory)  # type: ignore[arg-type]
+    return MemoryWritten(action=outcome.action, memory=memory)
 
 
 @router.post("/search", response_model=Items[MemoryHitOut], summary="Search an agent's memories")

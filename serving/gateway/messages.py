@@ -36,8 +36,8 @@ async def post_message(
         body.user_id or client_id,
         reply_to_message_id=body.reply_to_message_id,
     )
-    return MessageAccepted.model_validate(
-        {key: accepted.get(key) for key in ("turn_id", "message_id", "seq")}
+    return MessageAccepted(
+        turn_id=accepted.turn_id, message_id=accepted.message_id, seq=accepted.seq
     )
 
 

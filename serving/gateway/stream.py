@@ -38,8 +38,6 @@ logger = logging.getLogger("wonder.gateway")
 router = APIRouter()
 
 CLOSE_CODES = {"UNAUTHORIZED": 4401, "NOT_FOUND": 4404, "INVALID_INPUT": 4400}
-RESUBSCRIBE_ATTEMPTS = 3
-RESUBSCRIBE_BACKOFF_S = (0.2, 0.5, 1.0)
 SUBSCRIBE_WAIT_S = 10.0
 
 
@@ -89,31 +87,29 @@ class StreamSession:
     # ------------------------------------------------------------------ server → client
 
     async def pump_events(self) -> None:
-        """Forward events; on a broken subscription, resubscribe from the last seq sent."""
-        failures = 0
-        while True:
-            try:
-                # Subscribe one event early: the actor replays that event (dropped here as a
-                # duplicate) as soon as it has registered us, which tells us when live events,
-                # tokens included, will reach us (every conversation has event 1).
-                await self._forward(
-                    self.context.conversations.stream_events(
-                        self.conversation.id, max(self.seen.last_seq - 1, 0)
-                    )
+        """Forward events until the stream ends; a broken one is reported and closed.
+
+        ``Conversations.stream_events`` already resumes from the last ``seq`` across actor
+        restarts (``core.retry.STREAM_RESUME``); what still fails here is reported, and the
+        client reconnects with the last ``seq`` it saw.
+        """
+        try:
+            # Subscribe one event early: the actor replays that event (dropped here as a
+            # duplicate) as soon as it has registered us, which tells us when live events,
+            # tokens included, will reach us (every conversation has event 1).
+            await self._forward(
+                self.context.conversations.stream_events(
+                    self.conversation.id, max(self.seen.last_seq - 1, 0)
                 )
-                await self.close(1000)
-                return
-            except (WebSocketDisconnect, asyncio.CancelledError):
-                raise
-            except Exception as exc:  # converted below: retryable → resubscribe, else report
-                error = as_wonder_error(exc)
-                if error is None or not error.retriable or failures >= RESUBSCRIBE_ATTEMPTS:
-                    if error is None:
-                        logger.exception("stream of %s failed", self.conversation.id)
-                    await self.refuse(error or WonderError("the event stream failed"), code=1011)
-                    return
-                await asyncio.sleep(RESUBSCRIBE_BACKOFF_S[failures])
-                failures += 1
+            )
+            await self.close(1000)
+        except (WebSocketDisconnect, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # reported to the client as an error frame, then closed
+            error = as_wonder_error(exc)
+            if error is None:
+                logger.exception("stream of %s failed", self.conversation.id)
+            await self.refuse(error or WonderError("the event stream failed"), code=1011)
 
     async def _forward(self, events: AsyncIterator[dict[str, Any]]) -> None:
         try:
@@ -188,9 +184,9 @@ class StreamSession:
         ack = {
             "seq": None,
             "type": "ack",
-            "turn_id": accepted.get("turn_id"),
-            "message_id": accepted.get("message_id"),
-            "message_seq": accepted.get("seq"),
+            "turn_id": accepted.turn_id,
+            "message_id": accepted.message_id,
+            "message_seq": accepted.seq,
         }
         if frame.id is not None:
             ack["id"] = frame.id

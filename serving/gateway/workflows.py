@@ -6,14 +6,16 @@ The workflow definitions themselves are library objects (``PUT/GET /v1/workflows
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, status
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.domain import NAME_PATTERN, JsonObject
+from core.domain import NAME_PATTERN
+from core.jsontypes import JsonObject
 from core.workflows import NodeRecord, WorkflowRun
 from serving.gateway.auth import ClientId, Context
+from serving.gateway.context import GatewayContext
 from serving.gateway.protocol import Items
 
 router = APIRouter(tags=["workflow runs"])
@@ -47,10 +49,8 @@ class RunCancel(BaseModel):
     reason: str = Field("cancelled by the client", max_length=500)
 
 
-def _view(context: Any, run: WorkflowRun) -> RunView:
-    from cluster.workflows import get_history
-
-    return RunView(run=run, nodes=get_history(run.id, settings_env=context.settings_env or None))
+def _view(context: GatewayContext, run: WorkflowRun) -> RunView:
+    return RunView(run=run, nodes=context.workflows.history(run.id))
 
 
 @router.post(
@@ -62,18 +62,12 @@ def _view(context: Any, run: WorkflowRun) -> RunView:
 async def start_run(
     workflow_id: WorkflowId, body: RunStart, context: Context, client_id: ClientId
 ) -> RunView:
-    from cluster.workflows import start_workflow_run, wait_for_run
-
-    env = context.settings_env or None
-    run_id = await start_workflow_run(
-        workflow_id, body.input, body.version, client_id=client_id, settings_env=env
-    )
+    runs = context.workflows
+    run_id = await runs.start(workflow_id, body.input, body.version, client_id=client_id)
     if body.wait_s > 0:
-        run = await wait_for_run(run_id, body.wait_s, settings_env=env)
+        run = await runs.wait(run_id, body.wait_s)
     else:
-        from cluster.workflows import get_run
-
-        run = get_run(run_id, client_id, settings_env=env)
+        run = runs.get(run_id, client_id)
     return _view(context, run)
 
 
@@ -83,9 +77,7 @@ async def start_run(
     summary="A run's status, output or error, events, and node history",
 )
 def read_run(run_id: RunId, context: Context, client_id: ClientId) -> RunView:
-    from cluster.workflows import get_run
-
-    return _view(context, get_run(run_id, client_id, settings_env=context.settings_env or None))
+    return _view(context, context.workflows.get(run_id, client_id))
 
 
 RunList = Items[WorkflowRun]
@@ -98,9 +90,7 @@ def list_runs(
     workflow_id: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> RunList:
-    from actors.workflow_coordinator.operations import WorkflowRunOps
-
-    runs = WorkflowRunOps(context.store.db).list_runs(
+    runs = context.store.workflow_runs.list_runs(
         workflow_id=workflow_id, client_id=client_id, limit=limit
     )
     return RunList(items=runs)
@@ -112,8 +102,5 @@ def list_runs(
     summary="Cancel a run and its live work (a finished run is returned as it is)",
 )
 async def cancel(run_id: RunId, body: RunCancel, context: Context, client_id: ClientId) -> RunView:
-    from cluster.workflows import cancel_run, get_run
-
-    env = context.settings_env or None
-    get_run(run_id, client_id, settings_env=env)  # ownership: 404 for another client's run
-    return _view(context, await cancel_run(run_id, body.reason, settings_env=env))
+    context.workflows.get(run_id, client_id)  # ownership: 404 for another client's run
+    return _view(context, await context.workflows.cancel(run_id, body.reason))

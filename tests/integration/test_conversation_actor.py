@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from cluster import actors
 from core.domain import MessageRole, TurnStatus
 from tests.conftest import Cluster, async_wait_for
 from tests.factories import make_agent, make_client, make_conversation, scripted_profile, task_tool
+from tests.integration.access import conversations
 
 
 async def _turn_done(cluster: Cluster, turn_id: str, timeout: float = 60.0) -> None:
@@ -27,7 +27,7 @@ async def test_a_turn_streams_tokens_and_stores_the_answer(ray_cluster: Cluster)
     subscribed = asyncio.Event()
 
     async def listen() -> None:
-        async for event in actors.stream_events(conv.id, 0):
+        async for event in conversations().stream_events(conv.id, 0):
             events.append(event)
             subscribed.set()  # the replay of conversation_started: live events follow
             if event["type"] == "turn.completed":
@@ -35,10 +35,10 @@ async def test_a_turn_streams_tokens_and_stores_the_answer(ray_cluster: Cluster)
 
     listener = asyncio.create_task(listen())
     await asyncio.wait_for(subscribed.wait(), 30)
-    ack = await actors.post_message(conv.id, "hi", "user-1")
+    ack = await conversations().post_message(conv.id, "hi", "user-1")
     await asyncio.wait_for(listener, 60)
 
-    turn = store.turns.get(ack["turn_id"])
+    turn = store.turns.get(ack.turn_id)
     assert turn.status is TurnStatus.COMPLETED
     messages = store.messages.list(conv.id)
     assert [m.role for m in messages] == [MessageRole.USER, MessageRole.AGENT]
@@ -73,10 +73,10 @@ async def test_tool_input_rejected_by_schema_reaches_the_model(ray_cluster: Clus
     )
     agent = make_agent(store, client_id, profile, [note])
     conv = make_conversation(store, client_id, agent)
-    ack = await actors.post_message(conv.id, "remember the answer", "user-1")
-    await _turn_done(ray_cluster, ack["turn_id"])
+    ack = await conversations().post_message(conv.id, "remember the answer", "user-1")
+    await _turn_done(ray_cluster, ack.turn_id)
 
-    moves = store.moves.list(ack["turn_id"])
+    moves = store.moves.list(ack.turn_id)
     first, second = moves[0].tool_result, moves[1].tool_result
     assert first is not None and not first.success and first.error is not None
     assert first.error.code == "INVALID_INPUT"
@@ -85,7 +85,7 @@ async def test_tool_input_rejected_by_schema_reaches_the_model(ray_cluster: Clus
     answer = store.messages.list(conv.id)[-1]
     assert answer.role is MessageRole.AGENT and "42" in answer.content
     assert store.context.get(conv.id, "answer") == 42
-    assert store.turns.get(ack["turn_id"]).issues.tool_failures == 1
+    assert store.turns.get(ack.turn_id).issues.tool_failures == 1
 
 
 async def test_parallel_turns(ray_cluster: Cluster) -> None:
@@ -95,17 +95,17 @@ async def test_parallel_turns(ray_cluster: Cluster) -> None:
     agent = make_agent(store, client_id, profile)
     conv = make_conversation(store, client_id, agent)
 
-    first = await actors.post_message(conv.id, "one", "user-1")
-    second = await actors.post_message(conv.id, "two", "user-1")
-    status = await actors.conversation_status(conv.id)
-    assert set(status["active_turns"]) == {first["turn_id"], second["turn_id"]}
-    await _turn_done(ray_cluster, first["turn_id"])
-    await _turn_done(ray_cluster, second["turn_id"])
+    first = await conversations().post_message(conv.id, "one", "user-1")
+    second = await conversations().post_message(conv.id, "two", "user-1")
+    status = await conversations().status(conv.id)
+    assert set(status["active_turns"]) == {first.turn_id, second.turn_id}
+    await _turn_done(ray_cluster, first.turn_id)
+    await _turn_done(ray_cluster, second.turn_id)
     answers = {
         m.turn_id: m.content for m in store.messages.list(conv.id) if m.role is MessageRole.AGENT
     }
-    assert answers[first["turn_id"]] == "slow answer to one"
-    assert answers[second["turn_id"]] == "slow answer to two"
+    assert answers[first.turn_id] == "slow answer to one"
+    assert answers[second.turn_id] == "slow answer to two"
 
 
 async def test_delegate_runs_the_target_in_a_child_conversation(ray_cluster: Cluster) -> None:
@@ -141,14 +141,14 @@ async def test_delegate_runs_the_target_in_a_child_conversation(ray_cluster: Clu
     )
     boss = make_agent(store, client_id, boss_profile, [ask])
     conv = make_conversation(store, client_id, boss)
-    ack = await actors.post_message(conv.id, "please ask", "user-1")
-    await _turn_done(ray_cluster, ack["turn_id"])
+    ack = await conversations().post_message(conv.id, "please ask", "user-1")
+    await _turn_done(ray_cluster, ack.turn_id)
 
     children = store.conversations.list(client_id, parent_id=conv.id)
     assert len(children) == 1
     child = children[0]
     assert child.agent_id == helper.id and child.depth == 1
-    assert child.started_by_message_id == ack["message_id"]
+    assert child.started_by_message_id == ack.message_id
     child_msgs = store.messages.list(child.id)
     assert [m.content for m in child_msgs] == ["ping", "helper says ping"]
     final = store.messages.list(conv.id)[-1].content

@@ -9,10 +9,10 @@ import signal
 import pytest
 import ray
 
-from cluster import actors
 from core.domain import MessageRole, TurnStatus
 from tests.conftest import Cluster, async_wait_for
 from tests.factories import make_agent, make_client, make_conversation, scripted_profile
+from tests.integration.access import conversations, post
 
 
 def _alive_conversation_actors() -> set[str]:
@@ -37,10 +37,10 @@ async def _completed(cluster: Cluster, turn_id: str) -> None:
 
 @pytest.fixture
 async def small_cap(ray_cluster: Cluster):  # type: ignore[no-untyped-def]
-    before = await actors.directory_stats()
-    await actors.configure_directory(max_resident=3)
+    before = await conversations().directory_stats()
+    await conversations().configure_directory(max_resident=3)
     yield 3
-    await actors.configure_directory(max_resident=before["max_resident"])
+    await conversations().configure_directory(max_resident=before["max_resident"])
 
 
 async def test_resident_actors_stay_under_the_cap_and_reactivate(
@@ -51,19 +51,19 @@ async def test_resident_actors_stay_under_the_cap_and_reactivate(
     agent = make_agent(store, client_id, scripted_profile(store))
     convs = [make_conversation(store, client_id, agent) for _ in range(6)]
     for conv in convs:
-        ack = await actors.post_message(conv.id, f"hello {conv.id}", "u")
-        await _completed(ray_cluster, ack["turn_id"])
-        stats = await actors.directory_stats()
+        ack = await post(conv.id, f"hello {conv.id}", "u")
+        await _completed(ray_cluster, ack.turn_id)
+        stats = await conversations().directory_stats()
         assert stats["resident"] <= small_cap
-    assert (await actors.directory_stats())["evictions"] >= 3
+    assert (await conversations().directory_stats())["evictions"] >= 3
     mine = {f"conversation:{c.id}" for c in convs}
     assert len(_alive_conversation_actors() & mine) <= small_cap
 
     # The first conversation was evicted: messaging it re-activates it with its history intact.
     first = convs[0]
     assert f"conversation:{first.id}" not in _alive_conversation_actors()
-    ack = await actors.post_message(first.id, "again", "u")
-    await _completed(ray_cluster, ack["turn_id"])
+    ack = await post(first.id, "again", "u")
+    await _completed(ray_cluster, ack.turn_id)
     contents = [m.content for m in store.messages.list(first.id)]
     assert contents == [f"hello {first.id}", f"echo: hello {first.id}", "again", "echo: again"]
     seqs = [e.seq for e in store.events.list(first.id)]
@@ -75,18 +75,18 @@ async def test_idle_actor_evicts_itself_after_the_ttl(ray_cluster: Cluster) -> N
     client_id, _ = make_client(store)
     agent = make_agent(store, client_id, scripted_profile(store))
     conv = make_conversation(store, client_id, agent)
-    await actors.configure_directory(idle_ttl_s=0.5)
+    await conversations().configure_directory(idle_ttl_s=0.5)
     try:
-        ack = await actors.post_message(conv.id, "hi", "u")
-        await _completed(ray_cluster, ack["turn_id"])
+        ack = await post(conv.id, "hi", "u")
+        await _completed(ray_cluster, ack.turn_id)
         name = f"conversation:{conv.id}"
         await async_wait_for(
             lambda: name not in _alive_conversation_actors(), timeout=30, interval=0.3
         )
     finally:
-        await actors.configure_directory(idle_ttl_s=600)
-    ack = await actors.post_message(conv.id, "back", "u")
-    await _completed(ray_cluster, ack["turn_id"])
+        await conversations().configure_directory(idle_ttl_s=600)
+    ack = await post(conv.id, "back", "u")
+    await _completed(ray_cluster, ack.turn_id)
     assert store.messages.list(conv.id)[-1].content == "echo: back"
 
 
@@ -96,21 +96,21 @@ async def test_kill_9_mid_turn_loses_no_acknowledged_message(ray_cluster: Cluste
     slow = scripted_profile(store, [{"reply": "too late", "delay_s": 30}])
     agent = make_agent(store, client_id, slow)
     conv = make_conversation(store, client_id, agent)
-    ack = await actors.post_message(conv.id, "this must survive", "u")
-    status = await actors.conversation_status(conv.id)
-    assert status["active_turns"] == [ack["turn_id"]]
+    ack = await post(conv.id, "this must survive", "u")
+    status = await conversations().status(conv.id)
+    assert status["active_turns"] == [ack.turn_id]
 
     os.kill(status["pid"], signal.SIGKILL)
 
     # The restarted actor fails the interrupted turn; the acknowledged message is still there.
     await async_wait_for(
-        lambda: store.turns.get(ack["turn_id"]).status is TurnStatus.FAILED,
+        lambda: store.turns.get(ack.turn_id).status is TurnStatus.FAILED,
         timeout=60,
         interval=0.2,
     )
-    turn = store.turns.get(ack["turn_id"])
+    turn = store.turns.get(ack.turn_id)
     assert turn.failure_reason == "interrupted"
-    assert store.messages.get(ack["message_id"]).content == "this must survive"
+    assert store.messages.get(ack.message_id).content == "this must survive"
 
     # The next message works (this agent answers slowly, so switch it to a fast script).
     from core.ids import utc_now
@@ -118,8 +118,8 @@ async def test_kill_9_mid_turn_loses_no_acknowledged_message(ray_cluster: Cluste
     persona = store.personas.get(store.agents.get(agent.id).persona_ref.id)  # type: ignore[union-attr]
     fast = scripted_profile(store)
     store.personas.put(persona.model_copy(update={"model_profile_id": fast.id}), utc_now())
-    second = await actors.post_message(conv.id, "still there?", "u")
-    await _completed(ray_cluster, second["turn_id"])
+    second = await post(conv.id, "still there?", "u")
+    await _completed(ray_cluster, second.turn_id)
     contents = [(m.role, m.content) for m in store.messages.list(conv.id)]
     assert contents == [
         (MessageRole.USER, "this must survive"),
@@ -137,7 +137,7 @@ async def test_reconnect_by_seq_replays_exactly_what_was_missed(ray_cluster: Clu
     async def durable_events(after: int, until_turns: int) -> list[dict]:
         seen: list[dict] = []
         completed = 0
-        async for event in actors.stream_events(conv.id, after):
+        async for event in conversations().stream_events(conv.id, after):
             if event["seq"] is None:
                 continue
             seen.append(event)
@@ -146,15 +146,15 @@ async def test_reconnect_by_seq_replays_exactly_what_was_missed(ray_cluster: Clu
                 return seen
         return seen
 
-    first = await actors.post_message(conv.id, "one", "u")
-    await _completed(ray_cluster, first["turn_id"])
+    first = await post(conv.id, "one", "u")
+    await _completed(ray_cluster, first.turn_id)
     part1 = await asyncio.wait_for(durable_events(0, 1), 30)
     last_seen = part1[-1]["seq"]
 
     # While "disconnected", two more turns happen.
     for text in ("two", "three"):
-        ack = await actors.post_message(conv.id, text, "u")
-        await _completed(ray_cluster, ack["turn_id"])
+        ack = await post(conv.id, text, "u")
+        await _completed(ray_cluster, ack.turn_id)
     part2 = await asyncio.wait_for(durable_events(last_seen, 2), 30)
 
     seqs = [e["seq"] for e in part1 + part2]
@@ -169,10 +169,10 @@ async def test_post_message_is_idempotent_by_message_id(ray_cluster: Cluster) ->
     client_id, _ = make_client(store)
     agent = make_agent(store, client_id, scripted_profile(store))
     conv = make_conversation(store, client_id, agent)
-    first = await actors.post_message(conv.id, "once", "u", message_id="msg_fixed_" + conv.id)
-    again = await actors.post_message(conv.id, "once", "u", message_id="msg_fixed_" + conv.id)
+    first = await post(conv.id, "once", "u", message_id="msg_fixed_" + conv.id)
+    again = await post(conv.id, "once", "u", message_id="msg_fixed_" + conv.id)
     assert first == again
-    await _completed(ray_cluster, first["turn_id"])
+    await _completed(ray_cluster, first.turn_id)
     assert [m.content for m in store.messages.list(conv.id)] == ["once", "echo: once"]
     assert ray.is_initialized()
 
@@ -187,7 +187,7 @@ async def test_a_stream_survives_the_actor_being_killed(ray_cluster: Cluster) ->
     subscribed = asyncio.Event()
 
     async def listen() -> None:
-        async for event in actors.stream_events(conv.id, 0):
+        async for event in conversations().stream_events(conv.id, 0):
             subscribed.set()
             if event["seq"] is not None:
                 seen.append(event)
@@ -197,13 +197,13 @@ async def test_a_stream_survives_the_actor_being_killed(ray_cluster: Cluster) ->
 
     listener = asyncio.create_task(listen())
     await asyncio.wait_for(subscribed.wait(), 30)
-    first = await actors.post_message(conv.id, "before", "u")
-    await _completed(ray_cluster, first["turn_id"])
-    status = await actors.conversation_status(conv.id)
+    first = await post(conv.id, "before", "u")
+    await _completed(ray_cluster, first.turn_id)
+    status = await conversations().status(conv.id)
     os.kill(status["pid"], signal.SIGKILL)
-    second = await actors.post_message(conv.id, "after", "u")
+    second = await post(conv.id, "after", "u")
     await asyncio.wait_for(completed.wait(), 60)
-    await _completed(ray_cluster, second["turn_id"])
+    await _completed(ray_cluster, second.turn_id)
     listener.cancel()
     seqs = [e["seq"] for e in seen]
     assert seqs == list(range(1, len(seqs) + 1))

@@ -23,7 +23,7 @@ def deploy_gateway(cluster: Cluster, port: int) -> str:
     if "url" not in _deployed:
         from ray import serve
 
-        from serving.gateway.app import build_gateway_app
+        from cluster.gateway import build_gateway_app
 
         serve.run(build_gateway_app(cluster.env), name="gateway", route_prefix="/")
         _deployed["url"] = f"http://127.0.0.1:{port}"

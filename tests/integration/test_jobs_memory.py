@@ -1,5 +1,5 @@
 """The memory batch jobs, submitted as real Ray Jobs to the session cluster's job server (through
-``jobs.cli.main``, what ``wonder job`` runs), on a local LanceDB directory and on S3 (moto)."""
+``cluster.jobs.main``, what ``wonder job`` runs), on a local LanceDB directory and on S3 (moto)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from cluster import jobs as cli
 from core.memory import (
     HashingEmbedder,
     MemoryFilter,
@@ -23,7 +24,6 @@ from core.memory import (
     SentenceTransformerEmbedder,
     open_memory_service,
 )
-from jobs import cli
 from jobs.consolidate import ConsolidateOptions, consolidate_one
 from tests.conftest import Cluster
 from tests.integration.conftest import S3Server

@@ -8,11 +8,12 @@ import math
 
 import ray
 
-from actors.actions import ActionContext
-from actors.executor import execute_task
+from cluster.executor import execute_task
+from cluster.wiring import executor_services
 from core.domain import TaskDef
 from core.ids import new_id
 from core.memory.embedding import SentenceTransformerEmbedder
+from core.ports import TaskContext
 from serving.embedder import ServeEmbedder, get_embedder, reset_embedder_cache
 from tests.conftest import Cluster
 
@@ -45,7 +46,7 @@ def test_executor_tasks_use_the_deployment(embedder_app: str, ray_cluster: Clust
     from ray import serve
 
     agent = new_id("agent")
-    ctx = ActionContext(
+    ctx = TaskContext(
         agent_id=agent,
         conversation_id="c",
         turn_id="t",
@@ -70,11 +71,15 @@ def test_executor_tasks_use_the_deployment(embedder_app: str, ray_cluster: Clust
     )
     handle = serve.get_app_handle(embedder_app)
     before = handle.info.remote().result()["requests"]
-    written = ray.get(execute_task.remote(write.model_dump_json(), {}, ctx), timeout=120)
-    assert written["success"] and written["result"]["created"] == 2
+    written = ray.get(
+        execute_task.remote(write.model_dump_json(), {}, ctx, executor_services), timeout=120
+    )
+    assert written.success and written.result["created"] == 2
     found = ray.get(
-        execute_task.remote(search.model_dump_json(), {"q": "where is the office"}, ctx),
+        execute_task.remote(
+            search.model_dump_json(), {"q": "where is the office"}, ctx, executor_services
+        ),
         timeout=120,
     )
-    assert found["result"]["memories"][0]["content"] == "The office is in Lyon"
+    assert found.result["memories"][0]["content"] == "The office is in Lyon"
     assert handle.info.remote().result()["requests"] > before

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import yaml
 
-from cluster import actors
 from core.domain import MessageRole, TaskDef, TurnStatus
 from core.ids import utc_now
 from tests.conftest import Cluster, async_wait_for
 from tests.factories import make_agent, make_client, make_conversation, scripted_profile
+from tests.integration.access import post
 
 LIBRARY = Path(__file__).resolve().parents[2] / "library" / "tasks"
 
@@ -66,17 +66,17 @@ async def test_a_fact_from_one_conversation_is_recalled_in_another(
         store,
         client_id,
         talker,
-        context_assembly_workflow_id=assembly.id,
-        memory_extraction_workflow_id=extraction.id,
+        context_assembly_task_id=assembly.id,
+        memory_extraction_task_id=extraction.id,
     )
 
     first = make_conversation(store, client_id, agent)
-    told = await actors.post_message(first.id, "By the way, my favourite colour is teal.", "u1")
-    await finish(ray_cluster, told["turn_id"])
+    told = await post(first.id, "By the way, my favourite colour is teal.", "u1")
+    await finish(ray_cluster, told.turn_id)
 
     second = make_conversation(store, client_id, agent)
-    asked = await actors.post_message(second.id, "What is my favourite colour?", "u1")
-    await finish(ray_cluster, asked["turn_id"])
+    asked = await post(second.id, "What is my favourite colour?", "u1")
+    await finish(ray_cluster, asked.turn_id)
     answer = [m for m in store.messages.list(second.id) if m.role is MessageRole.AGENT][-1]
     assert "The user's favourite colour is teal." in answer.content
     # The second conversation never saw the first one's messages: the memory carried it.

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from cluster import actors
 from core.domain import (
     ConcurrencyPolicy,
     Constraints,
@@ -21,6 +20,7 @@ from core.domain import (
 from core.ids import utc_now
 from tests.conftest import Cluster, async_wait_for
 from tests.factories import make_agent, make_client, make_conversation, scripted_profile, task_tool
+from tests.integration.access import conversations, post
 
 SLOW_RESEARCH = [
     # The task sleeps (a real Ray task that takes a while), then returns its finding.
@@ -79,29 +79,29 @@ async def test_async_result_arrives_after_another_turn_completed(ray_cluster: Cl
     agent = _async_research_agent(ray_cluster, client_id)
     conv = make_conversation(store, client_id, agent)
 
-    first = await actors.post_message(conv.id, "research otters please", "u")
+    first = await post(conv.id, "research otters please", "u")
     # The agent acknowledges at once; the turn stays active while the research runs.
-    await async_wait_for(lambda: store.turns.get(first["turn_id"]).awaiting_operations, 30, 0.05)
-    assert store.turns.get(first["turn_id"]).status is TurnStatus.ACTIVE
-    [op] = store.operations.list(conv.id, turn_id=first["turn_id"])
+    await async_wait_for(lambda: store.turns.get(first.turn_id).awaiting_operations, 30, 0.05)
+    assert store.turns.get(first.turn_id).status is TurnStatus.ACTIVE
+    [op] = store.async_operations.list(conv.id, turn_id=first.turn_id)
     assert op.status is OperationStatus.PENDING
 
     # Meanwhile the user completes another turn.
-    second = await actors.post_message(conv.id, "and what about beavers?", "u")
-    await _status(ray_cluster, second["turn_id"], TurnStatus.COMPLETED)
-    assert store.turns.get(first["turn_id"]).status is TurnStatus.ACTIVE
+    second = await post(conv.id, "and what about beavers?", "u")
+    await _status(ray_cluster, second.turn_id, TurnStatus.COMPLETED)
+    assert store.turns.get(first.turn_id).status is TurnStatus.ACTIVE
 
     # Then the research completes: a follow-up message on the first turn, which completes.
-    await _status(ray_cluster, first["turn_id"], TurnStatus.COMPLETED)
-    assert store.operations.get(op.id).status is OperationStatus.DELIVERED
+    await _status(ray_cluster, first.turn_id, TurnStatus.COMPLETED)
+    assert store.async_operations.get(op.id).status is OperationStatus.DELIVERED
     messages = store.messages.list(conv.id)
     by_turn = [(m.turn_id, m.role) for m in messages]
     assert by_turn == [
-        (first["turn_id"], MessageRole.USER),
-        (first["turn_id"], MessageRole.AGENT),  # the acknowledgement
-        (second["turn_id"], MessageRole.USER),
-        (second["turn_id"], MessageRole.AGENT),
-        (first["turn_id"], MessageRole.AGENT),  # the follow-up, after the other turn
+        (first.turn_id, MessageRole.USER),
+        (first.turn_id, MessageRole.AGENT),  # the acknowledgement
+        (second.turn_id, MessageRole.USER),
+        (second.turn_id, MessageRole.AGENT),
+        (first.turn_id, MessageRole.AGENT),  # the follow-up, after the other turn
     ]
     assert [m.seq for m in messages] == sorted(m.seq for m in messages)
     follow_up = messages[-1].content
@@ -115,16 +115,16 @@ async def test_async_completion_after_the_actor_was_killed_is_delivered_once(
     client_id, _ = make_client(store)
     agent = _async_research_agent(ray_cluster, client_id)
     conv = make_conversation(store, client_id, agent)
-    ack = await actors.post_message(conv.id, "research otters please", "u")
-    await async_wait_for(lambda: store.turns.get(ack["turn_id"]).awaiting_operations, 30, 0.05)
+    ack = await post(conv.id, "research otters please", "u")
+    await async_wait_for(lambda: store.turns.get(ack.turn_id).awaiting_operations, 30, 0.05)
 
-    status = await actors.conversation_status(conv.id)
+    status = await conversations().status(conv.id)
     os.kill(status["pid"], signal.SIGKILL)
 
-    await _status(ray_cluster, ack["turn_id"], TurnStatus.COMPLETED, TurnStatus.FAILED)
-    turn = store.turns.get(ack["turn_id"])
+    await _status(ray_cluster, ack.turn_id, TurnStatus.COMPLETED, TurnStatus.FAILED)
+    turn = store.turns.get(ack.turn_id)
     assert turn.status is TurnStatus.COMPLETED, turn.failure_reason
-    [op] = store.operations.list(conv.id, turn_id=ack["turn_id"])
+    [op] = store.async_operations.list(conv.id, turn_id=ack.turn_id)
     assert op.status is OperationStatus.DELIVERED
     await asyncio.sleep(1.0)  # give a duplicate delivery the chance to show up
     follow_ups = [c for t, c in _agent_messages(ray_cluster, conv.id) if "Research done" in c]
@@ -177,8 +177,8 @@ async def test_delegate_sees_only_its_input_loop_in_sees_the_history(ray_cluster
         [ask],
     )
     conv = make_conversation(store, client_id, boss)
-    ack = await actors.post_message(conv.id, "SECRET PARENT HISTORY", "u")
-    await _status(ray_cluster, ack["turn_id"], TurnStatus.COMPLETED)
+    ack = await post(conv.id, "SECRET PARENT HISTORY", "u")
+    await _status(ray_cluster, ack.turn_id, TurnStatus.COMPLETED)
     [child] = store.conversations.list(client_id, parent_id=conv.id)
     child_texts = [m.content for m in store.messages.list(child.id)]
     # The delegate's model saw only its input (its answer is its whole visible history).
@@ -199,13 +199,13 @@ async def test_delegate_sees_only_its_input_loop_in_sees_the_history(ray_cluster
         [join],
     )
     joined_conv = make_conversation(store, client_id, host)
-    first = await actors.post_message(joined_conv.id, "SHARED HISTORY LINE", "u")
-    await _status(ray_cluster, first["turn_id"], TurnStatus.COMPLETED)
+    first = await post(joined_conv.id, "SHARED HISTORY LINE", "u")
+    await _status(ray_cluster, first.turn_id, TurnStatus.COMPLETED)
     participants = {p.id for p in store.conversations.get(joined_conv.id).participants}
     assert expert2.id in participants
-    asked = await actors.post_message(joined_conv.id, f"@{expert2.id} what do you think?", "u")
-    await _status(ray_cluster, asked["turn_id"], TurnStatus.COMPLETED)
-    turn = store.turns.get(asked["turn_id"])
+    asked = await post(joined_conv.id, f"@{expert2.id} what do you think?", "u")
+    await _status(ray_cluster, asked.turn_id, TurnStatus.COMPLETED)
+    turn = store.turns.get(asked.turn_id)
     assert turn.agent_id == expert2.id
     answer = _agent_messages(ray_cluster, joined_conv.id)[-1][1]
     # The looped-in agent's model saw the conversation's history.
@@ -230,9 +230,9 @@ async def test_permission_denied_and_depth_limit(ray_cluster: Cluster) -> None:
         constraints=Constraints(allowed_agents=["someone-else"]),
     )
     conv = make_conversation(store, client_id, boss)
-    ack = await actors.post_message(conv.id, "go", "u")
-    await _status(ray_cluster, ack["turn_id"], TurnStatus.COMPLETED)
-    [move, _final] = store.moves.list(ack["turn_id"])
+    ack = await post(conv.id, "go", "u")
+    await _status(ray_cluster, ack.turn_id, TurnStatus.COMPLETED)
+    [move, _final] = store.moves.list(ack.turn_id)
     assert move.tool_result is not None and move.tool_result.error is not None
     assert move.tool_result.error.code == "PERMISSION_DENIED"
     assert "PERMISSION_DENIED" in _agent_messages(ray_cluster, conv.id)[-1][1]
@@ -264,8 +264,8 @@ async def test_permission_denied_and_depth_limit(ray_cluster: Cluster) -> None:
         utc_now(),
     )
     root = make_conversation(store, client_id, selfish)
-    ack = await actors.post_message(root.id, "recurse", "u")
-    await _status(ray_cluster, ack["turn_id"], TurnStatus.COMPLETED, timeout=120)
+    ack = await post(root.id, "recurse", "u")
+    await _status(ray_cluster, ack.turn_id, TurnStatus.COMPLETED, timeout=120)
     depths = []
     frontier = [root.id]
     while frontier:
@@ -315,8 +315,8 @@ async def test_resume_a_sub_agent_session(ray_cluster: Cluster) -> None:
         [ask],
     )
     conv = make_conversation(store, client_id, boss)
-    ack = await actors.post_message(conv.id, "go", "u")
-    await _status(ray_cluster, ack["turn_id"], TurnStatus.COMPLETED)
+    ack = await post(conv.id, "go", "u")
+    await _status(ray_cluster, ack.turn_id, TurnStatus.COMPLETED)
     [child] = store.conversations.list(client_id, parent_id=conv.id)
     texts = [m.content for m in store.messages.list(child.id) if m.role is MessageRole.USER]
     assert texts == ["remember 7", "what number?"]
@@ -332,23 +332,23 @@ async def test_mid_turn_policies(ray_cluster: Cluster, policy: str) -> None:
     client_id, _ = make_client(store)
     slow = scripted_profile(store, [{"reply": "slow {{last_user}}", "delay_s": 1.5}])
     conv = make_conversation(store, client_id, make_agent(store, client_id, slow))
-    await actors.set_policy(conv.id, policy)
+    await conversations().set_policy(conv.id, policy)
     assert store.conversations.get(conv.id).concurrency_policy is ConcurrencyPolicy(policy)
-    first = await actors.post_message(conv.id, "one", "u")
+    first = await post(conv.id, "one", "u")
     if policy == "reject":
         with pytest.raises(Conflict):
-            await actors.post_message(conv.id, "two", "u")
-        await _status(ray_cluster, first["turn_id"], TurnStatus.COMPLETED)
+            await post(conv.id, "two", "u")
+        await _status(ray_cluster, first.turn_id, TurnStatus.COMPLETED)
         assert [m.content for m in store.messages.list(conv.id)] == ["one", "slow one"]
         return
-    second = await actors.post_message(conv.id, "two", "u")
-    await _status(ray_cluster, second["turn_id"], TurnStatus.COMPLETED)
-    first_turn = store.turns.get(first["turn_id"])
+    second = await post(conv.id, "two", "u")
+    await _status(ray_cluster, second.turn_id, TurnStatus.COMPLETED)
+    first_turn = store.turns.get(first.turn_id)
     if policy == "queue":
-        assert second["queued"] is True
+        assert second.queued is True
         assert first_turn.status is TurnStatus.COMPLETED
         assert first_turn.completed_at is not None
-        assert store.turns.get(second["turn_id"]).started_at >= first_turn.completed_at  # type: ignore[operator]
+        assert store.turns.get(second.turn_id).started_at >= first_turn.completed_at  # type: ignore[operator]
     else:
         assert first_turn.status is TurnStatus.FAILED
         assert first_turn.failure_reason == "interrupted by a new message"
@@ -365,14 +365,14 @@ async def test_cancel_closes_dangling_tool_calls(ray_cluster: Cluster) -> None:
     )
     profile = scripted_profile(store, [{"tool_calls": [{"name": "wait", "arguments": {}}]}])
     conv = make_conversation(store, client_id, make_agent(store, client_id, profile, [waiting]))
-    ack = await actors.post_message(conv.id, "wait for it", "u")
+    ack = await post(conv.id, "wait for it", "u")
     await asyncio.sleep(1.0)
-    result = await actors.cancel_turn(conv.id, ack["turn_id"])
-    assert result["status"] == "failed"
-    [move] = store.moves.list(ack["turn_id"])
+    result = await conversations().cancel_turn(conv.id, ack.turn_id)
+    assert result.status == "failed"
+    [move] = store.moves.list(ack.turn_id)
     assert move.tool_call is not None and move.tool_call.name == "wait"
     assert move.tool_result is not None and not move.tool_result.success
-    assert store.turns.get(ack["turn_id"]).failure_reason == "cancelled"
+    assert store.turns.get(ack.turn_id).failure_reason == "cancelled"
 
 
 async def test_a_tool_can_target_a_persona_the_client_gets_its_own_agent(
@@ -409,8 +409,8 @@ async def test_a_tool_can_target_a_persona_the_client_gets_its_own_agent(
         constraints=Constraints(allowed_agents=[f"persona:{persona_id}"]),
     )
     conv = make_conversation(store, client_id, manager)
-    ack = await actors.post_message(conv.id, "build a todo app", "u")
-    await _status(ray_cluster, ack["turn_id"], TurnStatus.COMPLETED)
+    ack = await post(conv.id, "build a todo app", "u")
+    await _status(ray_cluster, ack.turn_id, TurnStatus.COMPLETED)
     created = store.agents.get(f"agent_{persona_id}_{client_id}", client_id)
     assert created.persona_ref is not None and created.persona_ref.id == persona_id
     [child] = store.conversations.list(client_id, parent_id=conv.id)

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from cluster.workflows import get_history, start_workflow_run, wait_for_run
 from core.ids import utc_now
 from core.library_files import apply_library
 from core.workflows import RunStatus
 from tests.conftest import Cluster
 from tests.factories import scripted_profile
+from tests.integration.access import get_history, start_workflow_run, wait_for_run
 
 pytestmark = pytest.mark.timeout(240)
 

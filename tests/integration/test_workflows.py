@@ -8,16 +8,7 @@ from typing import Any
 
 import pytest
 
-from actors.workflow_coordinator.operations import WorkflowRunOps
-from cluster.workflows import (
-    cancel_run,
-    get_history,
-    get_run,
-    run_workflow_to_end,
-    start_workflow_run,
-    wait_for_run,
-    workflow_actor_name,
-)
+from cluster.naming import workflow_actor_name
 from core.domain import TaskAction, TaskDef
 from core.errors import InvalidInput, NotFound
 from core.ids import new_id, utc_now
@@ -25,6 +16,16 @@ from core.store import Store
 from core.workflows import RunStatus, WorkflowDef, WorkflowParent
 from tests.conftest import Cluster, async_wait_for
 from tests.factories import make_agent, make_client, scripted_profile
+from tests.integration.access import (
+    cancel_run,
+    conversations,
+    get_history,
+    get_run,
+    run_workflow_to_end,
+    start_workflow_run,
+    wait_for_run,
+    workflows,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -311,7 +312,6 @@ async def test_agent_node_runs_a_delegated_turn(ray_cluster: Cluster) -> None:
 
 
 async def test_a_conversation_tool_runs_a_workflow(ray_cluster: Cluster) -> None:
-    from cluster.actors import post_message, wait_for_turn
     from core.domain import Tool
     from tests.factories import make_conversation
 
@@ -343,32 +343,36 @@ async def test_a_conversation_tool_runs_a_workflow(ray_cluster: Cluster) -> None
         store, client_id, make_agent(store, client_id, profile, tools=[tool])
     )
 
-    posted = await post_message(conversation.id, "research bees", "user-1")
-    turn = await wait_for_turn(conversation.id, posted["turn_id"], 60)
+    posted = await conversations().post_message(conversation.id, "research bees", "user-1")
+    turn = await conversations().wait_for_turn(conversation.id, posted.turn_id, 60)
 
-    assert turn["status"] == "completed", turn
+    assert turn.status.value == "completed", turn
     answer = [m for m in store.messages.list(conversation.id) if m.role.value == "agent"][-1]
     assert '"count": 3' in answer.content and "What is bees?" in answer.content
-    [run] = WorkflowRunOps(store.db).list_runs(workflow_id=workflow.id)
+    [run] = store.workflow_runs.list_runs(workflow_id=workflow.id)
     assert run.parent is not None and run.parent.type == "conversation"
-    assert run.client_id == client_id and run.context.turn_id == posted["turn_id"]
+    assert run.client_id == client_id and run.context.turn_id == posted.turn_id
 
 
 async def test_runs_start_on_reserved_coordinators(ray_cluster: Cluster) -> None:
     import ray
 
-    from cluster import workflows
+    from cluster.naming import RESERVE_NAME
 
     store = ray_cluster.store
     workflow = put_workflow(store, {"nodes": [{"id": "only", "kind": "pass"}]})
     await wait_for_run(await start_workflow_run(workflow.id, {"x": 1}), 60)  # wakes the reserve
-    reserve = workflows.coordinator_reserve(workflows._env(None))
+    reserve = ray.get_actor(RESERVE_NAME, namespace="wonder")
+    coordinators = workflows().coordinators
 
     def stats() -> dict[str, int]:
         found: dict[str, int] = ray.get(reserve.stats.remote())
         return found
 
-    await async_wait_for(lambda: "ready" in workflows._reserve and stats()["ready"] >= 1, 60)
+    await async_wait_for(
+        lambda: "ready" in coordinators._reserve and stats()["ready"] >= 1,  # type: ignore[attr-defined]
+        60,
+    )
     taken = stats()["taken"]
     run = await wait_for_run(await start_workflow_run(workflow.id, {"x": 2}), 60)
     assert run.status is RunStatus.COMPLETED and run.output == {"x": 2}

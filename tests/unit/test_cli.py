@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cluster import bootstrap, cli
-from cluster.config import Settings
+from core.settings import Settings
 from core.store import Store
 
 
@@ -56,9 +56,9 @@ def test_job_passes_everything_through(data_dir: Path, monkeypatch: pytest.Monke
     import types
 
     seen: list[list[str]] = []
-    fake = types.ModuleType("jobs.cli")
+    fake = types.ModuleType("cluster.jobs")
     fake.main = lambda argv: seen.append(argv) or 0  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "jobs.cli", fake)
+    monkeypatch.setitem(sys.modules, "cluster.jobs", fake)
     assert cli.main(["job", "embed", "--model", "m", "--help"]) == 0
     assert seen == [["embed", "--model", "m", "--help"]]
 

@@ -15,9 +15,24 @@ from fastapi.testclient import TestClient
 
 from core.domain import Client
 from core.ids import new_id, utc_now
+from core.ports import MessageAck
 from core.store import Store
 from serving.gateway.app import create_api
 from serving.gateway.context import GatewayContext
+
+
+class NoRuntime:
+    """Workflow runs and memories for a gateway that has no cluster behind it (unit tests)."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"unit tests of the gateway do not reach {name} (no cluster here)")
+
+
+def unit_context(store: Store, conversations: Any) -> GatewayContext:
+    """A gateway context over a real store and a fake conversations port."""
+    return GatewayContext(
+        store=store, conversations=conversations, workflows=NoRuntime(), memory=NoRuntime()
+    )
 
 
 class RecordingConversations:
@@ -35,9 +50,11 @@ class RecordingConversations:
         *,
         source: str = "human",
         reply_to_message_id: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> MessageAck:
         self.posted.append((conversation_id, content, author))
-        return {"turn_id": "turn_1", "message_id": "msg_1", "seq": 2}
+        return MessageAck(
+            conversation_id=conversation_id, turn_id="turn_1", message_id="msg_1", seq=2
+        )
 
     async def stream_events(
         self, conversation_id: str, after_seq: int
@@ -72,7 +89,7 @@ def access() -> RecordingConversations:
 
 @pytest.fixture
 def api(store: Store, access: RecordingConversations) -> Iterator[TestClient]:
-    app = create_api(GatewayContext(store=store, conversations=access))
+    app = create_api(unit_context(store, access))
     with TestClient(app, raise_server_exceptions=False) as client:
         client.headers["Authorization"] = f"Bearer {add_client(store, 'alice')}"
         yield client

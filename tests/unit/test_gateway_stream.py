@@ -19,10 +19,10 @@ from core.conversations import create_conversation
 from core.domain import Event
 from core.errors import Unavailable
 from core.ids import utc_now
+from core.ports import MessageAck
 from core.store import Store
 from serving.gateway.app import create_api
-from serving.gateway.context import GatewayContext
-from tests.unit.test_gateway_api import add_client
+from tests.unit.test_gateway_api import add_client, unit_context
 
 
 def event(seq: int | None, type_: str = "message", **payload: Any) -> dict[str, Any]:
@@ -46,7 +46,9 @@ class ScriptedSubscriptions:
             raise Unavailable("actor restarting")
         self.posted.append(content)
         self.yielded_before_post.append(self.yielded)
-        return {"turn_id": "turn_1", "message_id": "msg_1", "seq": 2}
+        return MessageAck(
+            conversation_id=conversation_id, turn_id="turn_1", message_id="msg_1", seq=2
+        )
 
     async def stream_events(
         self, conversation_id: str, after_seq: int
@@ -79,7 +81,7 @@ def connect(
     store: Store, scripts: list[list[Any]]
 ) -> tuple[TestClient, ScriptedSubscriptions, str, str]:
     access = ScriptedSubscriptions(scripts)
-    client = TestClient(create_api(GatewayContext(store=store, conversations=access)))
+    client = TestClient(create_api(unit_context(store, access)))
     key = add_client(store, "alice")
     client_id = store.clients.client_for_key(key)
     assert client_id
@@ -143,22 +145,21 @@ def test_skips_duplicates_and_fills_gaps_from_the_store(store: Store) -> None:
     ]
 
 
-def test_resubscribes_after_the_last_seq_when_the_actor_restarts(store: Store) -> None:
-    client, access, key, conv = connect(
-        store,
-        [
-            [event(1), event(2), Unavailable("actor died")],
-            [event(2), event(3)],  # a replay that overlaps what was already sent
-        ],
-    )
+def test_a_stream_that_breaks_for_good_is_reported_then_closed(store: Store) -> None:
+    # ``Conversations.stream_events`` resumes across actor restarts itself (STREAM_RESUME); what
+    # still breaks reaches the client as an error frame, and it reconnects with its last seq.
+    client, access, key, conv = connect(store, [[event(1), event(2), Unavailable("actor died")]])
     with client.websocket_connect(
         f"/v1/conversations/{conv}/stream?api_key={key}&after_seq=0"
     ) as ws:
-        assert [e["seq"] for e in receive(ws, 3)] == [1, 2, 3]
-    assert access.subscribed_after == [
-        0,
-        1,
-    ]  # one early: the replayed seq 2 proves the subscription
+        assert [e["seq"] for e in receive(ws, 2)] == [1, 2]
+        error = ws.receive_json()
+        assert error["type"] == "error"
+        assert error["error"]["code"] == "UNAVAILABLE" and error["error"]["retriable"] is True
+        with pytest.raises(WebSocketDisconnect) as closed:
+            ws.receive_json()
+        assert closed.value.code == 1011
+    assert access.subscribed_after == [0]  # no second subscription from the gateway
 
 
 def test_reconnect_resumes_after_seq(store: Store) -> None:
@@ -238,6 +239,5 @@ def test_other_clients_conversation_is_not_found(store: Store) -> None:
 
 @pytest.fixture(autouse=True)
 def _fast_backoff(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr("serving.gateway.stream.RESUBSCRIBE_BACKOFF_S", (0.0, 0.0, 0.0))
     monkeypatch.setattr("serving.gateway.stream.SUBSCRIBE_WAIT_S", 0.2)
     yield

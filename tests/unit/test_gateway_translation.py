@@ -53,12 +53,9 @@ def test_status_for(error: WonderError, status: int) -> None:
     assert status_for(error) == status
 
 
-def test_ray_errors_are_unwrapped() -> None:
-    from ray.exceptions import RayTaskError
-
-    wrapped = RayTaskError("post_message", "traceback", NotFound("conversation c not found"))
-    error = as_wonder_error(wrapped)
-    assert isinstance(error, NotFound) and error.message == "conversation c not found"
+def test_wonder_errors_pass_and_unexpected_ones_do_not() -> None:
+    error = NotFound("conversation c not found")
+    assert as_wonder_error(error) is error
     assert as_wonder_error(ValueError("x")) is None
 
 

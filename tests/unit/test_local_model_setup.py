@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
-from cluster.config import Settings
 from core.domain import ModelProfile
 from core.errors import NotFound
+from core.settings import Settings
 from serving import model_setup
 from serving.llm import (
     BUNDLED_MODEL_NAME,

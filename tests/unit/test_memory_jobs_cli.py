@@ -1,4 +1,4 @@
-"""``jobs.cli``: what ``wonder job`` submits, and ``--local`` running a job in this process."""
+"""``cluster.jobs``: what ``wonder job`` submits, and ``--local`` running a job in this process."""
 
 from __future__ import annotations
 
@@ -9,19 +9,19 @@ from pathlib import Path
 
 import pytest
 
+from cluster import jobs as cli
 from core.memory import HashingEmbedder, NewMemory, open_memory_service
-from jobs import cli
 
 
 def test_entrypoint_quotes_arguments_and_picks_the_interpreter() -> None:
     command = cli.entrypoint("consolidate", ["--agent", "a b"], "/venv/bin/python")
-    assert command == "/venv/bin/python -m jobs.consolidate --agent 'a b'"
+    assert command == "/venv/bin/python -m cluster.jobs consolidate --local --agent 'a b'"
     assert cli.default_python("http://127.0.0.1:8265") == sys.executable
     assert cli.default_python("http://ray-head:8265") == "python"
 
 
 def test_runtime_env_carries_settings_and_extra_variables(tmp_path: Path) -> None:
-    from cluster.config import Settings
+    from core.settings import Settings
 
     env = cli.runtime_env(Settings(data_dir=tmp_path), ["AWS_REGION=eu-west-1"])["env_vars"]
     assert env["WONDER_DATA_DIR"] == str(tmp_path.resolve())

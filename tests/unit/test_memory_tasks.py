@@ -12,13 +12,14 @@ from typing import Any
 import pytest
 import yaml
 
-from actors.actions import ActionContext
 from actors.actions.llm_action import ModelOutputInvalid, parse_json_reply, render_transcript
 from actors.executor import run_task
-from actors.stores import open_store
+from cluster.wiring import executor_services
 from core.domain import Agent, ModelProfile, Persona, ScriptStep, TaskDef, Tool
 from core.ids import utc_now
 from core.memory.context import assemble_context
+from core.ports import TaskContext
+from core.store import open_store
 
 LIBRARY = Path(__file__).resolve().parents[2] / "library"
 MINE = {
@@ -127,14 +128,16 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, s
 
 
 def run(task: TaskDef, task_input: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
-    ctx = ActionContext(
+    """Run a task in this process with the services an executor worker would have."""
+    context = TaskContext(
         client_id="client-1",
         conversation_id="c1",
         agent_id="agent-1",
         turn_id="t1",
         settings_env=env,
     )
-    return asyncio.run(run_task(task, task_input, ctx))
+    outcome = asyncio.run(run_task(task, task_input, context, executor_services(env)))
+    return outcome.model_dump(mode="json", exclude_none=True)
 
 
 def test_extraction_then_context_assembly_recalls_and_corrections_update(

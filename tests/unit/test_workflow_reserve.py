@@ -10,19 +10,12 @@ from actors.workflow_coordinator.reserve import CoordinatorReserve
 ENV = {"WONDER_DATA_DIR": "/tmp/x"}
 
 
-class FakeCoordinator:
-    def __init__(self, fail: bool) -> None:
-        self.fail = fail
-        self.ready = self
-
-    def remote(self) -> Any:
-        async def answer() -> bool:
-            await asyncio.sleep(0)
-            if self.fail:
-                raise RuntimeError("no worker")
-            return True
-
-        return answer()
+async def start_coordinator(fail: bool) -> bool:
+    """Stands for creating a coordinator actor and waiting until it answers ``ready``."""
+    await asyncio.sleep(0)
+    if fail:
+        raise RuntimeError("no worker")
+    return True
 
 
 async def settle() -> None:
@@ -33,9 +26,9 @@ async def settle() -> None:
 async def test_first_take_misses_then_the_reserve_serves_and_refills() -> None:
     created: list[str] = []
 
-    def create(run_id: str) -> FakeCoordinator:
+    def create(run_id: str) -> Any:
         created.append(run_id)
-        return FakeCoordinator(fail=False)
+        return start_coordinator(fail=False)
 
     reserve = CoordinatorReserve(2, ENV, create)
     assert await reserve.take(ENV) is None  # empty: it starts filling
@@ -48,7 +41,7 @@ async def test_first_take_misses_then_the_reserve_serves_and_refills() -> None:
 
 
 async def test_other_settings_are_not_served() -> None:
-    reserve = CoordinatorReserve(1, ENV, lambda _r: FakeCoordinator(fail=False))
+    reserve = CoordinatorReserve(1, ENV, lambda _r: start_coordinator(fail=False))
     await reserve.take(ENV)
     await settle()
     assert await reserve.take({"WONDER_DATA_DIR": "/elsewhere"}) is None
@@ -56,7 +49,7 @@ async def test_other_settings_are_not_served() -> None:
 
 
 async def test_coordinators_that_fail_to_start_are_not_offered() -> None:
-    reserve = CoordinatorReserve(2, ENV, lambda _r: FakeCoordinator(fail=True))
+    reserve = CoordinatorReserve(2, ENV, lambda _r: start_coordinator(fail=True))
     await reserve.take(ENV)
     await settle()
     assert await reserve.take(ENV) is None

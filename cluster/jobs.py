@@ -1,24 +1,26 @@
 """``wonder job embed|consolidate|compact [ARGS...]``: submit a memory batch job as a Ray Job.
 
-``main(argv)`` is what the ``wonder`` CLI calls. By default it submits ``python -m jobs.<name>
-ARGS`` to the cluster's job server (``--address``, default the local dashboard from settings),
-passing this process's ``WONDER_*`` settings (and any ``--env KEY=VALUE``) in the job's runtime
-environment, then follows the job's log until it ends; ``--no-wait`` returns after submitting.
-``--local`` runs the job in this process instead (no Ray Job; useful on a laptop).
+``main(argv)`` is what the ``wonder`` CLI calls. By default it submits ``python -m cluster.jobs
+<name> --local ARGS`` (the job's driver runs it, wired here) to the cluster's job server
+(``--address``, default the local dashboard from settings), passing this process's ``WONDER_*``
+settings (and any ``--env KEY=VALUE``) in the job's runtime environment, then follows the job's
+log until it ends; ``--no-wait`` returns after submitting. ``--local`` runs the job in this process
+instead (no Ray Job; useful on a laptop).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import shlex
 import sys
 import time
 from typing import Any
 from urllib.parse import urlparse
 
-from cluster.config import Settings
+from cluster.models import ServedChatModels, ServedEmbedders
+from core.settings import Settings
+from jobs import compact, consolidate, embed
 
 JOBS = ("embed", "consolidate", "compact")
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
@@ -26,7 +28,28 @@ SUBMIT_PATIENCE_S = 60.0
 
 
 def entrypoint(job: str, args: list[str], python: str) -> str:
-    return " ".join([shlex.quote(python), "-m", f"jobs.{job}", *(shlex.quote(a) for a in args)])
+    command = [shlex.quote(python), "-m", "cluster.jobs", job, "--local"]
+    return " ".join([*command, *(shlex.quote(a) for a in args)])
+
+
+def consolidation_ports(settings_env: dict[str, str]) -> consolidate.ConsolidationPorts:
+    """What consolidation uses in each process that runs it (travels by reference)."""
+    return consolidate.ConsolidationPorts(
+        chat_models=ServedChatModels(), embedders=ServedEmbedders(settings_env)
+    )
+
+
+def run_here(job: str, args: list[str]) -> int:
+    """Run ``job`` in this process (a Ray Job's driver, or ``--local``)."""
+    match job:
+        case "embed":
+            return embed.main(args)
+        case "consolidate":
+            return consolidate.main(args, consolidation_ports)
+        case "compact":
+            return compact.main(args)
+        case _:
+            raise SystemExit(f"unknown job {job!r}; known: {', '.join(JOBS)}")
 
 
 def default_python(address: str) -> str:
@@ -88,8 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", help="interpreter on the cluster (default: see docs)")
     options, job_args = parser.parse_known_args(argv)
     if options.local:
-        module = importlib.import_module(f"jobs.{options.job}")
-        return int(module.main(job_args))
+        return run_here(options.job, job_args)
     settings = Settings()
     address = options.address or f"http://127.0.0.1:{settings.dashboard_port}"
     submission_id = submit(

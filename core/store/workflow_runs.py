@@ -12,43 +12,10 @@ from contextlib import contextmanager
 
 from sqlalchemy import Connection, bindparam, insert, select, update
 
-from actors.workflow_coordinator.domain import NodeError, Token
 from core.errors import NotFound
-from core.store import Database, schema
-from core.workflows import NodeKind, NodeRecord, RunError, WorkflowRun
-
-
-def node_record(run_id: str, token: Token, kind: NodeKind, child_run_id: str | None) -> NodeRecord:
-    """The stored history row for ``token``."""
-    return NodeRecord(
-        run_id=run_id,
-        token_id=token.id,
-        seq=token.seq,
-        node_id=token.node_id,
-        kind=kind,
-        state=token.state.value,
-        parent_token_id=token.parent_id,
-        branch=[(step.group_id, step.index) for step in token.branch],
-        attempt=token.attempt,
-        input=token.input,
-        output=token.output,
-        error=run_error(token.error) if token.error else None,
-        child_run_id=child_run_id,
-        created_at=token.created_at,
-        finished_at=token.finished_at,
-    )
-
-
-def run_error(
-    error: NodeError, node_id: str | None = None, token_id: str | None = None
-) -> RunError:
-    return RunError(
-        code=error.code,
-        message=error.message,
-        retriable=error.retriable,
-        node_id=node_id,
-        token_id=token_id,
-    )
+from core.store import schema
+from core.store.database import Database
+from core.workflows import NodeRecord, WorkflowRun
 
 
 class WorkflowRunOps:

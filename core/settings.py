@@ -6,8 +6,11 @@ the SQLite file, the LanceDB directory and the object-store directory.
 
 from __future__ import annotations
 
-from functools import cached_property
+import json
+import os
+from functools import cached_property, lru_cache
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -74,7 +77,7 @@ class Settings(BaseSettings):
         out: dict[str, str] = {}
         for name, value in self.model_dump(exclude_none=True).items():
             if isinstance(value, list):
-                out[f"WONDER_{name.upper()}"] = __import__("json").dumps(value)
+                out[f"WONDER_{name.upper()}"] = json.dumps(value)
             else:
                 out[f"WONDER_{name.upper()}"] = str(value)
         out["WONDER_DATA_DIR"] = str(self.data_dir.resolve())
@@ -84,3 +87,36 @@ class Settings(BaseSettings):
 def load_settings() -> Settings:
     """Settings from the environment (a fresh read each call: tests change the environment)."""
     return Settings()
+
+
+def settings_from_env(settings_env: dict[str, str] | None = None) -> Settings:
+    """Settings from explicit ``WONDER_*`` variables (parsed once per distinct set: hot path).
+
+    Without variables, this process's environment is read (a fresh read each call).
+    """
+    if not settings_env:
+        return Settings()
+    return _settings_for(tuple(sorted(settings_env.items())))
+
+
+@lru_cache(maxsize=32)
+def _settings_for(items: tuple[tuple[str, str], ...]) -> Settings:
+    return Settings(**_settings_kwargs(dict(items)))
+
+
+def _settings_kwargs(env: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in env.items():
+        if not key.startswith("WONDER_"):
+            continue
+        name = key.removeprefix("WONDER_").lower()
+        if name not in Settings.model_fields:
+            continue
+        out[name] = json.loads(value) if value.startswith("[") else value
+    return out
+
+
+def wonder_env(source: dict[str, str] | None = None) -> dict[str, str]:
+    """The ``WONDER_*`` variables of ``source`` (default: this process's environment)."""
+    items = (source if source is not None else os.environ).items()
+    return {k: v for k, v in items if k.startswith("WONDER_")}

@@ -1,0 +1,1 @@
+"""Async tool calls: the runner that executes them outside their conversation actor."""

@@ -1,0 +1,148 @@
+"""The model's context, built purely: stored history → OpenAI chat messages, tool specs, the
+request for each model call of a turn, and what tool results and async results look like to it.
+
+Nothing here does I/O: the shell loads what these functions need and passes it in.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from actors.conversation.domain import ToolCatalog
+from core.domain import (
+    AsyncOperation,
+    Message,
+    MessageRole,
+    ModelProfile,
+    Persona,
+    Tool,
+    ToolResult,
+    resolved_tool_calling,
+)
+from core.jsontypes import JsonObject
+from core.llm.protocol import ChatRequest, ToolCallRequested, ToolSpec
+
+MUST_ANSWER_NOTE = (
+    "You have used every tool call this turn allows. Answer the user now with what you have."
+)
+
+
+def history_messages(messages: Sequence[Message], agent_id: str | None) -> list[JsonObject]:
+    """Stored messages → OpenAI chat messages (other agents' words are shown as user turns)."""
+    out: list[JsonObject] = []
+    for message in messages:
+        if message.role is MessageRole.USER:
+            out.append({"role": "user", "content": message.content})
+        elif message.role is MessageRole.AGENT:
+            own = agent_id is None or message.author == agent_id
+            role = "assistant" if own else "user"
+            content = message.content if own else f"[{message.author}] {message.content}"
+            out.append({"role": role, "content": content})
+    return out
+
+
+def assemble_context(
+    persona: Persona,
+    profile: ModelProfile,
+    history: Sequence[Message],
+    catalog: ToolCatalog,
+    agent_id: str | None,
+    system_context: str = "",
+) -> ChatRequest:
+    """The built-in default context: system prompt (+ hook context) + recent turns + tool specs.
+
+    ``history`` is the conversation's messages of the recent turns, the current user message last.
+    """
+    system = persona.system_prompt
+    if system_context:
+        system = f"{system}\n\n{system_context}"
+    messages = [{"role": "system", "content": system}, *history_messages(history, agent_id)]
+    return ChatRequest(
+        messages=messages,
+        tools=[tool_spec(tool) for tool in catalog.visible()],
+        model=profile.model,
+        temperature=profile.temperature,
+        max_tokens=profile.max_tokens,
+        timeout_s=profile.timeout_s,
+        tool_calling=resolved_tool_calling(profile),
+    )
+
+
+def tool_spec(tool: Tool) -> ToolSpec:
+    return ToolSpec(name=tool.name, description=tool.description, parameters=tool.input_schema)
+
+
+def request_for_step(
+    base: ChatRequest, transcript: Sequence[JsonObject], tools_allowed: bool
+) -> ChatRequest:
+    """The request for the next model call of a turn: the base context plus this loop's moves."""
+    messages = [*base.messages, *transcript]
+    tools = base.tools
+    if not tools_allowed:
+        messages.append({"role": "system", "content": MUST_ANSWER_NOTE})
+        tools = []
+    return ChatRequest(
+        messages=messages,
+        tools=tools,
+        model=base.model,
+        temperature=base.temperature,
+        max_tokens=base.max_tokens,
+        timeout_s=base.timeout_s,
+        tool_calling=base.tool_calling,
+    )
+
+
+def tool_exchange(
+    calls: Sequence[ToolCallRequested], results: Sequence[ToolResult]
+) -> list[JsonObject]:
+    """The assistant's tool-call message and one tool message per result (OpenAI shape)."""
+    assistant = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in calls
+        ],
+    }
+    replies = [
+        {"role": "tool", "tool_call_id": r.tool_call_id, "content": tool_result_text(r)}
+        for r in results
+    ]
+    return [assistant, *replies]
+
+
+def tool_result_text(result: ToolResult) -> str:
+    if result.success:
+        value = result.result
+        return value if isinstance(value, str) else json.dumps(value, default=str)
+    assert result.error is not None
+    return json.dumps({"error": result.error.model_dump(mode="json")})
+
+
+def pending_operations_note(pending: Sequence[AsyncOperation]) -> str:
+    """System context listing background work still out, across all active turns."""
+    if not pending:
+        return ""
+    lines = [
+        f"- {op.tool_name} (operation {op.id}, started in turn {op.turn_id})" for op in pending
+    ]
+    return "Background operations still running:\n" + "\n".join(lines)
+
+
+def operation_result_message(operation: AsyncOperation) -> JsonObject:
+    """The message that hands a finished async operation's result to the model."""
+    result = operation.result
+    assert result is not None, "only completed operations are delivered"
+    outcome = "finished" if result.success else "failed"
+    return {
+        "role": "user",
+        "content": f"[background result] {operation.tool_name} (operation {operation.id}) "
+        f"{outcome}: {tool_result_text(result)}. Tell the user what it means.",
+    }
+
+
+def recent_turn_ids(turn_ids: Sequence[str], current: str, limit: int) -> list[str]:
+    """The ``limit`` most recent turns before ``current``, plus ``current`` itself."""
+    earlier = [t for t in turn_ids if t < current]
+    return [*(earlier[-limit:] if limit else []), current]

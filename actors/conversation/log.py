@@ -1,0 +1,183 @@
+"""The Conversation's durable log: entity writes and their events, one transaction per batch.
+
+Each planning batch's writes (turns, messages, moves, operations, the conversation row) and the
+events that announce them commit together; ``seq`` numbers are allocated by the store inside that
+transaction (so any writer of the conversation — its actor, the async-operations runner — keeps
+the sequence gap-free). Events are published only after the commit, so a subscriber never sees
+something the store could lose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import Connection
+
+from core.conversations import started_event
+from core.domain import (
+    AgentCaller,
+    Conversation,
+    Event,
+    Message,
+    MessageRole,
+    Participant,
+    Turn,
+)
+from core.ids import new_id
+from core.jsontypes import JsonObject
+from core.store import Store
+
+Publish = Callable[[JsonObject], None]
+Write = Callable[[Connection, list[Event]], None]
+
+
+@dataclass
+class PendingEvent:
+    type: str
+    payload: JsonObject = field(default_factory=dict)
+
+
+@dataclass
+class PendingWrite:
+    """Rows to write and the events that announce them; ``write`` gets those events numbered."""
+
+    events: list[PendingEvent]
+    write: Write | None = None
+
+
+def event_dict(event: Event) -> JsonObject:
+    """The wire form of an event: ``{seq, type, at, conversation_id, **payload}``."""
+    return {
+        "seq": event.seq,
+        "type": event.type,
+        "at": event.at.isoformat(),
+        "conversation_id": event.conversation_id,
+        **event.payload,
+    }
+
+
+def turn_payload(turn: Turn) -> JsonObject:
+    return {
+        "turn_id": turn.id,
+        "status": turn.status.value,
+        "failure_reason": turn.failure_reason,
+        "issues": turn.issues.model_dump(),
+        "usage": turn.usage.model_dump(),
+    }
+
+
+class ConversationLog:
+    """Writes one conversation's entities and events, numbering events and publishing them."""
+
+    def __init__(self, store: Store, conversation_id: str, publish: Publish) -> None:
+        self.store = store
+        self.conversation_id = conversation_id
+        self.publish = publish
+
+    def commit(self, at: datetime, writes: Sequence[PendingWrite]) -> list[Event]:
+        """Run every write and append every event in one transaction, then publish the events."""
+        stored: list[Event] = []
+        with self.store.db.begin() as conn:
+            seq = self.store.events.next_seq(self.conversation_id, conn)
+            for pending in writes:
+                numbered = [
+                    Event(
+                        conversation_id=self.conversation_id,
+                        seq=seq + n,
+                        type=e.type,
+                        payload=e.payload,
+                        at=at,
+                    )
+                    for n, e in enumerate(pending.events)
+                ]
+                seq += len(numbered)
+                if pending.write is not None:
+                    pending.write(conn, numbered)
+                stored += numbered
+            for event in stored:
+                self.store.events.append(event, conn)
+        for event in stored:
+            self.publish(event_dict(event))
+        return stored
+
+    def note(self, at: datetime, event_type: str, payload: JsonObject) -> None:
+        """A durable event with no entity write."""
+        self.commit(at, [PendingWrite([PendingEvent(event_type, payload)])])
+
+    def last_seq(self) -> int:
+        return self.store.events.last_seq(self.conversation_id)
+
+
+def create_child_conversation(
+    store: Store,
+    *,
+    parent: Conversation,
+    agent_id: str,
+    participants: list[Participant],
+    title: str,
+    started_by_message_id: str | None,
+    content: str,
+    caller: AgentCaller,
+    session_label: str,
+    at: datetime,
+) -> tuple[str, str]:
+    """A delegated child conversation created atomically with its first message (seed 003).
+
+    One transaction writes the conversation, its ``conversation_started`` event, the first turn
+    (not yet started: the child's actor starts it), the message and their events, and the
+    sub-agent session label that lets a later call resume it. Returns ``(conversation_id,
+    turn_id)``.
+    """
+    child = Conversation(
+        id=new_id("conv"),
+        client_id=parent.client_id,
+        agent_id=agent_id,
+        participants=participants,
+        title=title,
+        started_by_conversation_id=parent.id,
+        started_by_message_id=started_by_message_id,
+        depth=parent.depth + 1,
+        created_at=at,
+    )
+    turn = Turn(
+        id=new_id("turn"),
+        conversation_id=child.id,
+        agent_id=agent_id,
+        caller=caller,
+        input=content,
+        source="agent",
+        created_at=at,
+    )
+    message = Message(
+        id=new_id("msg"),
+        conversation_id=child.id,
+        turn_id=turn.id,
+        role=MessageRole.USER,
+        author=caller.agent_id,
+        content=content,
+        seq=3,
+        created_at=at,
+    )
+    events = [
+        started_event(child),
+        Event(
+            conversation_id=child.id, seq=2, type="turn.started", payload=turn_payload(turn), at=at
+        ),
+        Event(
+            conversation_id=child.id,
+            seq=3,
+            type="message",
+            payload={"message": message.model_dump(mode="json")},
+            at=at,
+        ),
+    ]
+    with store.db.begin() as conn:
+        store.conversations.insert(child, conn)
+        store.turns.insert(turn, conn)
+        store.messages.insert(message, conn)
+        for event in events:
+            store.events.append(event, conn)
+        store.sessions.put(parent.client_id, session_label, child.id, at, conn)
+    return child.id, turn.id

@@ -1,0 +1,47 @@
+"""What a Conversation actor is handed at construction: its collaborators, as ports.
+
+``cluster/`` builds these with Ray adapters (in the actor's own process); tests build them with
+in-process implementations. Tool dispatch needs only ``ToolPorts``, which the async-operations
+runner also has, so both dispatch tools the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from core.ports import (
+    AsyncOperations,
+    ChatModels,
+    Conversations,
+    Residency,
+    TaskRunner,
+    WorkflowRuns,
+)
+from core.settings import Settings
+from core.store import Store
+
+
+@dataclass(frozen=True, slots=True)
+class ToolPorts:
+    """What dispatching a tool call needs: the store, settings, and the three kinds of target."""
+
+    store: Store
+    settings: Settings
+    settings_env: dict[str, str]  # handed on to tasks (``TaskContext.settings_env``)
+    tasks: TaskRunner
+    conversations: Conversations
+    workflows: WorkflowRuns
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationPorts(ToolPorts):
+    """Everything a Conversation actor works with besides its own state."""
+
+    residency: Residency
+    operations: AsyncOperations
+    models: ChatModels
+
+
+ConversationPortsFactory = Callable[[], ConversationPorts]
+"""Builds the ports in the actor's own process (a module-level function travels by reference)."""

@@ -1,0 +1,364 @@
+"""What each decision writes: the rows and the events that announce them (the shell's persist step).
+
+``writes_for`` turns one batch of decisions into ``PendingWrite``s that ``ConversationLog.commit``
+runs in one transaction, so a crash leaves either all of a batch or none of it. Decisions that are
+pure effects (call the model, run tools...) write nothing here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import assert_never
+
+from sqlalchemy import Connection
+
+from actors.conversation.domain import (
+    AddUsage,
+    AdoptContext,
+    AppendAgentMessage,
+    AssembleContext,
+    AwaitOperations,
+    BeginTurn,
+    CallModel,
+    CheckOperations,
+    CloseDangling,
+    CompleteTurn,
+    Decision,
+    DispatchTool,
+    ExtractMemories,
+    FailTurn,
+    HoldDelivery,
+    NoteEvent,
+    QueueTurn,
+    RecordMoves,
+    Refuse,
+    ReturnToolError,
+    RunTools,
+    SaveConversation,
+    SettleOperation,
+    StartOperation,
+    StartTurn,
+    StopWork,
+    ToolPlan,
+    WaitForOperations,
+)
+from actors.conversation.log import PendingEvent, PendingWrite, turn_payload
+from actors.conversation.tool_calls import call_arguments
+from core.domain import (
+    AsyncOperation,
+    Conversation,
+    Event,
+    Message,
+    MessageRole,
+    Move,
+    OperationStatus,
+    ToolCallRecord,
+    ToolError,
+    ToolResult,
+    Turn,
+    TurnStatus,
+)
+from core.errors import ErrorCode
+from core.ids import new_id
+from core.jsontypes import JsonObject
+from core.store import Store
+
+WAITING = (OperationStatus.PENDING, OperationStatus.COMPLETED)
+
+
+class BatchWriter:
+    """Builds the writes of one planning batch (move numbers are counted across the batch)."""
+
+    def __init__(self, store: Store, conversation_id: str) -> None:
+        self.store = store
+        self.conversation_id = conversation_id
+        self.acks: dict[str, Message] = {}  # turn id -> its input message, numbered
+        self._next_move: dict[str, int] = {}
+
+    def writes_for(self, decisions: Sequence[Decision]) -> list[PendingWrite]:
+        writes = [self._write(d) for d in decisions]
+        return [w for w in writes if w is not None]
+
+    def _write(self, decision: Decision) -> PendingWrite | None:
+        match decision:
+            case BeginTurn() | StartTurn() | AwaitOperations() | CompleteTurn() | FailTurn():
+                return self._turn(decision)
+            case RunTools(plans=plans):
+                return self._operations_started(plans)
+            case RecordMoves() | AppendAgentMessage() | CloseDangling():
+                return self._moves(decision)
+            case SettleOperation(operation=operation):
+                return PendingWrite([], lambda c, _e: self._save_operation(operation, c))
+            case NoteEvent(type=event_type, payload=payload):
+                return PendingWrite([PendingEvent(event_type, payload)])
+            case SaveConversation(conversation=conversation, event=event, payload=payload):
+                return PendingWrite(
+                    [PendingEvent(event, payload)],
+                    lambda c, _e: self._save_conversation(conversation, c),
+                )
+            case (
+                Refuse()
+                | QueueTurn()
+                | WaitForOperations()
+                | AssembleContext()
+                | AdoptContext()
+                | CallModel()
+                | AddUsage()
+                | HoldDelivery()
+                | ExtractMemories()
+                | StopWork()
+                | CheckOperations()
+            ):
+                return None
+            case _:
+                assert_never(decision)
+
+    # ------------------------------------------------------------------ turns
+
+    def _turn(
+        self, decision: BeginTurn | StartTurn | AwaitOperations | CompleteTurn | FailTurn
+    ) -> PendingWrite | None:
+        match decision:
+            case BeginTurn(turn=turn, message=message):
+                return self._begin(turn, message)
+            case StartTurn(turn_id=turn_id, at=at):
+                return PendingWrite([], lambda c, _e: self._mark_started(turn_id, at, c))
+            case AwaitOperations(turn_id=turn_id, usage=usage, announce=announce):
+                if not announce:
+
+                    def write(conn: Connection, _events: list[Event]) -> None:
+                        self._update_turn(turn_id, conn, usage=usage)
+
+                    return PendingWrite([], write)
+                return self._turn_change(
+                    turn_id, "turn.awaiting", {}, awaiting_operations=True, usage=usage
+                )
+            case CompleteTurn(turn_id=turn_id, usage=usage, at=at):
+                extraction_failed = decision.memory_extraction_failed
+                return self._turn_change(
+                    turn_id,
+                    "turn.completed",
+                    {},
+                    status=TurnStatus.COMPLETED,
+                    completed_at=at,
+                    awaiting_operations=False,
+                    usage=usage,
+                    memory_extraction_failed=extraction_failed,
+                )
+            case FailTurn(turn_id=turn_id, reason=reason, usage=usage, at=at):
+                return self._turn_change(
+                    turn_id,
+                    "turn.failed",
+                    {"reason": reason},
+                    status=TurnStatus.FAILED,
+                    failure_reason=reason,
+                    completed_at=at,
+                    awaiting_operations=False,
+                    usage=usage,
+                    context_failed=decision.context_failed,
+                )
+            case _:
+                assert_never(decision)
+
+    def _begin(self, turn: Turn, message: Message) -> PendingWrite:
+        def write(conn: Connection, events: list[Event]) -> None:
+            numbered = message.model_copy(update={"seq": events[1].seq})
+            events[1].payload["message"] = numbered.model_dump(mode="json")
+            self.store.turns.insert(turn, conn)
+            self.store.messages.insert(numbered, conn)
+            self.acks[turn.id] = numbered
+
+        return PendingWrite(
+            [PendingEvent("turn.started", turn_payload(turn)), PendingEvent("message")], write
+        )
+
+    def _mark_started(self, turn_id: str, at: datetime, conn: Connection) -> None:
+        turn = self.store.turns.get(turn_id, conn)
+        if turn.started_at is None:
+            self.store.turns.save(turn.model_copy(update={"started_at": at}), conn)
+
+    def _update_turn(self, turn_id: str, conn: Connection, **changes: object) -> Turn:
+        turn = self.store.turns.get(turn_id, conn)
+        issues = turn.issues
+        if changes.pop("memory_extraction_failed", False):
+            issues = issues.model_copy(update={"memory_extraction_failed": True})
+        if changes.pop("context_failed", False):
+            issues = issues.model_copy(update={"context_assembly_failed": True})
+        if changes.get("status") is TurnStatus.COMPLETED:
+            failures = sum(
+                1
+                for m in self.store.moves.list(turn_id, conn)
+                if m.tool_result is not None and not m.tool_result.success
+            )
+            issues = issues.model_copy(update={"tool_failures": failures})
+        updated = turn.model_copy(update={**changes, "issues": issues})
+        self.store.turns.save(updated, conn)
+        return updated
+
+    def _turn_change(
+        self, turn_id: str, event_type: str, extra: JsonObject, **changes: object
+    ) -> PendingWrite:
+        def write(conn: Connection, events: list[Event]) -> None:
+            updated = self._update_turn(turn_id, conn, **changes)
+            events[0].payload.update({**turn_payload(updated), **extra})
+
+        return PendingWrite([PendingEvent(event_type)], write)
+
+    # ------------------------------------------------------------------ operations
+
+    def _operations_started(self, plans: Sequence[ToolPlan]) -> PendingWrite | None:
+        operations: list[AsyncOperation] = []
+        for plan in plans:
+            match plan:
+                case StartOperation(operation=operation):
+                    operations.append(operation)
+                case DispatchTool() | ReturnToolError():
+                    pass
+                case _:
+                    assert_never(plan)
+        if not operations:
+            return None
+
+        def write(conn: Connection, _events: list[Event]) -> None:
+            for op in operations:
+                self.store.async_operations.insert(op, conn)
+
+        events = [
+            PendingEvent(
+                "operation.started",
+                {"turn_id": op.turn_id, "operation_id": op.id, "tool": op.tool_name},
+            )
+            for op in operations
+        ]
+        return PendingWrite(events, write)
+
+    def _save_operation(self, operation: AsyncOperation, conn: Connection) -> None:
+        self.store.async_operations.save(operation, conn)
+
+    def _save_conversation(self, conversation: Conversation, conn: Connection) -> None:
+        self.store.conversations.save(conversation, conn)
+
+    # ------------------------------------------------------------------ moves and messages
+
+    def _move_number(self, turn_id: str, conn: Connection) -> int:
+        if turn_id not in self._next_move:
+            self._next_move[turn_id] = self.store.moves.count(turn_id, conn) + 1
+        number = self._next_move[turn_id]
+        self._next_move[turn_id] = number + 1
+        return number
+
+    def _moves(self, decision: RecordMoves | AppendAgentMessage | CloseDangling) -> PendingWrite:
+        match decision:
+            case RecordMoves():
+                return self._tool_moves(decision)
+            case AppendAgentMessage():
+                return self._answer(decision)
+            case CloseDangling():
+                return self._closed(decision)
+            case _:
+                assert_never(decision)
+
+    def _tool_moves(self, decision: RecordMoves) -> PendingWrite:
+        pairs = list(zip(decision.calls, decision.results, strict=True))
+        failures = [
+            PendingEvent(
+                "tool.failed",
+                {
+                    "turn_id": decision.turn_id,
+                    "tool": call.name,
+                    "error": result.error.model_dump(mode="json") if result.error else None,
+                },
+            )
+            for call, result in pairs
+            if not result.success
+        ]
+
+        def write(conn: Connection, events: list[Event]) -> None:
+            for n, (call, result) in enumerate(pairs):
+                move = Move(
+                    id=new_id("move"),
+                    turn_id=decision.turn_id,
+                    sequence=self._move_number(decision.turn_id, conn),
+                    reasoning=(decision.reasoning or None) if n == 0 else None,
+                    tool_call=ToolCallRecord(
+                        id=call.id, tool_id=call.name, name=call.name, input=call_arguments(call)
+                    ),
+                    tool_result=result,
+                    raw={"iteration": decision.iteration},
+                    created_at=decision.at,
+                )
+                self.store.moves.insert(move, conn)
+                events[n].payload["move"] = move.model_dump(mode="json")
+
+        return PendingWrite([*(PendingEvent("move") for _ in pairs), *failures], write)
+
+    def _answer(self, decision: AppendAgentMessage) -> PendingWrite:
+        delivers = decision.delivers
+
+        def write(conn: Connection, events: list[Event]) -> None:
+            move = Move(
+                id=new_id("move"),
+                turn_id=decision.turn_id,
+                sequence=self._move_number(decision.turn_id, conn),
+                reasoning=decision.content,
+                raw={"delivers": delivers} if delivers else None,
+                created_at=decision.at,
+            )
+            self.store.moves.insert(move, conn)
+            events[0].payload["move"] = move.model_dump(mode="json")
+            if delivers is not None:
+                # The answer and the operation's delivery commit together: a crash before this
+                # commit re-delivers, after it never does.
+                op = self.store.async_operations.get(delivers, conn)
+                delivered = op.model_copy(update={"status": OperationStatus.DELIVERED})
+                self.store.async_operations.save(delivered, conn)
+            message = Message(
+                id=new_id("msg"),
+                conversation_id=self.conversation_id,
+                turn_id=decision.turn_id,
+                role=MessageRole.AGENT,
+                author=decision.agent_id,
+                content=decision.content,
+                seq=events[-1].seq,
+                created_at=decision.at,
+            )
+            events[-1].payload["message"] = message.model_dump(mode="json")
+            self.store.messages.insert(message, conn)
+
+        events = [PendingEvent("move")]
+        if delivers is not None:
+            events.append(
+                PendingEvent(
+                    "operation.delivered", {"turn_id": decision.turn_id, "operation_id": delivers}
+                )
+            )
+        return PendingWrite([*events, PendingEvent("message")], write)
+
+    def _closed(self, decision: CloseDangling) -> PendingWrite:
+        """Error results for open calls and pending operations; the operations are cancelled."""
+        error = ToolError(code=ErrorCode.EXECUTION_FAILED, message=decision.message)
+        count = len(decision.calls) + len(decision.operations)
+
+        def write(conn: Connection, events: list[Event]) -> None:
+            calls = [(c.id, c.name, call_arguments(c)) for c in decision.calls]
+            for op_id in decision.operations:
+                op = self.store.async_operations.get(op_id, conn)
+                calls.append((op.tool_call_id, op.tool_name, op.input))
+                if op.status in WAITING:
+                    cancelled = op.model_copy(update={"status": OperationStatus.CANCELLED})
+                    self.store.async_operations.save(cancelled, conn)
+            for n, (call_id, name, arguments) in enumerate(calls):
+                move = Move(
+                    id=new_id("move"),
+                    turn_id=decision.turn_id,
+                    sequence=self._move_number(decision.turn_id, conn),
+                    tool_call=ToolCallRecord(id=call_id, tool_id=name, name=name, input=arguments),
+                    tool_result=ToolResult(tool_call_id=call_id, success=False, error=error),
+                    raw={"closed": True},
+                    created_at=decision.at,
+                )
+                self.store.moves.insert(move, conn)
+                events[n].payload["move"] = move.model_dump(mode="json")
+
+        return PendingWrite([PendingEvent("move") for _ in range(count)], write)

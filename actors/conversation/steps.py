@@ -1,0 +1,251 @@
+"""The effects of a turn's steps: each runs one thing and answers with the event that says how it
+went (context assembled or failed, the model answered or failed, tools returned, memories
+extracted...). Steps never decide what comes next: ``planning`` does, from their events.
+
+Infrastructure errors are retried here with the one retry helper (context assembly, the model call
+and memory extraction use the policies of ARCHITECTURE §5; tools their own ``retry``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+
+from actors.conversation.context import (
+    assemble_context,
+    history_messages,
+    pending_operations_note,
+    recent_turn_ids,
+)
+from actors.conversation.domain import (
+    AgentSetup,
+    ContextAssembled,
+    ContextAssemblyFailed,
+    DispatchTool,
+    MemoriesExtracted,
+    MemoryExtractionFailed,
+    ModelAnswered,
+    ModelFailed,
+    OperationsChecked,
+    ReturnToolError,
+    StartOperation,
+    ToolPlan,
+    ToolsReturned,
+)
+from actors.conversation.ports import ConversationPorts
+from actors.conversation.records import WAITING
+from actors.conversation.tool_calls import build_catalog
+from actors.conversation.tool_dispatch import ToolDispatcher
+from core.domain import AsyncOperation, Message, ToolError, ToolResult, Usage
+from core.errors import NotFound, WonderError
+from core.ids import new_id, utc_now
+from core.jsontypes import JsonObject
+from core.llm.protocol import (
+    ChatModel,
+    ChatRequest,
+    ModelFinished,
+    TextDelta,
+    ToolCallRequested,
+)
+from core.retry import CONTEXT_ASSEMBLY, LLM_CALL, MEMORY_EXTRACTION, with_retries
+
+Publish = Callable[[JsonObject], None]
+
+
+class TurnSteps:
+    """The steps of one conversation's turns, over its ports."""
+
+    def __init__(self, ports: ConversationPorts, tools: ToolDispatcher, publish: Publish) -> None:
+        self.ports = ports
+        self.store = ports.store
+        self.tools = tools
+        self.publish = publish
+
+    @property
+    def conversation_id(self) -> str:
+        return self.tools.conversation.id
+
+    # ------------------------------------------------------------------ context assembly
+
+    def load_setup(self, agent_id: str | None) -> AgentSetup:
+        """The agent, its persona (inline or from the library), model profile and tools."""
+        agent_id = agent_id or self.tools.conversation.agent_id
+        if agent_id is None:
+            raise NotFound("this conversation has no agent to answer")
+        agent = self.store.agents.get(agent_id)
+        if agent.persona is not None:
+            persona = agent.persona
+        elif agent.persona_ref is not None:
+            persona = self.store.personas.get(agent.persona_ref.id, agent.persona_ref.version)
+        else:
+            raise NotFound(f"agent {agent.id} has no persona")
+        profile = self.store.model_profiles.get(persona.model_profile_id)
+        tools = [self.store.tools.get(tool_id) for tool_id in persona.tool_ids]
+        return AgentSetup(agent, persona, profile, build_catalog(persona, tools))
+
+    async def assemble(
+        self, turn_id: str, agent_id: str | None
+    ) -> ContextAssembled | ContextAssemblyFailed:
+        """The context for the turn's next model loop (raises ``WonderError`` if the agent's
+        setup cannot be loaded)."""
+        setup = self.load_setup(agent_id)
+        turn = self.store.turns.get(turn_id)
+        history = self._recent_history(turn_id, setup.persona.recent_turns_limit)
+        pending = self.store.async_operations.list(self.conversation_id, statuses=WAITING)
+        system_context = pending_operations_note(pending)
+        hook = setup.persona.context_assembly_task_id
+        if hook:
+            payload = self._hook_input(turn_id, turn.input, setup, history, pending)
+            try:
+                result = await with_retries(
+                    CONTEXT_ASSEMBLY,
+                    lambda: self.tools.run_hook(hook, payload, turn_id, setup.agent.id),
+                )
+            except WonderError as exc:
+                return ContextAssemblyFailed(turn_id, ToolError.of(exc), utc_now())
+            extra = str(result.get("system_context") or "")
+            system_context = "\n\n".join(part for part in (extra, system_context) if part)
+        base = assemble_context(
+            setup.persona, setup.profile, history, setup.catalog, setup.agent.id, system_context
+        )
+        return ContextAssembled(turn_id, setup, base)
+
+    def _recent_history(self, turn_id: str, limit: int) -> list[Message]:
+        turn_ids = [t.id for t in self.store.turns.list(self.conversation_id, last=limit + 1)]
+        wanted = recent_turn_ids(turn_ids, turn_id, limit)
+        return self.store.messages.list(self.conversation_id, turn_ids=wanted)
+
+    def _hook_input(
+        self,
+        turn_id: str,
+        query: str,
+        setup: AgentSetup,
+        history: list[Message],
+        pending: Sequence[AsyncOperation],
+    ) -> JsonObject:
+        return {
+            "agent_id": setup.agent.id,
+            "conversation_id": self.conversation_id,
+            "turn_id": turn_id,
+            "query": query,
+            "recent_messages": history_messages(history, setup.agent.id),
+            "pending": [
+                {
+                    "operation_id": op.id,
+                    "tool": op.tool_name,
+                    "turn_id": op.turn_id,
+                    "status": op.status.value,
+                }
+                for op in pending
+            ],
+            "tools": [
+                {"name": t.name, "description": t.description} for t in setup.catalog.visible()
+            ],
+        }
+
+    # ------------------------------------------------------------------ the model
+
+    async def call_model(
+        self, turn_id: str, model: ChatModel, request: ChatRequest
+    ) -> ModelAnswered | ModelFailed:
+        """One model call, streamed token by token to subscribers, with the LLM retry policy."""
+
+        async def attempt() -> tuple[str, tuple[ToolCallRequested, ...], ModelFinished]:
+            text: list[str] = []
+            calls: list[ToolCallRequested] = []
+            finished = ModelFinished()
+            async for chunk in model.stream(request):
+                match chunk:
+                    case TextDelta(text=delta):
+                        text.append(delta)
+                        self._publish_token(turn_id, delta)
+                    case ToolCallRequested():
+                        calls.append(chunk)
+                    case ModelFinished():
+                        finished = chunk
+            return "".join(text), tuple(calls), finished
+
+        async def on_retry(number: int, error: Exception) -> None:
+            self.publish(
+                {
+                    "seq": None,
+                    "type": "llm.retry",
+                    "conversation_id": self.conversation_id,
+                    "turn_id": turn_id,
+                    "attempt": number,
+                    "error": str(error),
+                }
+            )
+
+        try:
+            text, calls, finished = await with_retries(LLM_CALL, attempt, on_retry)
+        except WonderError as exc:
+            return ModelFailed(turn_id, ToolError.of(exc), utc_now())
+        usage = Usage(
+            prompt_tokens=finished.prompt_tokens, completion_tokens=finished.completion_tokens
+        )
+        op_ids = tuple(new_id("op") for _ in calls)
+        return ModelAnswered(turn_id, text, calls, usage, op_ids, utc_now())
+
+    def _publish_token(self, turn_id: str, delta: str) -> None:
+        self.publish(
+            {
+                "seq": None,
+                "type": "token",
+                "conversation_id": self.conversation_id,
+                "turn_id": turn_id,
+                "delta": delta,
+            }
+        )
+
+    # ------------------------------------------------------------------ tools
+
+    async def run_tools(
+        self, turn_id: str, agent_id: str, plans: Sequence[ToolPlan]
+    ) -> ToolsReturned:
+        """Every plan of one answer, concurrently; results in call order."""
+
+        async def one(plan: ToolPlan) -> ToolResult:
+            match plan:
+                case ReturnToolError(result=result):
+                    return result
+                case StartOperation(operation=operation, ack=ack):
+                    await self.ports.operations.start(operation.id, agent_id)
+                    return ack
+                case DispatchTool():
+                    return await self.tools.dispatch(turn_id, agent_id, plan)
+
+        results = await asyncio.gather(*(one(plan) for plan in plans))
+        return ToolsReturned(turn_id, tuple(results), utc_now())
+
+    # ------------------------------------------------------------------ after the answer
+
+    async def extract_memories(
+        self, turn_id: str, agent_id: str, task_id: str
+    ) -> MemoriesExtracted | MemoryExtractionFailed:
+        transcript = [
+            {"role": m.role.value, "content": m.content}
+            for m in self.store.messages.list(self.conversation_id, turn_ids=[turn_id])
+        ]
+        payload = {
+            "agent_id": agent_id,
+            "conversation_id": self.conversation_id,
+            "turn_id": turn_id,
+            "transcript": transcript,
+        }
+        try:
+            await with_retries(
+                MEMORY_EXTRACTION,
+                lambda: self.tools.run_hook(task_id, payload, turn_id, agent_id),
+            )
+        except WonderError as exc:
+            return MemoryExtractionFailed(turn_id, ToolError.of(exc), utc_now())
+        return MemoriesExtracted(turn_id, utc_now())
+
+    async def check_operations(
+        self, turn_id: str, operations: Sequence[AsyncOperation]
+    ) -> OperationsChecked:
+        """Which of a recovered turn's pending operations the runner no longer has."""
+        running = await self.ports.operations.running()
+        lost = tuple(op for op in operations if op.id not in running)
+        return OperationsChecked(turn_id, lost, utc_now())

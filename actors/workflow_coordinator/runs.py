@@ -1,0 +1,200 @@
+"""Starting, watching and cancelling workflow runs: the rules (``WorkflowRuns`` over a store and
+the ``Coordinators`` port that runs coordinator actors).
+
+``start`` validates the input against the workflow's schema, bounds subworkflow nesting, inherits
+the parent's context and client, writes the run row and launches the run's coordinator, returning
+once the start tokens are dispatched. A run's status, output, events
+(``workflow_started|completed|failed``) and node history are in the store, readable after its
+coordinator has exited; ``wait`` asks a live coordinator and falls back to the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from jsonschema import Draft202012Validator
+
+from core.errors import ErrorCode, InvalidInput, PermissionDenied, WonderError
+from core.ids import new_id, utc_now
+from core.jsontypes import JsonObject
+from core.ports import Coordinators, RunParent, TaskOutcome, failed_outcome
+from core.store import Store
+from core.workflows import (
+    ConversationParent,
+    NodeRecord,
+    RunContext,
+    RunError,
+    RunStatus,
+    WorkflowParent,
+    WorkflowRun,
+)
+
+MAX_SUBWORKFLOW_DEPTH = 8
+POLL_S = 0.05
+
+
+def validate_input(schema: JsonObject | None, run_input: JsonObject) -> None:
+    """``InvalidInput`` naming the first place where ``run_input`` breaks ``schema``."""
+    if schema is None:
+        return
+    errors = sorted(Draft202012Validator(schema).iter_errors(run_input), key=lambda e: e.path)
+    if errors:
+        where = "/".join(str(p) for p in errors[0].absolute_path) or "input"
+        raise InvalidInput(f"{where}: {errors[0].message}")
+
+
+class WorkflowRunService:
+    """``WorkflowRuns``: what the gateway, conversations and coordinators use to run workflows."""
+
+    def __init__(self, store: Store, coordinators: Coordinators) -> None:
+        self.store = store
+        self.runs = store.workflow_runs
+        self.coordinators = coordinators
+
+    async def start(
+        self,
+        workflow_id: str,
+        input: JsonObject,
+        version: int | None = None,
+        parent: RunParent | None = None,
+        *,
+        client_id: str | None = None,
+        run_id: str | None = None,
+    ) -> str:
+        """Start a run of ``workflow_id`` (latest version unless ``version``); returns its run id.
+
+        Raises:
+            NotFound: no such workflow (version).
+            InvalidInput: ``input`` does not match the workflow's ``input_schema``.
+            PermissionDenied: subworkflows nested deeper than ``MAX_SUBWORKFLOW_DEPTH``.
+        """
+        definition = self.store.workflows.get(workflow_id, version)
+        if not isinstance(input, dict):
+            raise InvalidInput("workflow input must be an object")
+        validate_input(definition.input_schema, input)
+        depth, context = 0, RunContext()
+        match parent:
+            case WorkflowParent(run_id=parent_run_id):
+                parent_run = self.runs.get(parent_run_id)
+                depth, context = parent_run.depth + 1, parent_run.context
+                client_id = client_id or parent_run.client_id
+            case ConversationParent():
+                context = RunContext(
+                    conversation_id=parent.conversation_id,
+                    agent_id=parent.agent_id,
+                    turn_id=parent.turn_id,
+                )
+                if client_id is None:
+                    client_id = self.store.conversations.get(parent.conversation_id).client_id
+            case None:
+                pass
+        if depth > MAX_SUBWORKFLOW_DEPTH:
+            raise PermissionDenied(f"subworkflows nest at most {MAX_SUBWORKFLOW_DEPTH} deep")
+        if run_id is None:
+            run_id = await self.coordinators.reserved_run_id() or new_id("run")
+        run = WorkflowRun(
+            id=run_id,
+            workflow_id=definition.id,
+            workflow_version=definition.version,
+            input=input,
+            parent=parent,
+            client_id=client_id,
+            context=context,
+            depth=depth,
+            created_at=utc_now(),
+        )
+        self.runs.insert(run)
+        try:
+            await self.coordinators.launch(run.id)
+        except Exception as exc:
+            self._fail_unstarted(run.id, f"the coordinator did not start: {exc}")
+            raise
+        return run.id
+
+    def _fail_unstarted(self, run_id: str, message: str) -> WorkflowRun:
+        run = self.runs.get(run_id)
+        if run.status.terminal:
+            return run
+        failed = run.model_copy(
+            update={
+                "status": RunStatus.FAILED,
+                "finished_at": utc_now(),
+                "error": RunError(code="INTERNAL_ERROR", message=message, retriable=True),
+            }
+        )
+        return self.runs.save(failed)
+
+    def get(self, run_id: str, client_id: str | None = None) -> WorkflowRun:
+        """The stored run; a run left unfinished by a coordinator that is gone is failed first."""
+        run = self.runs.get(run_id, client_id)
+        if (
+            not run.status.terminal
+            and run.started_at is not None
+            and not self.coordinators.is_live(run_id)
+        ):
+            run = self.runs.get(run_id, client_id)  # it may have finished between the two reads
+            if not run.status.terminal:
+                run = self._fail_unstarted(run_id, "interrupted: the coordinator is gone")
+        return run
+
+    def history(self, run_id: str) -> list[NodeRecord]:
+        """The run's node history: one record per token, in creation order."""
+        return self.runs.history(run_id)
+
+    async def wait(self, run_id: str, timeout_s: float | None = None) -> WorkflowRun:
+        """The run once it has ended (or as it stands after ``timeout_s``)."""
+        await self.coordinators.wait(run_id, timeout_s)
+        run = self.get(run_id)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        while not run.status.terminal and run.started_at is None:
+            if deadline is not None and loop.time() > deadline:
+                break
+            await asyncio.sleep(POLL_S)  # created, not yet started by its coordinator
+            run = self.get(run_id)
+        return run
+
+    async def cancel(self, run_id: str, reason: str = "cancelled") -> WorkflowRun:
+        """Cancel a run and its live work (subworkflows too); a finished run is left as it is."""
+        await self.coordinators.cancel(run_id, reason)
+        return self.get(run_id)
+
+    async def run_to_end(
+        self,
+        workflow_id: str,
+        input: JsonObject,
+        parent: RunParent | None = None,
+        version: int | None = None,
+        timeout_s: float | None = None,
+    ) -> TaskOutcome:
+        """Run a workflow and answer like a task: the output, or a business error.
+
+        Used by a conversation's workflow tools: business errors (not found, invalid input, a
+        failed run) come back as outcomes; infrastructure errors raise so the tool's retry policy
+        applies.
+        """
+        try:
+            run_id = await self.start(workflow_id, input, version, parent)
+        except WonderError as exc:
+            if exc.retriable:
+                raise
+            return TaskOutcome.failed(exc)
+        try:
+            run = await self.wait(run_id, timeout_s)
+        except asyncio.CancelledError:  # the caller gave up (a tool timeout): so does the run
+            await asyncio.shield(self.cancel(run_id, "the caller stopped waiting"))
+            raise
+        if run.status is RunStatus.COMPLETED:
+            return TaskOutcome.ok(run.output)
+        if not run.status.terminal:
+            await self.cancel(run_id, "timed out")
+            message = f"workflow run {run_id} timed out"
+            return failed_outcome(ErrorCode.TIMEOUT, message, retriable=True)
+        cause = run.error.message if run.error else run.status.value
+        return failed_outcome(ErrorCode.EXECUTION_FAILED, f"workflow {workflow_id} failed: {cause}")
+
+    async def reserved_run_id(self) -> str | None:
+        return await self.coordinators.reserved_run_id()
+
+    def prepare(self) -> None:
+        self.coordinators.wake_reserve()

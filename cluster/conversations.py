@@ -1,0 +1,286 @@
+"""Conversation actors on Ray: the directory actor, and the ``Conversations`` adapter everything
+else reaches them through.
+
+Every call gets-or-creates the named detached ``conversation:<id>`` actor through the directory
+(which enforces the resident cap) and goes through the one retry helper (``core.retry.ACTOR_CALL``:
+three attempts; a dead, restarting or hibernating actor is re-activated before the next one);
+``post_message`` carries a message id so that a retry never stores a message twice. Ray's failures
+become Wonder's errors here, so nothing above sees a Ray exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import ray
+
+from actors.conversation.actor import ConversationActor
+from actors.conversation.directory import ConversationDirectory
+from actors.conversation.ports import ConversationPorts
+from cluster.naming import (
+    DIRECTORY_NAME,
+    as_wonder_error,
+    conversation_actor_name,
+    named_detached,
+)
+from core.domain import Caller, ConcurrencyPolicy
+from core.ids import new_id
+from core.jsontypes import JsonObject
+from core.ports import (
+    AgentAnswer,
+    ConversationChange,
+    InvocationMode,
+    MessageAck,
+    ParticipantChange,
+    TurnOutcome,
+)
+from core.retry import ACTOR_CALL, STREAM_RESUME, with_retries
+
+log = logging.getLogger("wonder.cluster")
+
+T = TypeVar("T")
+PortsFactory = Callable[[dict[str, str]], ConversationPorts]
+RAY_CALL_ERRORS = (
+    ray.exceptions.RayTaskError,
+    ray.exceptions.RayActorError,
+    ray.exceptions.ActorUnavailableError,
+)
+BACKPRESSURE_EVENTS = 16
+HIBERNATE_WAIT_S = 5.0
+SHUTDOWN_WAIT_S = 10.0
+
+
+class RayActorHost:
+    """``ActorHost``: conversation actors as named detached Ray actors."""
+
+    def __init__(self, settings_env: dict[str, str], ports: PortsFactory) -> None:
+        self.settings_env = settings_env
+        self._ports = ports
+
+    def create(self, conversation_id: str) -> Any:
+        factory = functools.partial(self._ports, dict(self.settings_env))
+        return named_detached(
+            ConversationActor,
+            conversation_actor_name(conversation_id),
+            conversation_id,
+            factory,
+            max_task_retries=0,
+        )
+
+    async def try_hibernate(self, handle: Any) -> bool:
+        try:
+            agreed: bool = await asyncio.wait_for(
+                handle.try_hibernate.remote(), timeout=HIBERNATE_WAIT_S
+            )
+        except (ray.exceptions.RayActorError, TimeoutError):
+            return True  # dead or wedged: forget it
+        return agreed
+
+    async def shut_down(self, handle: Any, reason: str) -> None:
+        try:
+            await asyncio.wait_for(handle.shutdown.remote(reason), timeout=SHUTDOWN_WAIT_S)
+        except (ray.exceptions.RayError, TimeoutError):
+            log.warning("a conversation actor did not shut down cleanly (%s)", reason)
+
+    def kill(self, handle: Any) -> None:
+        ray.kill(handle, no_restart=True)
+
+
+class ConversationDirectoryActor(ConversationDirectory):
+    """The directory as Ray runs it: it creates conversation actors with ``ports``."""
+
+    def __init__(self, max_resident: int, settings_env: dict[str, str], ports: PortsFactory):
+        self.settings_env = dict(settings_env)
+        super().__init__(max_resident, RayActorHost(self.settings_env, ports))
+
+    def configure(
+        self, max_resident: int | None = None, idle_ttl_s: float | None = None
+    ) -> dict[str, Any]:
+        """Change the cap, and the idle TTL of conversation actors created from now on."""
+        if idle_ttl_s is not None:
+            self.settings_env["WONDER_CONVERSATION_IDLE_TTL_S"] = str(idle_ttl_s)
+        return super().configure(max_resident)
+
+
+_directories: dict[tuple[tuple[str, str], ...], Any] = {}
+
+
+def directory_handle(settings_env: dict[str, str], max_resident: int, ports: PortsFactory) -> Any:
+    """The conversation directory actor (get-or-create; cached per process)."""
+    key = tuple(sorted(settings_env.items()))
+    if key not in _directories:
+        _directories[key] = named_detached(
+            ConversationDirectoryActor, DIRECTORY_NAME, max_resident, settings_env, ports
+        )
+    return _directories[key]
+
+
+class RayConversations:
+    """``Conversations`` and ``Residency`` over the directory and the conversation actors."""
+
+    def __init__(self, directory: Callable[[], Any]) -> None:
+        self._directory = directory
+
+    async def _call(self, conversation_id: str, call: Callable[[Any], Awaitable[T]]) -> T:
+        """``call(actor)`` on the conversation's live actor, with ``ACTOR_CALL`` retries."""
+        replace = False
+
+        async def attempt() -> T:
+            nonlocal replace
+            try:
+                handle = await self._directory().activate.remote(conversation_id, replace)
+            except RAY_CALL_ERRORS as exc:
+                raise as_wonder_error(exc, "the conversation directory") from None
+            try:
+                return await call(handle)
+            except RAY_CALL_ERRORS as exc:
+                error = as_wonder_error(exc, f"conversation {conversation_id}")
+                replace = replace or error.retriable  # dead, restarting or hibernating
+                raise error from None
+
+        return await with_retries(ACTOR_CALL, attempt)
+
+    async def post_message(
+        self,
+        conversation_id: str,
+        content: str,
+        author: str,
+        *,
+        source: str = "human",
+        reply_to_message_id: str | None = None,
+        message_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> MessageAck:
+        """Persist a user message, start its turn; a retry reuses the message id."""
+        chosen_id = message_id or new_id("msg")
+        return await self._call(
+            conversation_id,
+            lambda actor: actor.post_message.remote(
+                content,
+                author,
+                message_id=chosen_id,
+                source=source,
+                reply_to_message_id=reply_to_message_id,
+                agent_id=agent_id,
+            ),
+        )
+
+    async def start_agent_call(
+        self, conversation_id: str, input: str, caller: Caller, mode: InvocationMode = "delegate"
+    ) -> AgentAnswer:
+        return await self._call(
+            conversation_id, lambda actor: actor.start_agent_call.remote(input, caller, mode)
+        )
+
+    async def run_agent_turn(self, conversation_id: str, turn_id: str) -> AgentAnswer:
+        return await self._call(conversation_id, lambda actor: actor.run_agent_turn.remote(turn_id))
+
+    async def wait_for_turn(
+        self, conversation_id: str, turn_id: str, timeout_s: float = 300.0
+    ) -> TurnOutcome:
+        return await self._call(
+            conversation_id, lambda actor: actor.wait_for_turn.remote(turn_id, timeout_s)
+        )
+
+    async def deliver_operation(self, conversation_id: str, op_id: str) -> bool:
+        return await self._call(
+            conversation_id, lambda actor: actor.deliver_operation.remote(op_id)
+        )
+
+    async def cancel_turn(
+        self, conversation_id: str, turn_id: str, reason: str = "cancelled"
+    ) -> TurnOutcome:
+        return await self._call(
+            conversation_id, lambda actor: actor.cancel_turn.remote(turn_id, reason)
+        )
+
+    async def add_participant(self, conversation_id: str, agent_id: str) -> ParticipantChange:
+        return await self._call(
+            conversation_id, lambda actor: actor.add_participant.remote(agent_id)
+        )
+
+    async def remove_participant(self, conversation_id: str, agent_id: str) -> ParticipantChange:
+        return await self._call(
+            conversation_id, lambda actor: actor.remove_participant.remote(agent_id)
+        )
+
+    async def set_policy(
+        self, conversation_id: str, policy: ConcurrencyPolicy
+    ) -> ConversationChange:
+        return await self._call(conversation_id, lambda actor: actor.set_policy.remote(policy))
+
+    async def complete_conversation(self, conversation_id: str) -> ConversationChange:
+        return await self._call(conversation_id, lambda actor: actor.complete.remote())
+
+    async def status(self, conversation_id: str) -> JsonObject:
+        """What a live conversation actor is doing (operators, tests, benchmarks)."""
+        return await self._call(conversation_id, lambda actor: actor.status.remote())
+
+    async def stream_events(
+        self, conversation_id: str, after_seq: int = 0
+    ) -> AsyncIterator[JsonObject]:
+        """Events after ``after_seq``, then live ones, until the caller stops iterating.
+
+        If the actor dies or is evicted while streaming, the stream resumes from the last ``seq``
+        it delivered on a re-activated actor (``STREAM_RESUME``), so the caller sees no gap and no
+        duplicate.
+        """
+        last = after_seq
+        replace = False
+        for attempt in range(1, STREAM_RESUME.attempts + 1):
+            handle = await self._directory().activate.remote(conversation_id, replace)
+            # Backpressure: the actor runs at most a few events ahead of this consumer, so a slow
+            # consumer's tokens wait in the actor's queue, where they are coalesced.
+            generator = handle.events.options(
+                num_returns="streaming", _generator_backpressure_num_objects=BACKPRESSURE_EVENTS
+            ).remote(last)
+            try:
+                async for ref in generator:
+                    event: JsonObject = await ref
+                    if event.get("seq") is not None:
+                        last = int(event["seq"])
+                    yield event
+                return
+            except RAY_CALL_ERRORS as exc:
+                error = as_wonder_error(exc, f"the event stream of {conversation_id}")
+                if not error.retriable or attempt == STREAM_RESUME.attempts:
+                    raise error from None
+            finally:
+                ray.cancel(generator)
+            await asyncio.sleep(STREAM_RESUME.backoff(attempt))
+            replace = True
+
+    async def stop_conversations(self, conversation_ids: list[str]) -> None:
+        """Stop the live actors of conversations about to be deleted (their turns cancelled)."""
+        for conversation_id in conversation_ids:
+            await self._directory().drop.remote(conversation_id)
+
+    async def release_idle(self, conversation_id: str) -> bool:
+        """Ask the directory to evict an idle conversation (the actor's idle watchdog)."""
+        released: bool = await self._directory().release_idle.remote(conversation_id)
+        return released
+
+    async def actor(self, conversation_id: str, evict_first: bool = False) -> Any:
+        """The conversation's live actor handle (benchmarks and operators call it directly)."""
+        if evict_first:
+            await self._directory().evict.remote(conversation_id)
+        return await self._directory().activate.remote(conversation_id, False)
+
+    async def evict(self, conversation_id: str) -> bool:
+        """Evict the conversation's actor now if it is idle (operators, benchmarks)."""
+        evicted: bool = await self._directory().evict.remote(conversation_id)
+        return evicted
+
+    async def directory_stats(self) -> JsonObject:
+        stats: JsonObject = await self._directory().stats.remote()
+        return stats
+
+    async def configure_directory(
+        self, max_resident: int | None = None, idle_ttl_s: float | None = None
+    ) -> JsonObject:
+        stats: JsonObject = await self._directory().configure.remote(max_resident, idle_ttl_s)
+        return stats

@@ -1,0 +1,50 @@
+"""The gateway as a Ray Serve deployment (``gateway``; ``num_cpus=0``: it waits on actors, it does
+not compute). Each replica builds its context's ports (``cluster.wiring``) and then the FastAPI app
+(``serving.gateway.app.create_api``), so nothing unpicklable crosses from the driver.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from ray import serve
+from ray.serve import Application
+
+from cluster import wiring
+from cluster.models import ProcessMemory, ServedEmbedders
+from core.settings import settings_from_env, wonder_env
+from core.store import store_for_settings
+from serving.gateway.app import create_api
+from serving.gateway.context import GatewayContext
+
+
+# Every open WebSocket counts as an ongoing request: Serve's default of 5 would make the sixth
+# concurrent stream's handshake wait. The gateway only awaits actors, so it can hold many.
+@serve.deployment(name="gateway", ray_actor_options={"num_cpus": 0}, max_ongoing_requests=10_000)
+@serve.ingress()
+class Gateway:
+    """One gateway replica: a store handle and ports to the actors."""
+
+    def __init__(self, settings_env: dict[str, str]) -> None:
+        settings = settings_from_env(settings_env)
+        self._context = GatewayContext(
+            store=store_for_settings(settings),
+            conversations=wiring.conversations(settings_env),
+            workflows=wiring.workflows(settings_env),
+            memory=ProcessMemory(settings, ServedEmbedders(settings_env)),
+            settings_env=settings_env,
+        )
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        return create_api(self._context)
+
+
+def build_gateway_app(settings_env: dict[str, str]) -> Application:
+    """The gateway as a Serve application; run it with ``serve.run(app, name="gateway")``."""
+    deployment: Any = Gateway
+    configured = deployment.options(
+        ray_actor_options={"num_cpus": 0, "runtime_env": {"env_vars": wonder_env(settings_env)}}
+    )
+    app: Application = configured.bind(settings_env)
+    return app

@@ -1,0 +1,71 @@
+"""Adapters for models and memory: which ``ChatModel`` serves a profile, which embedder memories
+use, and this process's ``MemoryService`` (one per store locations and embedder)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import TYPE_CHECKING
+
+from core.domain import ModelProfile
+from core.llm.protocol import ChatModel
+from core.memory import open_memory_service
+from core.memory.embedding import Embedder
+from core.settings import Settings
+from serving import llm_client, models
+from serving.embedder import get_embedder
+
+if TYPE_CHECKING:
+    from core.memory.service import MemoryService
+
+
+class ServedChatModels:
+    """``ChatModels``: the local vLLM deployment, an OpenAI-compatible URL, or a scripted model."""
+
+    def for_profile(self, profile: ModelProfile) -> ChatModel:
+        return models.chat_model_for(profile)
+
+    def prewarm(self, profile: ModelProfile) -> None:
+        if profile.provider == "vllm":
+            llm_client.prewarm()
+
+
+class ServedEmbedders:
+    """``Embedders``: the Embedder deployment when it is up, else the model in-process."""
+
+    def __init__(self, settings_env: dict[str, str]) -> None:
+        self.settings_env = settings_env
+
+    async def embedder(self) -> Embedder:
+        return await get_embedder(self.settings_env)
+
+
+_services: dict[tuple[str, ...], MemoryService] = {}
+_services_lock = threading.Lock()  # tasks run on fresh event loops: no asyncio.Lock here
+
+
+class ProcessMemory:
+    """``MemoryAccess``: this process's memory service for the stores ``settings`` name."""
+
+    def __init__(self, settings: Settings, embedders: ServedEmbedders) -> None:
+        self.settings = settings
+        self.embedders = embedders
+
+    async def service(self) -> MemoryService:
+        embedder = await self.embedders.embedder()
+        settings = self.settings
+        key = (
+            settings.resolved_lance_uri,
+            settings.resolved_object_uri,
+            settings.s3_endpoint_url or "",
+            embedder.model_name,
+            type(embedder).__name__,
+        )
+
+        def opened() -> MemoryService:
+            with _services_lock:
+                if key not in _services:
+                    _services[key] = open_memory_service(settings, embedder)
+                return _services[key]
+
+        return await asyncio.to_thread(opened)

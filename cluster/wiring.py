@@ -1,0 +1,151 @@
+"""Wiring: the ports every Wonder process is handed, built from its ``WONDER_*`` settings.
+
+Each factory here is a module-level function, so it travels to Ray actors and tasks by reference
+and runs in their own process (``functools.partial(conversation_ports, env)``); each process
+builds its adapters once per distinct settings. Nothing below ``cluster/`` imports this module:
+actors, the gateway and jobs get what it builds at construction.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import ray
+
+from actors.actions.registry import ActionServices
+from actors.conversation.ports import ConversationPorts, ToolPorts
+from actors.workflow_coordinator.ports import CoordinatorPorts
+from actors.workflow_coordinator.runs import WorkflowRunService
+from cluster.async_operations import RayAsyncOperations, runner_handle
+from cluster.conversations import RayConversations, directory_handle
+from cluster.executor import RayTaskRunner
+from cluster.models import ProcessMemory, ServedChatModels, ServedEmbedders
+from cluster.workflows import RayCoordinators
+from core.settings import Settings, settings_from_env, wonder_env
+from core.store import store_for_settings
+
+EnvKey = tuple[tuple[str, str], ...]
+
+
+def _key(settings_env: dict[str, str]) -> EnvKey:
+    """Processes are told apart by their ``WONDER_*`` settings only (Ray's own variables may
+    differ between a driver and its workers)."""
+    return tuple(sorted(wonder_env(settings_env).items()))
+
+
+class ActorLifecycle:
+    """``Lifecycle`` of the Ray actor this process runs."""
+
+    def exit(self) -> None:
+        ray.get_runtime_context().current_actor.__ray_terminate__.remote()
+
+
+# --------------------------------------------------------------------------- shared pieces
+
+
+@functools.lru_cache(maxsize=8)
+def _conversations(key: EnvKey) -> RayConversations:
+    env = dict(key)
+    settings = settings_from_env(env)
+    return RayConversations(
+        lambda: directory_handle(env, settings.max_resident_conversations, conversation_ports)
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _workflows(key: EnvKey) -> WorkflowRunService:
+    env = dict(key)
+    settings = settings_from_env(env)
+    coordinators = RayCoordinators(env, functools.partial(coordinator_ports, env))
+    return WorkflowRunService(store_for_settings(settings), coordinators)
+
+
+def conversations(settings_env: dict[str, str]) -> RayConversations:
+    """This process's way to the conversation actors."""
+    return _conversations(_key(settings_env))
+
+
+def workflows(settings_env: dict[str, str]) -> WorkflowRunService:
+    """This process's way to start and watch workflow runs."""
+    return _workflows(_key(settings_env))
+
+
+def task_runner(settings_env: dict[str, str]) -> RayTaskRunner:
+    return RayTaskRunner(executor_services)
+
+
+# --------------------------------------------------------------------------- per kind of process
+
+
+@functools.lru_cache(maxsize=8)
+def _tool_ports(key: EnvKey) -> ToolPorts:
+    env = dict(key)
+    settings = settings_from_env(env)
+    return ToolPorts(
+        store=store_for_settings(settings),
+        settings=settings,
+        settings_env=env,
+        tasks=task_runner(env),
+        conversations=conversations(env),
+        workflows=workflows(env),
+    )
+
+
+def tool_ports(settings_env: dict[str, str]) -> ToolPorts:
+    """What the async-operations runner dispatches tools with."""
+    return _tool_ports(_key(settings_env))
+
+
+def conversation_ports(settings_env: dict[str, str]) -> ConversationPorts:
+    """What a Conversation actor works with (built in its own process)."""
+    tools = tool_ports(settings_env)
+    conversations_port = conversations(settings_env)
+    runner_ports = functools.partial(tool_ports, settings_env)
+    return ConversationPorts(
+        store=tools.store,
+        settings=tools.settings,
+        settings_env=tools.settings_env,
+        tasks=tools.tasks,
+        conversations=conversations_port,
+        workflows=tools.workflows,
+        residency=conversations_port,
+        operations=RayAsyncOperations(lambda: runner_handle(settings_env, runner_ports)),
+        models=ServedChatModels(),
+    )
+
+
+def coordinator_ports(settings_env: dict[str, str]) -> CoordinatorPorts:
+    """What a WorkflowCoordinator works with (built in its own process)."""
+    tools = tool_ports(settings_env)
+    return CoordinatorPorts(
+        store=tools.store,
+        settings=tools.settings,
+        settings_env=tools.settings_env,
+        tasks=tools.tasks,
+        conversations=tools.conversations,
+        workflows=tools.workflows,
+        lifecycle=ActorLifecycle(),
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _executor_services(key: EnvKey) -> ActionServices:
+    env = dict(key)
+    settings: Settings = settings_from_env(env)
+    return ActionServices(
+        store=store_for_settings(settings),
+        settings=settings,
+        chat_models=ServedChatModels(),
+        memory=ProcessMemory(settings, ServedEmbedders(env)),
+    )
+
+
+def executor_services(settings_env: dict[str, str]) -> ActionServices:
+    """What executor actions use (built once per worker process)."""
+    return _executor_services(_key(settings_env))
+
+
+def operations_runner(settings_env: dict[str, str]) -> Any:
+    """The ``async-operations`` actor's handle (get-or-create)."""
+    return runner_handle(settings_env, functools.partial(tool_ports, settings_env))

@@ -1,0 +1,311 @@
+"""Ports: what actors, the gateway and jobs need from the rest of the system, as protocols.
+
+Actors and deployments are handed objects that implement these at construction (``cluster/`` builds
+the Ray adapters; tests hand in fakes or in-process implementations), so nothing below ``cluster/``
+reaches up for a collaborator. The models here are the typed answers that cross actor calls: no
+``dict`` is re-parsed on the other side (Ray Serve's controller ↔ deployment-state split and vLLM's
+engine-core ↔ executor interfaces are the models for this shape).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from pydantic import Field
+
+from core.domain import (
+    Caller,
+    ConcurrencyPolicy,
+    ConversationStatus,
+    Model,
+    ModelProfile,
+    TaskDef,
+    ToolError,
+    ToolResult,
+    TurnStatus,
+)
+from core.errors import ErrorCode, WonderError
+from core.jsontypes import JsonObject
+from core.llm.protocol import ChatModel
+from core.memory.embedding import Embedder
+from core.workflows import ConversationParent, NodeRecord, WorkflowParent, WorkflowRun
+
+if TYPE_CHECKING:
+    from core.memory.service import MemoryService
+
+# --------------------------------------------------------------------------- answers across calls
+
+InvocationMode = Literal["delegate", "loop_in"]
+
+
+class MessageAck(Model):
+    """A user message is durable: its turn and message ids, its event ``seq``."""
+
+    conversation_id: str
+    turn_id: str
+    message_id: str
+    seq: int
+    queued: bool = False
+
+
+class AgentAnswer(Model):
+    """How a turn run for another agent or a workflow ended, and what the agent said last."""
+
+    conversation_id: str
+    turn_id: str
+    status: TurnStatus
+    failure_reason: str | None = None
+    content: str = ""
+
+
+class TurnOutcome(Model):
+    """A turn's status as stored (``wait_for_turn``, ``cancel_turn``)."""
+
+    turn_id: str
+    status: TurnStatus
+    failure_reason: str | None = None
+    awaiting_operations: bool = False
+
+
+class ParticipantChange(Model):
+    agent_id: str
+    joined: bool = False
+    left: bool = False
+
+
+class ConversationChange(Model):
+    """A conversation-level setting after a change (policy, completion)."""
+
+    conversation_id: str
+    status: ConversationStatus
+    concurrency_policy: ConcurrencyPolicy
+
+
+class TaskOutcome(Model):
+    """What a library task returned: a result, or a business error for the caller's model."""
+
+    success: bool
+    result: Any = None
+    error: ToolError | None = None
+
+    @classmethod
+    def ok(cls, result: Any) -> TaskOutcome:
+        return cls(success=True, result=result)
+
+    @classmethod
+    def failed(cls, error: WonderError) -> TaskOutcome:
+        return cls(success=False, error=ToolError.of(error))
+
+    def for_call(self, tool_call_id: str) -> ToolResult:
+        """This outcome as the ``ToolResult`` of one tool call."""
+        return ToolResult(
+            tool_call_id=tool_call_id, success=self.success, result=self.result, error=self.error
+        )
+
+    def error_message(self) -> str:
+        return self.error.message if self.error is not None else ""
+
+
+def failed_outcome(code: ErrorCode, message: str, *, retriable: bool = False) -> TaskOutcome:
+    return TaskOutcome(
+        success=False, error=ToolError(code=code, message=message, retriable=retriable)
+    )
+
+
+class TaskContext(Model):
+    """Where a task runs (it crosses to the executor with the task): conversation, agent, turn."""
+
+    client_id: str | None = None
+    conversation_id: str | None = None
+    agent_id: str | None = None
+    turn_id: str | None = None
+    run_id: str | None = None
+    settings_env: dict[str, str] = Field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- collaborators
+
+
+class ChatModels(Protocol):
+    """Which ``ChatModel`` answers for a model profile."""
+
+    def for_profile(self, profile: ModelProfile) -> ChatModel: ...
+
+    def prewarm(self, profile: ModelProfile) -> None:
+        """Get ready to serve ``profile`` (imports, handles); blocking, run it off the loop."""
+        ...
+
+
+class Embedders(Protocol):
+    """The embedder memories are written and searched with (the Serve deployment when it is up)."""
+
+    async def embedder(self) -> Embedder: ...
+
+
+class MemoryAccess(Protocol):
+    """This process's memory service (LanceDB + object store + the embedder)."""
+
+    async def service(self) -> MemoryService: ...
+
+
+class TaskRunner(Protocol):
+    """The executor: runs a library task somewhere and answers with its outcome.
+
+    Business failures come back as a failed ``TaskOutcome``; infrastructure failures raise
+    ``RetryableError`` so the caller's retry policy applies. Cancelling the awaiting coroutine
+    cancels the task.
+    """
+
+    async def run(
+        self, task: TaskDef, task_input: JsonObject, context: TaskContext
+    ) -> TaskOutcome: ...
+
+
+class Conversations(Protocol):
+    """Reaching Conversation actors (get-or-create through the directory, one retry helper)."""
+
+    async def post_message(
+        self,
+        conversation_id: str,
+        content: str,
+        author: str,
+        *,
+        source: str = "human",
+        reply_to_message_id: str | None = None,
+        message_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> MessageAck: ...
+
+    async def start_agent_call(
+        self, conversation_id: str, input: str, caller: Caller, mode: InvocationMode = "delegate"
+    ) -> AgentAnswer: ...
+
+    async def run_agent_turn(self, conversation_id: str, turn_id: str) -> AgentAnswer: ...
+
+    async def wait_for_turn(
+        self, conversation_id: str, turn_id: str, timeout_s: float = 300.0
+    ) -> TurnOutcome: ...
+
+    async def deliver_operation(self, conversation_id: str, op_id: str) -> bool: ...
+
+    async def cancel_turn(
+        self, conversation_id: str, turn_id: str, reason: str = "cancelled"
+    ) -> TurnOutcome: ...
+
+    async def add_participant(self, conversation_id: str, agent_id: str) -> ParticipantChange: ...
+
+    async def remove_participant(
+        self, conversation_id: str, agent_id: str
+    ) -> ParticipantChange: ...
+
+    async def set_policy(
+        self, conversation_id: str, policy: ConcurrencyPolicy
+    ) -> ConversationChange: ...
+
+    async def complete_conversation(self, conversation_id: str) -> ConversationChange: ...
+
+    def stream_events(self, conversation_id: str, after_seq: int = 0) -> AsyncIterator[JsonObject]:
+        """Stored events after ``after_seq``, then live ones; resumes across actor restarts."""
+        ...
+
+    async def stop_conversations(self, conversation_ids: list[str]) -> None: ...
+
+
+class Residency(Protocol):
+    """What a Conversation actor asks of the directory that keeps resident actors bounded."""
+
+    async def release_idle(self, conversation_id: str) -> bool: ...
+
+
+class AsyncOperations(Protocol):
+    """The runner of async tool calls (they outlive their conversation actor)."""
+
+    async def start(self, op_id: str, agent_id: str) -> None: ...
+
+    async def running(self) -> frozenset[str]: ...
+
+
+class WorkflowRuns(Protocol):
+    """Starting, watching and cancelling workflow runs (rules in the coordinator package)."""
+
+    async def start(
+        self,
+        workflow_id: str,
+        input: JsonObject,
+        version: int | None = None,
+        parent: RunParent | None = None,
+        *,
+        client_id: str | None = None,
+        run_id: str | None = None,
+    ) -> str: ...
+
+    async def wait(self, run_id: str, timeout_s: float | None = None) -> WorkflowRun: ...
+
+    async def cancel(self, run_id: str, reason: str = "cancelled") -> WorkflowRun: ...
+
+    def get(self, run_id: str, client_id: str | None = None) -> WorkflowRun: ...
+
+    def history(self, run_id: str) -> list[NodeRecord]: ...
+
+    async def run_to_end(
+        self,
+        workflow_id: str,
+        input: JsonObject,
+        parent: RunParent | None = None,
+        version: int | None = None,
+        timeout_s: float | None = None,
+    ) -> TaskOutcome: ...
+
+    async def reserved_run_id(self) -> str | None:
+        """A run id whose coordinator is already up, when the reserve has one."""
+        ...
+
+    def prepare(self) -> None:
+        """Get ready to start runs from this process soon (wakes the coordinator reserve)."""
+        ...
+
+
+class Coordinators(Protocol):
+    """The runtime side of workflow runs: coordinator actors by run id, and their reserve."""
+
+    async def launch(self, run_id: str) -> None:
+        """Get or create the run's coordinator and start it (the run row exists)."""
+        ...
+
+    def is_live(self, run_id: str) -> bool: ...
+
+    async def wait(self, run_id: str, timeout_s: float | None) -> None:
+        """Wait on a live coordinator (returns at once when there is none)."""
+        ...
+
+    async def cancel(self, run_id: str, reason: str) -> None: ...
+
+    async def reserved_run_id(self) -> str | None: ...
+
+    def wake_reserve(self) -> None: ...
+
+
+class ActorHost(Protocol):
+    """How the conversation directory creates, evicts and stops conversation actors."""
+
+    def create(self, conversation_id: str) -> Any:
+        """Get or create the conversation's actor; returns its handle."""
+        ...
+
+    async def try_hibernate(self, handle: Any) -> bool:
+        """Ask an actor to agree to eviction (a dead or wedged one agrees)."""
+        ...
+
+    async def shut_down(self, handle: Any, reason: str) -> None: ...
+
+    def kill(self, handle: Any) -> None: ...
+
+
+class Lifecycle(Protocol):
+    """An actor's own end: leave the cluster once its work is done."""
+
+    def exit(self) -> None: ...
+
+
+RunParent = ConversationParent | WorkflowParent
