@@ -14,6 +14,7 @@ from typing import Any
 import ray
 
 from actors.actions.registry import ActionServices
+from actors.conversation.intake import Intake
 from actors.conversation.ports import ConversationPorts, ToolPorts
 from actors.workflow_coordinator.ports import CoordinatorPorts
 from actors.workflow_coordinator.runs import WorkflowRunService
@@ -49,7 +50,8 @@ def _conversations(key: EnvKey) -> RayConversations:
     env = dict(key)
     settings = settings_from_env(env)
     return RayConversations(
-        lambda: directory_handle(env, settings.max_resident_conversations, conversation_ports)
+        lambda: directory_handle(env, settings.max_resident_conversations, conversation_ports),
+        Intake(store_for_settings(settings)),
     )
 
 

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 
 from actors.async_operations.runner import AsyncOperationRunner
 from actors.conversation.actor import ConversationActor
+from actors.conversation.intake import Intake
 from actors.conversation.ports import ConversationPorts, ToolPorts
 from actors.executor import run_task
 from cluster.models import ServedChatModels
@@ -109,6 +110,7 @@ class InProcessCluster:
             workflows=NoWorkflows(),
         )
         self.runner = AsyncOperationRunner(lambda: self.tools)
+        self.intake = Intake(self.store)  # what the gateway's adapter acknowledges with
 
     def ports(self) -> ConversationPorts:
         tools = self.tools

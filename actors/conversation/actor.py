@@ -18,6 +18,8 @@ import time
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any, assert_never
 
+from sqlalchemy.exc import IntegrityError
+
 from actors.conversation.domain import (
     AddUsage,
     AdoptContext,
@@ -57,6 +59,7 @@ from actors.conversation.domain import (
     TurnRequested,
     WaitForOperations,
 )
+from actors.conversation.intake import existing_ack, parent_turn, raise_refusal
 from actors.conversation.log import ConversationLog, event_dict
 from actors.conversation.planning import apply, plan
 from actors.conversation.ports import ConversationPorts, ConversationPortsFactory
@@ -76,10 +79,6 @@ from core.domain import (
     WorkflowCaller,
 )
 from core.errors import (
-    Conflict,
-    ErrorCode,
-    InvalidInput,
-    NonRetryableError,
     NotFound,
     RetryableError,
     WonderError,
@@ -97,12 +96,6 @@ from core.ports import (
 )
 
 log = logging.getLogger("wonder.conversation")
-
-REFUSALS: dict[ErrorCode, type[NonRetryableError]] = {
-    ErrorCode.CONFLICT: Conflict,
-    ErrorCode.INVALID_INPUT: InvalidInput,
-    ErrorCode.NOT_FOUND: NotFound,
-}
 
 
 def coalesce_tokens(
@@ -138,6 +131,7 @@ class ConversationActor:
         conversation = self.store.conversations.get(conversation_id)
         self.state = ConversationState(conversation)
         self.log = ConversationLog(self.store, conversation_id, self.publish)
+        self._published = self.log.last_seq()  # stored events subscribers have been handed
         self.tools = ToolDispatcher(self.ports, conversation)
         self.steps = TurnSteps(self.ports, self.tools, self.publish)
         self._subscribers: set[asyncio.Queue[JsonObject]] = set()
@@ -347,9 +341,9 @@ class ConversationActor:
         """
         self._touch()
         if message_id is not None:
-            existing = self._existing_ack(message_id)
+            existing = existing_ack(self.store, self.id, message_id)
             if existing is not None:
-                return existing
+                return self._picked_up(existing)
         event = self._received(
             content,
             author,
@@ -360,8 +354,15 @@ class ConversationActor:
             agent_id,
             policy_applies=True,
         )
-        decisions, acks = self._handle(event)
-        _raise_refusal(decisions)
+        try:
+            decisions, acks = self._handle(event)
+        except IntegrityError:
+            # Acknowledged meanwhile by the caller (``intake``), while this actor was starting.
+            existing = existing_ack(self.store, self.id, event.message_id)
+            if existing is None:
+                raise
+            return self._picked_up(existing)
+        raise_refusal(decisions)
         stored = acks[event.turn_id]
         return MessageAck(
             conversation_id=self.id,
@@ -370,6 +371,15 @@ class ConversationActor:
             seq=stored.seq,
             queued=event.turn_id in self.state.queue,
         )
+
+    def _picked_up(self, ack: MessageAck) -> MessageAck:
+        """A message already stored: a retry, or one acknowledged while this actor was starting
+        (``intake``), whose turn this actor now starts (or queues, by the policy)."""
+        turn = self.store.turns.get(ack.turn_id)
+        if turn.id not in self.state.turns and turn.started_at is None:
+            self._handle(TurnRequested(turn, utc_now(), policy_applies=True))
+        self._catch_up()
+        return ack.model_copy(update={"queued": ack.turn_id in self.state.queue})
 
     def _received(
         self,
@@ -392,36 +402,10 @@ class ConversationActor:
             source=source,
             requested_agent_id=agent_id,
             reply_to_message_id=reply_to_message_id,
-            parent_turn_id=self._parent_turn(reply_to_message_id),
+            parent_turn_id=parent_turn(self.store, self.id, reply_to_message_id),
             policy_applies=policy_applies,
             at=utc_now(),
         )
-
-    def _existing_ack(self, message_id: str) -> MessageAck | None:
-        try:
-            message = self.store.messages.get(message_id)
-        except NotFound:
-            return None
-        if message.conversation_id != self.id:
-            raise Conflict(f"message id {message_id} is used by another conversation")
-        return MessageAck(
-            conversation_id=self.id,
-            turn_id=message.turn_id,
-            message_id=message.id,
-            seq=message.seq,
-        )
-
-    def _parent_turn(self, reply_to_message_id: str | None) -> str | None:
-        if reply_to_message_id is not None:
-            try:
-                replied = self.store.messages.get(reply_to_message_id)
-            except NotFound:
-                replied = None
-            if replied is None or replied.conversation_id != self.id:
-                raise NotFound(f"message {reply_to_message_id} not found in this conversation")
-            return replied.turn_id
-        latest = self.store.turns.list(self.id, last=1)
-        return latest[-1].id if latest else None
 
     async def start_agent_call(
         self, input: str, caller: Caller, mode: InvocationMode = "delegate"
@@ -440,7 +424,7 @@ class ConversationActor:
             policy_applies=False,
         )
         decisions, _acks = self._handle(event)
-        _raise_refusal(decisions)
+        raise_refusal(decisions)
         return await self._answer(event.turn_id)
 
     async def run_agent_turn(self, turn_id: str) -> AgentAnswer:
@@ -528,7 +512,7 @@ class ConversationActor:
     async def remove_participant(self, agent_id: str) -> ParticipantChange:
         self._touch()
         decisions, _acks = self._handle(ParticipantRemoved(agent_id, utc_now()))
-        _raise_refusal(decisions)
+        raise_refusal(decisions)
         return ParticipantChange(agent_id=agent_id, left=True)
 
     async def set_policy(self, policy: ConcurrencyPolicy) -> ConversationChange:
@@ -568,6 +552,9 @@ class ConversationActor:
                 if seq is not None:
                     if seq <= last:
                         continue
+                    if seq > last + 1:  # another writer's events: from the store, in order
+                        for missed in self.store.events.list(self.id, last, limit=seq - last - 1):
+                            yield event_dict(missed)
                     last = seq
                 yield item
         finally:
@@ -575,8 +562,17 @@ class ConversationActor:
             self._last_activity = time.monotonic()
 
     def publish(self, event: JsonObject) -> None:
+        seq = event.get("seq")
+        if seq is not None:
+            self._published = max(self._published, int(seq))
         for queue in self._subscribers:
             queue.put_nowait(event)
+
+    def _catch_up(self) -> None:
+        """Publish what another writer of this conversation stored (a message acknowledged
+        while this actor started, a delivery failure the runner recorded)."""
+        for event in self.store.events.list(self.id, self._published):
+            self.publish(event_dict(event))
 
 
 def _author(caller: Caller) -> tuple[str, MessageSource]:
@@ -590,12 +586,3 @@ def _author(caller: Caller) -> tuple[str, MessageSource]:
             return user_id, "human"
         case _:
             assert_never(caller)
-
-
-def _raise_refusal(decisions: list[Decision]) -> None:
-    for decision in decisions:
-        match decision:
-            case Refuse(code=code, message=message):
-                raise REFUSALS.get(code, NonRetryableError)(message)
-            case _:
-                pass

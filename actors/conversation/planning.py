@@ -222,7 +222,7 @@ def _message_received(state: ConversationState, event: MessageReceived) -> list[
     queue = busy and policy is ConcurrencyPolicy.QUEUE
     turn, message = _new_turn(state, event, agent_id, started=not queue)
     if queue:
-        return [BeginTurn(turn, message), QueueTurn(turn.id)]
+        return [BeginTurn(turn, message), QueueTurn(turn.id, turn.agent_id)]
     decisions: list[Decision] = []
     if busy and policy is ConcurrencyPolicy.INTERRUPT:
         for turn_id in state.running:
@@ -278,6 +278,9 @@ def _turn_requested(state: ConversationState, event: TurnRequested) -> list[Deci
     turn = event.turn
     if turn.id in state.turns or turn.status is not TurnStatus.ACTIVE:
         return []  # already running here, or already over
+    policy = state.conversation.concurrency_policy
+    if event.policy_applies and state.busy and policy is ConcurrencyPolicy.QUEUE:
+        return [QueueTurn(turn.id, turn.agent_id)]
     return [StartTurn(turn.id, turn.agent_id, event.at), AssembleContext(turn.id, turn.agent_id)]
 
 
@@ -301,7 +304,7 @@ def _recovered(state: ConversationState, event: Recovered) -> list[Decision]:
     queue = state.conversation.concurrency_policy is ConcurrencyPolicy.QUEUE
     for n, turn in enumerate(unstarted):
         if queue and n > 0:
-            decisions.append(QueueTurn(turn.id))
+            decisions.append(QueueTurn(turn.id, turn.agent_id))
         else:
             decisions += [
                 StartTurn(turn.id, turn.agent_id, event.at),
@@ -658,8 +661,8 @@ def _apply_lifecycle(
     match decision:
         case BeginTurn(turn=turn):
             state.turns[turn.id] = TurnState(turn.id, turn.agent_id, TurnPhase.QUEUED)
-        case QueueTurn(turn_id=turn_id):
-            _ensure(state, turn_id, None)
+        case QueueTurn(turn_id=turn_id, agent_id=agent_id):
+            _ensure(state, turn_id, agent_id)
             state.queue.append(turn_id)
         case StartTurn(turn_id=turn_id, agent_id=agent_id):
             _ensure(state, turn_id, agent_id)

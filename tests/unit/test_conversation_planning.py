@@ -48,6 +48,7 @@ from actors.conversation.domain import (
     ParticipantAdded,
     ParticipantRemoved,
     PolicySet,
+    QueueTurn,
     Recovered,
     RecoveredTurn,
     Refuse,
@@ -514,6 +515,42 @@ def test_recovery_keeps_the_queue_policy_for_unstarted_turns() -> None:
         ]
         * 2
     )
+
+
+def test_a_recovered_queued_turn_keeps_the_agent_it_was_addressed_to() -> None:
+    turns = (
+        RecoveredTurn(active_turn("t1", started_at=None)),
+        RecoveredTurn(active_turn("t2", started_at=None, agent_id="agent-2")),
+    )
+    state = ConversationState(conversation(ConcurrencyPolicy.QUEUE))
+    decisions = planning.plan(state, Recovered(turns, NOW))
+    for decision in decisions:
+        planning.apply(state, decision)
+    assert decisions[-1] == QueueTurn("t2", "agent-2")
+    assert state.turns["t2"].agent_id == "agent-2"
+
+
+# --------------------------------------------------------------------------- picked up
+
+
+def test_a_turn_acknowledged_elsewhere_starts_when_the_conversation_is_idle() -> None:
+    state = ConversationState(conversation(ConcurrencyPolicy.QUEUE))
+    event = TurnRequested(active_turn("t2", started_at=None), NOW, policy_applies=True)
+    assert names(planning.plan(state, event)) == ["StartTurn", "AssembleContext"]
+
+
+def test_a_turn_acknowledged_elsewhere_queues_behind_a_running_one() -> None:
+    state = state_with(running("t1"), policy=ConcurrencyPolicy.QUEUE)
+    event = TurnRequested(active_turn("t2", started_at=None), NOW, policy_applies=True)
+    assert planning.plan(state, event) == [QueueTurn("t2", "agent-1")]
+    delegated = TurnRequested(active_turn("t3", started_at=None), NOW)  # policy does not apply
+    assert names(planning.plan(state, delegated)) == ["StartTurn", "AssembleContext"]
+
+
+def test_a_turn_already_live_is_not_picked_up_twice() -> None:
+    state = state_with(running("t1"))
+    event = TurnRequested(active_turn("t1", started_at=NOW), NOW, policy_applies=True)
+    assert planning.plan(state, event) == []
 
 
 def test_lost_operations_are_settled_with_a_retriable_error() -> None:

@@ -18,6 +18,8 @@ from core.domain import (
     OperationStatus,
     TurnStatus,
 )
+from core.errors import InvalidInput
+from core.ids import new_id
 from core.retry import RetryPolicy
 from core.store import Store
 from tests.conftest import async_wait_for
@@ -97,7 +99,10 @@ async def test_an_async_tool_is_answered_on_the_same_turn(cluster: InProcessClus
     )
     # Rule-style: a follow-up is a fresh model loop, so each call answers by its last message.
     script = [
-        {"match": "compute", "tool_calls": [{"name": "report", "arguments": {"expression": "6*7"}}]},
+        {
+            "match": "compute",
+            "tool_calls": [{"name": "report", "arguments": {"expression": "6*7"}}],
+        },
         {"match": "dispatched", "reply": "on it"},
         {"match": "[background result]", "reply": "the result is {{last_user}}"},
     ]
@@ -206,3 +211,66 @@ async def test_a_failing_extraction_keeps_the_answer(cluster: InProcessCluster) 
     assert cluster.store.turns.get(ack.turn_id).issues.memory_extraction_failed
     assert cluster.store.messages.list(conv)[-1].content == "kept"
     assert "memory_extraction.failed" in event_types(cluster.store, conv)
+
+
+# --------------------------------------------------------------------------- acknowledged elsewhere
+
+
+async def collect_until(stream: Any, event_type: str) -> list[dict[str, Any]]:
+    seen: list[dict[str, Any]] = []
+    async for event in stream:
+        seen.append(event)
+        if event["type"] == event_type:
+            return seen
+    return seen
+
+
+async def test_a_message_acknowledged_before_its_actor_exists_is_answered(
+    cluster: InProcessCluster,
+) -> None:
+    conv = conversation(cluster.store, [{"reply": "answer to {{last_user}}"}])
+    ack = cluster.intake.acknowledge(conv, "hello", "user-1", message_id=new_id("msg"))
+    assert ack is not None and conv not in cluster.actors
+    assert cluster.store.turns.get(ack.turn_id).started_at is None  # stored, not started
+    stream = cluster.stream_events(conv, 0)  # the actor starts: recovery picks the turn up
+    seen = await collect_until(stream, "turn.completed")
+    assert [e["seq"] for e in seen if e.get("seq")] == list(
+        range(1, len(event_types(cluster.store, conv)) + 1)
+    )
+    assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+    assert cluster.store.messages.list(conv)[-1].content == "answer to hello"
+
+
+async def test_the_actor_picks_up_a_message_acknowledged_while_it_started(
+    cluster: InProcessCluster,
+) -> None:
+    conv = conversation(cluster.store, [{"reply": "answer to {{last_user}}"}])
+    stream = cluster.stream_events(conv, 0)
+    assert (await anext(stream))["type"] == "conversation_started"
+    await asyncio.sleep(0.05)  # the actor has recovered (nothing to do) before the ack lands
+    ack = cluster.intake.acknowledge(conv, "late", "user-1", message_id=new_id("msg"))
+    assert ack is not None
+    # The caller's own call reaches the actor: it finds the message stored and starts the turn.
+    again = await cluster.post_message(conv, "late", "user-1", message_id=ack.message_id)
+    assert (again.turn_id, again.seq) == (ack.turn_id, ack.seq)
+    seen = await collect_until(stream, "turn.completed")
+    seqs = [e["seq"] for e in seen if e.get("seq")]
+    assert seqs == list(range(2, seqs[-1] + 1))  # the other writer's events too, in order
+    assert seen[0]["type"] == "turn.started" and seen[1]["type"] == "message"
+    assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+
+
+async def test_a_busy_conversation_is_left_to_its_actor(cluster: InProcessCluster) -> None:
+    conv = conversation(cluster.store, [{"reply": "slow", "delay_s": 1}])
+    first = await cluster.post_message(conv, "one", "user-1")
+    message_id = new_id("msg")
+    assert cluster.intake.acknowledge(conv, "two", "user-1", message_id=message_id) is None
+    assert [m.id for m in cluster.store.messages.list(conv)] == [first.message_id]
+    assert await ended(cluster, first.turn_id) is TurnStatus.COMPLETED
+
+
+async def test_a_refused_message_is_refused_without_the_actor(cluster: InProcessCluster) -> None:
+    conv = conversation(cluster.store, [{"reply": "x"}])
+    with pytest.raises(InvalidInput):
+        cluster.intake.acknowledge(conv, "hi", "u", message_id=new_id("msg"), agent_id="nobody")
+    assert cluster.store.messages.list(conv) == []
