@@ -45,6 +45,7 @@ from core.ports import (
     TurnOutcome,
 )
 from core.retry import ACTOR_CALL, STREAM_RESUME, with_retries
+from core.settings import settings_from_env
 
 log = logging.getLogger("wonder.cluster")
 
@@ -78,6 +79,9 @@ class RayActorHost:
             max_task_retries=0,
         )
 
+    async def ready(self, handle: Any) -> None:
+        await handle.__ray_ready__.remote()
+
     async def try_hibernate(self, handle: Any) -> bool:
         try:
             agreed: bool = await asyncio.wait_for(
@@ -102,7 +106,15 @@ class ConversationDirectoryActor(ConversationDirectory):
 
     def __init__(self, max_resident: int, settings_env: dict[str, str], ports: PortsFactory):
         self.settings_env = dict(settings_env)
-        super().__init__(max_resident, RayActorHost(self.settings_env, ports))
+        settings = settings_from_env(self.settings_env)
+        super().__init__(
+            max_resident,
+            RayActorHost(self.settings_env, ports),
+            max_starting=settings.max_starting_conversations,
+            max_waiting=settings.max_waiting_conversations,
+            reserve_size=settings.conversation_reserve,
+        )
+        asyncio.get_running_loop().call_soon(self.refill)  # Ray builds it on its event loop
 
     def configure(
         self, max_resident: int | None = None, idle_ttl_s: float | None = None
@@ -221,6 +233,15 @@ class RayConversations:
                 )
 
         posted.add_done_callback(done)
+
+    async def reserved_conversation_id(self) -> str | None:
+        """An id whose conversation actor is already running (``None``: pick your own)."""
+        try:
+            taken: str | None = await self._directory().take_reserved.remote()
+        except RAY_CALL_ERRORS as exc:
+            log.info("no reserved conversation actor (%s)", exc)
+            return None
+        return taken
 
     async def start_agent_call(
         self, conversation_id: str, input: str, caller: Caller, mode: InvocationMode = "delegate"

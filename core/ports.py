@@ -165,6 +165,11 @@ class TaskRunner(Protocol):
 class Conversations(Protocol):
     """Reaching Conversation actors (get-or-create through the directory, one retry helper)."""
 
+    async def reserved_conversation_id(self) -> str | None:
+        """An id whose actor is already started, for a conversation about to be created with
+        it; ``None`` when none is ready (the caller picks its own id)."""
+        ...
+
     async def post_message(
         self,
         conversation_id: str,
@@ -290,7 +295,11 @@ class ActorHost(Protocol):
     """How the conversation directory creates, evicts and stops conversation actors."""
 
     def create(self, conversation_id: str) -> Any:
-        """Get or create the conversation's actor; returns its handle."""
+        """Get or create the conversation's actor; returns its handle at once."""
+        ...
+
+    async def ready(self, handle: Any) -> None:
+        """Return once the actor is constructed (raise if it failed to start)."""
         ...
 
     async def try_hibernate(self, handle: Any) -> bool:

@@ -37,6 +37,15 @@ class Settings(BaseSettings):
 
     conversation_idle_ttl_s: float = Field(600.0, gt=0)
     max_resident_conversations: int = Field(64, ge=1)
+    max_starting_conversations: int = Field(
+        8, ge=1, description="Conversation actors starting at once (a burst queues behind them)"
+    )
+    conversation_reserve: int = Field(
+        2, ge=0, description="Conversation actors kept started for conversations not yet created"
+    )
+    max_waiting_conversations: int = Field(
+        512, ge=0, description="Activations queued for a start slot before refusing with 503"
+    )
     max_delegation_depth: int = Field(3, ge=0, le=20)
 
     http_allowed_hosts: list[str] = Field(default_factory=list)

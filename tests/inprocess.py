@@ -141,6 +141,9 @@ class InProcessCluster:
 
     # ------------------------------------------------------------------ Conversations
 
+    async def reserved_conversation_id(self) -> str | None:
+        return None
+
     async def post_message(
         self,
         conversation_id: str,

@@ -122,18 +122,27 @@ class Hibernating(RetryableError):
 
 
 class ConversationActor:
-    """Plain Python; ``cluster`` applies ``ray.remote`` with its name and lifetime."""
+    """Plain Python; ``cluster`` applies ``ray.remote`` with its name and lifetime.
+
+    An actor may be started before its conversation exists (the directory's reserve of warm
+    actors for new conversations): it binds to the stored conversation on its first call.
+    """
+
+    state: ConversationState
+    log: ConversationLog
+    tools: ToolDispatcher
+    steps: TurnSteps
 
     def __init__(self, conversation_id: str, ports: ConversationPortsFactory) -> None:
         self.id = conversation_id
         self.ports: ConversationPorts = ports()
         self.store = self.ports.store
-        conversation = self.store.conversations.get(conversation_id)
-        self.state = ConversationState(conversation)
-        self.log = ConversationLog(self.store, conversation_id, self.publish)
-        self._published = self.log.last_seq()  # stored events subscribers have been handed
-        self.tools = ToolDispatcher(self.ports, conversation)
-        self.steps = TurnSteps(self.ports, self.tools, self.publish)
+        self._bound = False
+        self._published = 0  # the last stored event subscribers have been handed
+        try:
+            self._bind()
+        except NotFound:
+            pass  # reserved: its conversation is written when its id is handed out
         self._subscribers: set[asyncio.Queue[JsonObject]] = set()
         self._work: dict[str, asyncio.Task[None]] = {}  # each running turn's current step
         self._models: dict[str, ChatModel] = {}  # each model loop's model (one per context)
@@ -149,6 +158,16 @@ class ConversationActor:
             asyncio.get_running_loop().call_soon(self._start_in_background)
         except RuntimeError:
             pass
+
+    def _bind(self) -> None:
+        """Load the conversation (once): its state, log, tools and steps."""
+        conversation = self.store.conversations.get(self.id)
+        self.state = ConversationState(conversation)
+        self.log = ConversationLog(self.store, self.id, self.publish)
+        self._published = self.log.last_seq()
+        self.tools = ToolDispatcher(self.ports, conversation)
+        self.steps = TurnSteps(self.ports, self.tools, self.publish)
+        self._bound = True
 
     # ------------------------------------------------------------------ the step
 
@@ -254,6 +273,8 @@ class ConversationActor:
         """Recover what a previous incarnation left, then watch for idleness (once)."""
         if self._started:
             return
+        if not self._bound:
+            self._bind()
         self._handle(self._recovered())
         self._started = True
         loop = asyncio.get_running_loop()
@@ -263,6 +284,8 @@ class ConversationActor:
             task.add_done_callback(self._side.discard)
 
     def _start_in_background(self) -> None:
+        if not self._bound:
+            return  # reserved: nothing to recover before the first call
         try:
             self._start()
         except Exception:  # the first call tries again
@@ -285,7 +308,8 @@ class ConversationActor:
             log.debug("model prewarm for %s skipped", self.id, exc_info=True)
 
     def is_idle(self) -> bool:
-        return not self._work and not self._subscribers and not self.state.turns
+        live = self.state.turns if self._bound else {}
+        return not self._work and not self._subscribers and not live
 
     async def status(self) -> JsonObject:
         self._touch()
@@ -317,7 +341,7 @@ class ConversationActor:
 
     async def shutdown(self, reason: str = "conversation deleted") -> JsonObject:
         """Stop everything running here (before the conversation is deleted); refuse new work."""
-        cancelled = sorted(self.state.turns)
+        cancelled = sorted(self.state.turns) if self._bound else []
         for turn_id in cancelled:
             await self.cancel_turn(turn_id, reason)
         self._closing = True

@@ -40,14 +40,20 @@ def _page(
 
 
 @router.post("", status_code=201, response_model=Conversation, summary="Start a conversation")
-def create(body: ConversationCreate, context: Context, client_id: ClientId) -> Conversation:
+async def create(body: ConversationCreate, context: Context, client_id: ClientId) -> Conversation:
+    """A new conversation; it gets the id of an already started actor when one is in reserve, so
+    its first message is answered without waiting for a process to start."""
     if body.agent_id is not None:
         try:
             context.store.agents.get(body.agent_id, client_id=client_id)
         except NotFound:
             raise InvalidInput(f"agent_id: agent {body.agent_id} not found") from None
     return create_conversation(
-        context.store, client_id=client_id, agent_id=body.agent_id, title=body.title
+        context.store,
+        client_id=client_id,
+        agent_id=body.agent_id,
+        title=body.title,
+        conversation_id=await context.conversations.reserved_conversation_id(),
     )
 
 

@@ -107,7 +107,12 @@ async def _on_wonder_error(request: Request, exc: Exception) -> JSONResponse:
     error = as_wonder_error(exc)
     if error is None:
         return await _on_unexpected(request, exc)
-    return _json(status_for(error), error_body(error))
+    status = status_for(error)
+    if status == 503:  # retriable: say when (a burst of new conversations, a restarting actor)
+        return JSONResponse(
+            status_code=503, content=error_body(error), headers={"Retry-After": "1"}
+        )
+    return _json(status, error_body(error))
 
 
 async def _on_request_validation(_request: Request, exc: Exception) -> JSONResponse:

@@ -274,3 +274,17 @@ async def test_a_refused_message_is_refused_without_the_actor(cluster: InProcess
     with pytest.raises(InvalidInput):
         cluster.intake.acknowledge(conv, "hi", "u", message_id=new_id("msg"), agent_id="nobody")
     assert cluster.store.messages.list(conv) == []
+
+
+async def test_an_actor_started_before_its_conversation_binds_on_its_first_call(
+    cluster: InProcessCluster,
+) -> None:
+    reserved = new_id("conv")
+    cluster.actor(reserved)  # the directory's reserve: no conversation yet
+    await asyncio.sleep(0.05)
+    client_id, _key = make_client(cluster.store)
+    agent = make_agent(cluster.store, client_id, scripted_profile(cluster.store, [{"reply": "hi"}]))
+    make_conversation(cluster.store, client_id, agent, conversation_id=reserved)
+    ack = await cluster.post_message(reserved, "hello", "user-1")
+    assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+    assert cluster.store.messages.list(reserved)[-1].content == "hi"
