@@ -75,11 +75,16 @@ async def _actor_turns(conv_id: str, n: int) -> list[float]:
     return samples
 
 
-async def _gateway_turns(port: int, key: str, conv_id: str, n: int) -> list[float]:
+async def _gateway_turns(
+    port: int, key: str, conv_id: str, n: int
+) -> tuple[list[float], list[float]]:
+    """Message frame → the agent's ``message`` event (the reply, what the user waits for), and
+    message frame → ``turn.completed`` (after memory extraction)."""
     import websockets
 
     url = f"ws://127.0.0.1:{port}/v1/conversations/{conv_id}/stream?after_seq=0"
-    samples = []
+    samples: list[float] = []
+    replies: list[float] = []
     async with websockets.connect(
         url, additional_headers={"Authorization": f"Bearer {key}"}, max_size=None
     ) as ws:
@@ -95,6 +100,9 @@ async def _gateway_turns(port: int, key: str, conv_id: str, n: int) -> list[floa
                 frame = json.loads(await ws.recv())
                 if frame.get("type") == "ack":
                     turn_id = frame.get("turn_id")
+                message = frame.get("message") or {}
+                if frame.get("type") == "message" and message.get("role") == "agent":
+                    replies.append(time.perf_counter() - t0)
                 if frame.get("type") == "turn.completed" and (
                     turn_id is None or frame.get("turn_id") == turn_id
                 ):
@@ -102,7 +110,7 @@ async def _gateway_turns(port: int, key: str, conv_id: str, n: int) -> list[floa
                 if frame.get("type") in ("turn.failed", "error"):
                     raise RuntimeError(frame)
             samples.append(time.perf_counter() - t0)
-    return samples
+    return samples, replies
 
 
 DASHBOARD: dict[str, str] = {}
@@ -230,8 +238,17 @@ async def main_async(args: argparse.Namespace, store: Any, port: int) -> dict[st
         store, client_id=setup["client_id"], agent_id=setup["agents"]["hooks"].id
     )
     await _gateway_turns(port, setup["key"], conv.id, 10)
-    results["gateway"] = ms(await _gateway_turns(port, setup["key"], conv.id, args.turns))
+    completed, replies = await _gateway_turns(port, setup["key"], conv.id, args.turns)
+    results["gateway"], results["gateway_reply"] = ms(completed), ms(replies)
     progress(f"turn via gateway WebSocket (hooks): {results['gateway']}")
+    progress(f"reply via gateway WebSocket (hooks): {results['gateway_reply']}")
+    conv = create_conversation(
+        store, client_id=setup["client_id"], agent_id=setup["agents"]["nohooks"].id
+    )
+    await _gateway_turns(port, setup["key"], conv.id, 10)
+    completed, replies = await _gateway_turns(port, setup["key"], conv.id, args.turns)
+    results["gateway_nohooks"], results["gateway_reply_nohooks"] = ms(completed), ms(replies)
+    progress(f"turn via gateway WebSocket (no hooks): {results['gateway_nohooks']}")
 
     results["bare_actor_start"] = ms(await _bare_actor_starts(args.reactivations))
     progress(f"bare detached actor create + first call (baseline): {results['bare_actor_start']}")
@@ -269,6 +286,10 @@ def main() -> None:
         "turn_overhead_nohooks_p99_ms": results["turn_nohooks"]["p99"],
         "gateway_turn_overhead_p50_ms": results["gateway"]["p50"],
         "gateway_turn_overhead_p99_ms": results["gateway"]["p99"],
+        "gateway_turn_overhead_nohooks_p50_ms": results["gateway_nohooks"]["p50"],
+        "gateway_reply_p50_ms": results["gateway_reply"]["p50"],
+        "gateway_reply_p99_ms": results["gateway_reply"]["p99"],
+        "gateway_reply_nohooks_p50_ms": results["gateway_reply_nohooks"]["p50"],
         "reactivation_p50_ms": results["reactivation"]["p50"],
         "reactivation_p99_ms": results["reactivation"]["p99"],
         "bare_actor_start_p50_ms": results["bare_actor_start"]["p50"],
