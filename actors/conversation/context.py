@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 
 from actors.conversation.domain import ToolCatalog
+from core.context_contract import AssembledRequest, request_messages
 from core.domain import (
     AsyncOperation,
     Message,
     MessageRole,
     ModelProfile,
+    Move,
     Persona,
     Tool,
     ToolResult,
     resolved_tool_calling,
 )
+from core.errors import InvalidInput
 from core.jsontypes import JsonObject
 from core.llm.protocol import ChatRequest, ToolCallRequested, ToolSpec
 
@@ -71,6 +75,47 @@ def assemble_context(
 
 def tool_spec(tool: Tool) -> ToolSpec:
     return ToolSpec(name=tool.name, description=tool.description, parameters=tool.input_schema)
+
+
+def openai_body(request: ChatRequest) -> JsonObject:
+    """A request in the OpenAI chat-completions shape (what a context-assembly hook is given)."""
+    body: JsonObject = {
+        "model": request.model,
+        "messages": list(request.messages),
+        "temperature": request.temperature,
+        "max_tokens": request.max_tokens,
+    }
+    if request.tools:
+        body["tools"] = [spec.to_openai() for spec in request.tools]
+    return body
+
+
+def request_from_hook(
+    assembled: AssembledRequest, default: ChatRequest, catalog: ToolCatalog
+) -> ChatRequest:
+    """The request a hook assembled, as the loop will send it: the model, timeout and tool-calling
+    mode stay the profile's; tools must be among the persona's (their specs are the library's);
+    without ``tools`` the persona's tools are offered as usual."""
+    tools = default.tools
+    if assembled.tools is not None:
+        known = {spec.name: spec for spec in default.tools}
+        unknown = sorted({t.function.name for t in assembled.tools} - set(known))
+        if unknown:
+            raise InvalidInput(
+                f"the context-assembly hook offered tools this persona does not have: {unknown}"
+            )
+        tools = [known[t.function.name] for t in assembled.tools]
+    return ChatRequest(
+        messages=request_messages(assembled),
+        tools=tools,
+        model=default.model,
+        temperature=(
+            default.temperature if assembled.temperature is None else assembled.temperature
+        ),
+        max_tokens=default.max_tokens if assembled.max_tokens is None else assembled.max_tokens,
+        timeout_s=default.timeout_s,
+        tool_calling=default.tool_calling,
+    )
 
 
 def request_for_step(
@@ -140,6 +185,30 @@ def operation_result_message(operation: AsyncOperation) -> JsonObject:
         "content": f"[background result] {operation.tool_name} (operation {operation.id}) "
         f"{outcome}: {tool_result_text(result)}. Tell the user what it means.",
     }
+
+
+def turn_transcript(messages: Sequence[Message], moves: Sequence[Move]) -> list[JsonObject]:
+    """A turn as memory extraction sees it, in order: its messages and every tool call with its
+    arguments and result or error (seed 001's "turn transcript")."""
+    entries: list[tuple[datetime, int, JsonObject]] = []
+    for message in messages:
+        entry: JsonObject = {
+            "role": message.role.value,
+            "author": message.author,
+            "content": message.content,
+        }
+        entries.append((message.created_at, 0, entry))
+    for move in moves:
+        call, result = move.tool_call, move.tool_result
+        if call is None:
+            continue  # the model's words: its messages carry them
+        entry = {"role": "tool_call", "id": call.id, "name": call.name, "arguments": call.input}
+        if result is not None:
+            entry["success"] = result.success
+            entry["result"] = result.result
+            entry["error"] = None if result.error is None else result.error.model_dump(mode="json")
+        entries.append((move.created_at, 1, entry))
+    return [entry for _at, _kind, entry in sorted(entries, key=lambda e: (e[0], e[1]))]
 
 
 def recent_turn_ids(turn_ids: Sequence[str], current: str, limit: int) -> list[str]:

@@ -73,10 +73,21 @@ class ToolDispatcher:
         return await self.ports.tasks.run(task, task_input, context)
 
     async def run_hook(
-        self, task_id: str, payload: JsonObject, turn_id: str, agent_id: str
+        self,
+        task_id: str,
+        payload: JsonObject,
+        turn_id: str,
+        agent_id: str,
+        *,
+        workflow: bool = False,
     ) -> JsonObject:
-        """Run a hook task; a business failure is an error here (hooks have no model to tell)."""
-        outcome = await self.run_task(task_id, payload, self.task_context(turn_id, agent_id))
+        """Run a hook (a task, or a workflow run to its end); a business failure is an error
+        here (hooks have no model to tell)."""
+        if workflow:
+            parent = ConversationParent(conversation_id=self.conversation.id, turn_id=turn_id)
+            outcome = await self.ports.workflows.run_to_end(task_id, payload, parent=parent)
+        else:
+            outcome = await self.run_task(task_id, payload, self.task_context(turn_id, agent_id))
         if not outcome.success:
             raise RetryableError(f"hook {task_id} failed: {outcome.error_message()}")
         result = outcome.result

@@ -288,3 +288,56 @@ async def test_an_actor_started_before_its_conversation_binds_on_its_first_call(
     ack = await cluster.post_message(reserved, "hello", "user-1")
     assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
     assert cluster.store.messages.list(reserved)[-1].content == "hi"
+
+
+# --------------------------------------------------------------------------- hooks
+
+
+async def test_a_hook_assembles_the_request_the_model_sees(cluster: InProcessCluster) -> None:
+    """The library's example hook (a real task, run by the executor) reorders history and adds an
+    index; the model answers with what it was sent."""
+    hook = task_tool(
+        cluster.store,
+        "reorder",
+        [{"kind": "python", "params": {"callable": "library.adapters:newest_first_with_index"}}],
+    )
+    conv = conversation(
+        cluster.store,
+        [{"reply": "CONTEXT {{context}} HISTORY {{history}}"}],
+        context_assembly_task_id=hook.target_id,
+    )
+    for text in ("alpha", "beta"):
+        ack = await cluster.post_message(conv, text, "user-1")
+        assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+    answer = cluster.store.messages.list(conv)[-1].content
+    context, history = answer.split(" HISTORY ", 1)
+    assert "Index of earlier questions:\n1. alpha" in context
+    assert history.split(" | ")[0] == "alpha" and history.split(" | ")[-1] == "beta"
+
+
+async def test_extraction_gets_the_turns_moves(cluster: InProcessCluster) -> None:
+    calc = task_tool(
+        cluster.store,
+        "calc",
+        [{"kind": "python", "params": {"callable": "library.callables:calculate"}}],
+        schema={"type": "object", "properties": {"expression": {"type": "string"}}},
+    )
+    remember = task_tool(
+        cluster.store,
+        "remember",
+        [{"kind": "context.set", "params": {"key": "transcript", "value": "{{input.transcript}}"}}],
+    )
+    script = [
+        {"tool_calls": [{"name": "calc", "arguments": {"expression": "6*7"}}]},
+        {"reply": "it is 42"},
+    ]
+    conv = conversation(
+        cluster.store, script, tools=[calc], memory_extraction_task_id=remember.target_id
+    )
+    ack = await cluster.post_message(conv, "what is 6*7?", "user-1")
+    assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+    transcript = cluster.store.context.get(conv, "transcript")
+    assert [entry["role"] for entry in transcript] == ["user", "tool_call", "agent"]
+    call = transcript[1]
+    assert call["name"] == "calc" and call["arguments"] == {"expression": "6*7"}
+    assert call["result"] == {"expression": "6*7", "result": 42} and call["success"] is True
