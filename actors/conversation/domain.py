@@ -510,6 +510,7 @@ class FailTurn:
     usage: Usage
     context_failed: bool
     at: datetime
+    error: ToolError | None = None  # what failed, when a step did (``retriable``: ask again)
 
 
 @dataclass(frozen=True, slots=True)

@@ -355,7 +355,7 @@ def _context_assembly_failed(
     reason = f"context assembly failed: {event.error.message}"
     return [
         NoteEvent("context_assembly.failed", payload, event.at),
-        FailTurn(turn.turn_id, reason, turn.usage, True, event.at),
+        FailTurn(turn.turn_id, reason, turn.usage, True, event.at, event.error),
         *_start_next(state, turn.turn_id, event.at),
     ]
 
@@ -428,7 +428,7 @@ def _model_failed(state: ConversationState, event: ModelFailed) -> list[Decision
     if turn is None:
         return []
     return [
-        FailTurn(turn.turn_id, event.error.message, turn.usage, False, event.at),
+        FailTurn(turn.turn_id, event.error.message, turn.usage, False, event.at, event.error),
         *_start_next(state, turn.turn_id, event.at),
     ]
 

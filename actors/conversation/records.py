@@ -146,11 +146,14 @@ class BatchWriter:
                     usage=usage,
                     memory_extraction_failed=extraction_failed,
                 )
-            case FailTurn(turn_id=turn_id, reason=reason, usage=usage, at=at):
+            case FailTurn(turn_id=turn_id, reason=reason, usage=usage, at=at, error=error):
+                extra: JsonObject = {"reason": reason}
+                if error is not None:
+                    extra["error"] = error.model_dump(mode="json")
                 return self._turn_change(
                     turn_id,
                     "turn.failed",
-                    {"reason": reason},
+                    extra,
                     status=TurnStatus.FAILED,
                     failure_reason=reason,
                     completed_at=at,
