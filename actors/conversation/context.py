@@ -53,15 +53,20 @@ def assemble_context(
     catalog: ToolCatalog,
     agent_id: str | None,
     system_context: str = "",
+    replied_to: Message | None = None,
 ) -> ChatRequest:
     """The built-in default context: system prompt (+ hook context) + recent turns + tool specs.
 
-    ``history`` is the conversation's messages of the recent turns, the current user message last.
+    ``history`` is the conversation's messages of the recent turns, the current user message last;
+    ``replied_to`` is the message the user replies to, shown to the model with that message.
     """
     system = persona.system_prompt
     if system_context:
         system = f"{system}\n\n{system_context}"
-    messages = [{"role": "system", "content": system}, *history_messages(history, agent_id)]
+    chat = history_messages(history, agent_id)
+    if replied_to is not None and chat and chat[-1]["role"] == "user":
+        chat[-1] = {**chat[-1], "content": f"{reply_note(replied_to)}\n{chat[-1]['content']}"}
+    messages = [{"role": "system", "content": system}, *chat]
     return ChatRequest(
         messages=messages,
         tools=[tool_spec(tool) for tool in catalog.visible()],
@@ -71,6 +76,17 @@ def assemble_context(
         timeout_s=profile.timeout_s,
         tool_calling=resolved_tool_calling(profile),
     )
+
+
+REPLY_QUOTE_CHARS = 500
+
+
+def reply_note(replied_to: Message) -> str:
+    """How the model sees which message the user answers (seed 004: replies)."""
+    quoted = " ".join(replied_to.content.split())
+    if len(quoted) > REPLY_QUOTE_CHARS:
+        quoted = quoted[: REPLY_QUOTE_CHARS - 1] + "…"
+    return f'[in reply to {replied_to.author}: "{quoted}"]'
 
 
 def tool_spec(tool: Tool) -> ToolSpec:

@@ -98,8 +98,13 @@ class TurnSteps:
         history = self._recent_history(turn_id, setup.persona.recent_turns_limit)
         pending = self.store.async_operations.list(self.conversation_id, statuses=WAITING)
         note = pending_operations_note(pending)
+        replied_to = (
+            self.store.messages.get(turn.reply_to_message_id)
+            if turn.reply_to_message_id is not None
+            else None
+        )
         default = assemble_context(
-            setup.persona, setup.profile, history, setup.catalog, setup.agent.id, note
+            setup.persona, setup.profile, history, setup.catalog, setup.agent.id, note, replied_to
         )
         hook = setup.persona.context_hook
         if not hook:
@@ -126,6 +131,7 @@ class TurnSteps:
                     setup.catalog,
                     setup.agent.id,
                     system_context,
+                    replied_to,
                 )
         except WonderError as exc:
             return ContextAssemblyFailed(turn_id, ToolError.of(exc), utc_now())

@@ -169,8 +169,10 @@ class ToolDispatcher:
             child_id, child_turn = self._create_child(turn_id, target.id, message, caller, label)
             answer = await conversations.run_agent_turn(child_id, child_turn)
         if answer.status is not TurnStatus.COMPLETED:
+            # Seed 001: a delegate that failed (crashed, interrupted, its model down) may be asked
+            # again; the calling model decides.
             reason = f"agent {target.id} failed: {answer.failure_reason}"
-            return failed_outcome(ErrorCode.EXECUTION_FAILED, reason)
+            return failed_outcome(ErrorCode.EXECUTION_FAILED, reason, retriable=True)
         return TaskOutcome.ok(
             {
                 "agent_id": target.id,

@@ -341,3 +341,19 @@ async def test_extraction_gets_the_turns_moves(cluster: InProcessCluster) -> Non
     call = transcript[1]
     assert call["name"] == "calc" and call["arguments"] == {"expression": "6*7"}
     assert call["result"] == {"expression": "6*7", "result": 42} and call["success"] is True
+
+
+async def test_the_model_sees_which_message_the_user_replies_to(cluster: InProcessCluster) -> None:
+    script = [
+        {"match": "question one", "reply": "first answer"},
+        {"match": "why?", "reply": "{{last_user}}"},
+    ]
+    conv = conversation(cluster.store, script)
+    first = await cluster.post_message(conv, "question one", "user-1")
+    assert await ended(cluster, first.turn_id) is TurnStatus.COMPLETED
+    replied = cluster.store.messages.list(conv)[-1]
+    second = await cluster.post_message(conv, "why?", "user-1", reply_to_message_id=replied.id)
+    assert await ended(cluster, second.turn_id) is TurnStatus.COMPLETED
+    seen = cluster.store.messages.list(conv)[-1].content
+    assert seen == f'[in reply to {replied.author}: "first answer"]\nwhy?'
+    assert cluster.store.turns.get(second.turn_id).parent_turn_id == first.turn_id
