@@ -357,3 +357,28 @@ async def test_the_model_sees_which_message_the_user_replies_to(cluster: InProce
     seen = cluster.store.messages.list(conv)[-1].content
     assert seen == f'[in reply to {replied.author}: "first answer"]\nwhy?'
     assert cluster.store.turns.get(second.turn_id).parent_turn_id == first.turn_id
+
+
+async def test_the_history_tool_reads_beyond_the_window(cluster: InProcessCluster) -> None:
+    history = task_tool(
+        cluster.store,
+        "conversation_history",
+        [{"kind": "conversation.history", "params": {"query": "{{input.query}}"}}],
+        schema={"type": "object", "properties": {"query": {"type": "string"}}},
+    )
+    script = [  # rules: the first that matches the last message answers
+        {"match": '"messages"', "reply": "found: {{last_tool}}"},
+        {"match": "remember", "reply": "noted"},
+        {"match": "filler", "reply": "ok"},
+        {
+            "match": "what was the code",
+            "tool_calls": [{"name": "conversation_history", "arguments": {"query": "code is"}}],
+        },
+    ]
+    conv = conversation(cluster.store, script, tools=[history], recent_turns_limit=1)
+    for text in ("remember: the code is 4711", "filler one", "filler two", "what was the code?"):
+        ack = await cluster.post_message(conv, text, "user-1")
+        assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+    answer = cluster.store.messages.list(conv)[-1].content
+    assert answer.startswith("found: ") and "the code is 4711" in answer
+    assert "filler" not in answer  # only the messages that match the query
