@@ -244,10 +244,16 @@ class RayConversations:
         return taken
 
     async def start_agent_call(
-        self, conversation_id: str, input: str, caller: Caller, mode: InvocationMode = "delegate"
+        self,
+        conversation_id: str,
+        input: str,
+        caller: Caller,
+        mode: InvocationMode = "delegate",
+        agent_id: str | None = None,
     ) -> AgentAnswer:
         return await self._call(
-            conversation_id, lambda actor: actor.start_agent_call.remote(input, caller, mode)
+            conversation_id,
+            lambda actor: actor.start_agent_call.remote(input, caller, mode, agent_id),
         )
 
     async def run_agent_turn(self, conversation_id: str, turn_id: str) -> AgentAnswer:

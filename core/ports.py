@@ -183,8 +183,16 @@ class Conversations(Protocol):
     ) -> MessageAck: ...
 
     async def start_agent_call(
-        self, conversation_id: str, input: str, caller: Caller, mode: InvocationMode = "delegate"
-    ) -> AgentAnswer: ...
+        self,
+        conversation_id: str,
+        input: str,
+        caller: Caller,
+        mode: InvocationMode = "delegate",
+        agent_id: str | None = None,
+    ) -> AgentAnswer:
+        """One turn answering ``input`` in the conversation, by ``agent_id`` (default: its primary
+        agent). ``loop_in``: that agent first joins the conversation as a participant."""
+        ...
 
     async def run_agent_turn(self, conversation_id: str, turn_id: str) -> AgentAnswer: ...
 

@@ -165,9 +165,14 @@ class InProcessCluster:
         )
 
     async def start_agent_call(
-        self, conversation_id: str, input: str, caller: Caller, mode: InvocationMode = "delegate"
+        self,
+        conversation_id: str,
+        input: str,
+        caller: Caller,
+        mode: InvocationMode = "delegate",
+        agent_id: str | None = None,
     ) -> AgentAnswer:
-        return await self.actor(conversation_id).start_agent_call(input, caller, mode)
+        return await self.actor(conversation_id).start_agent_call(input, caller, mode, agent_id)
 
     async def run_agent_turn(self, conversation_id: str, turn_id: str) -> AgentAnswer:
         return await self.actor(conversation_id).run_agent_turn(turn_id)

@@ -432,10 +432,18 @@ class ConversationActor:
         )
 
     async def start_agent_call(
-        self, input: str, caller: Caller, mode: InvocationMode = "delegate"
+        self,
+        input: str,
+        caller: Caller,
+        mode: InvocationMode = "delegate",
+        agent_id: str | None = None,
     ) -> AgentAnswer:
-        """Run one turn for another agent or a workflow and return its answer."""
+        """Run one turn for another agent or a workflow and return its answer: by ``agent_id``
+        (default: the primary agent), which first joins the conversation when ``loop_in``."""
         self._touch()
+        if mode == "loop_in" and agent_id is not None:
+            joined, _acks = self._handle(ParticipantAdded(agent_id, utc_now()))
+            raise_refusal(joined)
         author, source = _author(caller)
         event = self._received(
             input,
@@ -444,7 +452,7 @@ class ConversationActor:
             source,
             None,
             None,
-            self.state.conversation.agent_id,
+            agent_id or self.state.conversation.agent_id,
             policy_applies=False,
         )
         decisions, _acks = self._handle(event)

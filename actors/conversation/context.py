@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from actors.conversation.domain import ToolCatalog
+from actors.conversation.tool_calls import MODE_ARGUMENT, MODES
 from core.context_contract import AssembledRequest, request_messages
 from core.domain import (
     AsyncOperation,
@@ -90,7 +91,17 @@ def reply_note(replied_to: Message) -> str:
 
 
 def tool_spec(tool: Tool) -> ToolSpec:
-    return ToolSpec(name=tool.name, description=tool.description, parameters=tool.input_schema)
+    parameters = tool.input_schema
+    if tool.target_type == "agent" and parameters.get("type") == "object":
+        mode = {
+            "type": "string",
+            "enum": list(MODES),
+            "description": f"delegate: a private one-off answer; loop_in: the agent joins this "
+            f"conversation and answers here (default: {tool.invocation_mode})",
+        }
+        properties = {**(parameters.get("properties") or {}), MODE_ARGUMENT: mode}
+        parameters = {**parameters, "properties": properties}
+    return ToolSpec(name=tool.name, description=tool.description, parameters=parameters)
 
 
 def openai_body(request: ChatRequest) -> JsonObject:

@@ -382,7 +382,11 @@ class WorkflowCoordinator:
             caller = WorkflowCaller(run_id=self.run_id)
             answer = await asyncio.wait_for(
                 self.ports.conversations.start_agent_call(
-                    conversation_id, message, caller, decision.mode
+                    conversation_id,
+                    message,
+                    caller,
+                    decision.mode,
+                    agent_id=decision.agent_id if decision.mode == "loop_in" else None,
                 ),
                 decision.timeout_s,
             )

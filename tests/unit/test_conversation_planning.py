@@ -17,6 +17,7 @@ import pytest
 
 from actors.conversation import context as ctx
 from actors.conversation import planning
+from actors.conversation.context import tool_spec
 from actors.conversation.domain import (
     AgentSetup,
     AppendAgentMessage,
@@ -760,6 +761,20 @@ def test_valid_tool_calls_are_dispatched_with_mapped_input(
     decision = plan_tool_call(tool_call, CATALOG)
     assert isinstance(decision, DispatchTool)
     assert decision.input == expected_input
+
+
+def test_an_agent_call_may_choose_its_mode_outside_the_tools_schema() -> None:
+    strict = ASK.model_copy(
+        update={"input_schema": {"type": "object", "additionalProperties": False}}
+    )
+    catalog = ToolCatalog(by_name={"ask_expert": strict})
+    chosen = plan_tool_call(call("ask_expert", {"mode": "loop_in"}), catalog)
+    assert isinstance(chosen, DispatchTool) and chosen.input == {"mode": "loop_in"}
+    wrong = plan_tool_call(call("ask_expert", {"mode": "sideways"}), catalog)
+    assert isinstance(wrong, ReturnToolError) and wrong.result.error is not None
+    assert "mode is one of ['delegate', 'loop_in']" in wrong.result.error.message
+    spec = tool_spec(strict)  # the model is told it may choose
+    assert spec.parameters["properties"]["mode"]["enum"] == ["delegate", "loop_in"]
 
 
 def test_permissions_deny_wins_over_allow() -> None:

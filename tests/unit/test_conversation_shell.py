@@ -16,10 +16,11 @@ from core.domain import (
     ConcurrencyPolicy,
     MessageRole,
     OperationStatus,
+    Tool,
     TurnStatus,
 )
 from core.errors import InvalidInput
-from core.ids import new_id
+from core.ids import new_id, utc_now
 from core.retry import RetryPolicy
 from core.store import Store
 from tests.conftest import async_wait_for
@@ -382,3 +383,88 @@ async def test_the_history_tool_reads_beyond_the_window(cluster: InProcessCluste
     answer = cluster.store.messages.list(conv)[-1].content
     assert answer.startswith("found: ") and "the code is 4711" in answer
     assert "filler" not in answer  # only the messages that match the query
+
+
+# --------------------------------------------------------------------------- loop_in
+
+
+def expert_and_host(
+    cluster: InProcessCluster, mode: str, host_script: list[dict[str, Any]]
+) -> tuple[str, str]:
+    store = cluster.store
+    client_id, _key = make_client(store)
+    expert = make_agent(
+        store,
+        client_id,
+        scripted_profile(store, [{"reply": "expert on: {{last_user}}"}]),
+    )
+    ask = store.tools.put(
+        Tool(
+            id=f"tool-ask-{new_id().lower()}",
+            name="ask_expert",
+            description="ask the expert",
+            input_schema={
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {"input": {"type": "string"}},
+            },
+            target_type="agent",
+            target_id=expert.id,
+            invocation_mode=mode,
+        ),
+        utc_now(),
+    )
+    host = make_agent(store, client_id, scripted_profile(store, host_script), [ask])
+    return make_conversation(store, client_id, host).id, expert.id
+
+
+async def test_a_looped_in_agent_answers_the_invitation_here_then_when_addressed(
+    cluster: InProcessCluster,
+) -> None:
+    host_script = [  # rules: by the last message the host's model sees
+        {"match": '"joined"', "reply": "the expert said: {{last_tool}}"},
+        {
+            "match": "bring",
+            "tool_calls": [{"name": "ask_expert", "arguments": {"input": "is the plan sound?"}}],
+        },
+    ]
+    conv, expert = expert_and_host(cluster, "loop_in", host_script)
+    ack = await cluster.post_message(conv, "bring the expert", "user-1")
+    assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+    spoken = [(m.author, m.content) for m in cluster.store.messages.list(conv)]
+    assert (expert, "expert on: is the plan sound?") in spoken  # answered in this conversation
+    assert spoken[-1][1].startswith("the expert said:") and "expert on:" in spoken[-1][1]
+    assert expert in {p.id for p in cluster.store.conversations.get(conv).participants}
+
+    asked = await cluster.post_message(conv, f"@{expert} and now?", "user-1")
+    assert await ended(cluster, asked.turn_id) is TurnStatus.COMPLETED
+    assert cluster.store.turns.get(asked.turn_id).agent_id == expert
+
+    await cluster.remove_participant(conv, expert)
+    after = await cluster.post_message(conv, f"@{expert} still there?", "user-1")
+    assert await ended(cluster, after.turn_id) is TurnStatus.COMPLETED
+    assert cluster.store.turns.get(after.turn_id).agent_id != expert  # the host answers now
+
+
+async def test_a_call_may_choose_loop_in_over_the_tools_delegate(
+    cluster: InProcessCluster,
+) -> None:
+    host_script = [
+        {"match": '"joined"', "reply": "joined"},
+        {
+            "match": "bring",
+            "tool_calls": [
+                {"name": "ask_expert", "arguments": {"input": "hello", "mode": "loop_in"}}
+            ],
+        },
+    ]
+    conv, expert = expert_and_host(cluster, "delegate", host_script)
+    ack = await cluster.post_message(conv, "bring the expert", "user-1")
+    assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+    assert expert in {p.id for p in cluster.store.conversations.get(conv).participants}
+    assert (
+        cluster.store.conversations.list(
+            cluster.store.conversations.get(conv).client_id, parent_id=conv
+        )
+        == []
+    )  # no child: not delegated
