@@ -304,6 +304,7 @@ class Turn(Model):
     reply_to_message_id: str | None = None
     status: TurnStatus = TurnStatus.ACTIVE
     failure_reason: str | None = None
+    failure_code: ErrorCode | None = None  # AGENT_DECLINED when the agent declined
     context_assembly_run_id: str | None = None
     memory_extraction_run_id: str | None = None
     issues: TurnIssues = Field(default_factory=TurnIssues)

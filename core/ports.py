@@ -56,7 +56,12 @@ class AgentAnswer(Model):
     turn_id: str
     status: TurnStatus
     failure_reason: str | None = None
+    failure_code: ErrorCode | None = None
     content: str = ""
+
+    @property
+    def declined(self) -> bool:
+        return self.failure_code is ErrorCode.AGENT_DECLINED
 
 
 class TurnOutcome(Model):

@@ -482,6 +482,7 @@ class ConversationActor:
             turn_id=turn_id,
             status=done.status,
             failure_reason=done.failure_reason,
+            failure_code=done.failure_code,
             content=answers[-1].content if answers else "",
         )
 

@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
+from typing import assert_never
 
 from actors.conversation.domain import ToolCatalog
 from actors.conversation.tool_calls import MODE_ARGUMENT, MODES
 from core.context_contract import AssembledRequest, request_messages
 from core.domain import (
+    AgentCaller,
     AsyncOperation,
+    Caller,
     Message,
     MessageRole,
     ModelProfile,
@@ -22,11 +25,26 @@ from core.domain import (
     Persona,
     Tool,
     ToolResult,
+    UserCaller,
+    WorkflowCaller,
     resolved_tool_calling,
 )
 from core.errors import InvalidInput
 from core.jsontypes import JsonObject
 from core.llm.protocol import ChatRequest, ToolCallRequested, ToolSpec
+
+DECLINE_TOOL = "decline"
+DECLINE_SPEC = ToolSpec(
+    DECLINE_TOOL,
+    "Decline this request when you cannot or should not do it, and say why: the agent or "
+    "workflow that asked is told (AGENT_DECLINED) and may ask again with more context.",
+    {
+        "type": "object",
+        "properties": {"reason": {"type": "string", "maxLength": 1000}},
+        "required": ["reason"],
+    },
+)
+"""Offered to turns run for another agent or a workflow (seed 001: "Delegated Agent Errors")."""
 
 MUST_ANSWER_NOTE = (
     "You have used every tool call this turn allows. Answer the user now with what you have."
@@ -55,6 +73,7 @@ def assemble_context(
     agent_id: str | None,
     system_context: str = "",
     replied_to: Message | None = None,
+    may_decline: bool = False,
 ) -> ChatRequest:
     """The built-in default context: system prompt (+ hook context) + recent turns + tool specs.
 
@@ -68,9 +87,12 @@ def assemble_context(
     if replied_to is not None and chat and chat[-1]["role"] == "user":
         chat[-1] = {**chat[-1], "content": f"{reply_note(replied_to)}\n{chat[-1]['content']}"}
     messages = [{"role": "system", "content": system}, *chat]
+    tools = [tool_spec(tool) for tool in catalog.visible()]
+    if may_decline and DECLINE_TOOL not in catalog.by_name:
+        tools.append(DECLINE_SPEC)
     return ChatRequest(
         messages=messages,
-        tools=[tool_spec(tool) for tool in catalog.visible()],
+        tools=tools,
         model=profile.model,
         temperature=profile.temperature,
         max_tokens=profile.max_tokens,
@@ -80,6 +102,32 @@ def assemble_context(
 
 
 REPLY_QUOTE_CHARS = 500
+
+
+def may_decline(caller: Caller) -> bool:
+    """Whether a turn may decline: one run for another agent or a workflow (not a user's)."""
+    match caller:
+        case AgentCaller() | WorkflowCaller():
+            return True
+        case UserCaller():
+            return False
+        case _:
+            assert_never(caller)
+
+
+def declined(calls: Sequence[ToolCallRequested], offered: Sequence[ToolSpec]) -> str | None:
+    """The reason, when the model called the ``decline`` tool it was offered."""
+    if DECLINE_SPEC not in offered:
+        return None
+    for call in calls:
+        if call.name == DECLINE_TOOL:
+            try:
+                arguments = json.loads(call.arguments or "{}")
+            except json.JSONDecodeError:
+                arguments = {}
+            reason = arguments.get("reason") if isinstance(arguments, dict) else None
+            return str(reason or "no reason given")[:1000]
+    return None
 
 
 def reply_note(replied_to: Message) -> str:

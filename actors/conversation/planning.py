@@ -32,6 +32,7 @@ from datetime import datetime
 from typing import assert_never
 
 from actors.conversation.context import (
+    declined,
     operation_result_message,
     request_for_step,
     tool_exchange,
@@ -369,6 +370,14 @@ def _model_answered(state: ConversationState, event: ModelAnswered) -> list[Deci
     agent_id = turn.setup.agent.id
     if not event.tool_calls:
         return [*decisions, *_answered(state, turn, agent_id, event.text, usage, event.at)]
+    reason = declined(event.tool_calls, turn.base.tools if turn.base is not None else ())
+    if reason is not None:
+        refusal = ToolError(code=ErrorCode.AGENT_DECLINED, message=reason, retriable=False)
+        return [
+            *decisions,
+            FailTurn(turn.turn_id, f"declined: {reason}", usage, False, event.at, refusal),
+            *_start_next(state, turn.turn_id, event.at),
+        ]
     if turn.moves_made >= turn.setup.max_moves:
         # It was asked to answer without tools and called some anyway: stop, do not loop.
         reason = f"the model kept calling tools after its {turn.setup.max_moves} moves"

@@ -156,6 +156,7 @@ class BatchWriter:
                     extra,
                     status=TurnStatus.FAILED,
                     failure_reason=reason,
+                    failure_code=None if error is None else error.code,
                     completed_at=at,
                     awaiting_operations=False,
                     usage=usage,

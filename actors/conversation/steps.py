@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from actors.conversation.context import (
     assemble_context,
     history_messages,
+    may_decline,
     openai_body,
     pending_operations_note,
     recent_turn_ids,
@@ -103,8 +104,16 @@ class TurnSteps:
             if turn.reply_to_message_id is not None
             else None
         )
+        decline = may_decline(turn.caller)
         default = assemble_context(
-            setup.persona, setup.profile, history, setup.catalog, setup.agent.id, note, replied_to
+            setup.persona,
+            setup.profile,
+            history,
+            setup.catalog,
+            setup.agent.id,
+            note,
+            replied_to,
+            decline,
         )
         hook = setup.persona.context_hook
         if not hook:
@@ -132,6 +141,7 @@ class TurnSteps:
                     setup.agent.id,
                     system_context,
                     replied_to,
+                    decline,
                 )
         except WonderError as exc:
             return ContextAssemblyFailed(turn_id, ToolError.of(exc), utc_now())

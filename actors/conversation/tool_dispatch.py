@@ -145,6 +145,9 @@ class ToolDispatcher:
         answer = await self.ports.conversations.start_agent_call(
             self.conversation.id, invitation, caller, "loop_in", agent_id=target.id
         )
+        if answer.declined:
+            reason = f"agent {target.id} joined but declined: {answer.failure_reason}"
+            return failed_outcome(ErrorCode.AGENT_DECLINED, reason)
         if answer.status is not TurnStatus.COMPLETED:
             reason = f"agent {target.id} joined but could not answer: {answer.failure_reason}"
             return failed_outcome(ErrorCode.EXECUTION_FAILED, reason, retriable=True)
@@ -184,6 +187,9 @@ class ToolDispatcher:
         else:
             child_id, child_turn = self._create_child(turn_id, target.id, message, caller, label)
             answer = await conversations.run_agent_turn(child_id, child_turn)
+        if answer.declined:
+            reason = f"agent {target.id} declined: {answer.failure_reason}"
+            return failed_outcome(ErrorCode.AGENT_DECLINED, reason)
         if answer.status is not TurnStatus.COMPLETED:
             # Seed 001: a delegate that failed (crashed, interrupted, its model down) may be asked
             # again; the calling model decides.

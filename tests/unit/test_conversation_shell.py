@@ -468,3 +468,57 @@ async def test_a_call_may_choose_loop_in_over_the_tools_delegate(
         )
         == []
     )  # no child: not delegated
+
+
+# --------------------------------------------------------------------------- declining
+
+
+async def test_a_delegate_may_decline_and_its_caller_hears_agent_declined(
+    cluster: InProcessCluster,
+) -> None:
+    store = cluster.store
+    client_id, _key = make_client(store)
+    refusing = [{"tool_calls": [{"name": "decline", "arguments": {"reason": "not my field"}}]}]
+    expert = make_agent(store, client_id, scripted_profile(store, refusing))
+    ask = store.tools.put(
+        Tool(
+            id=f"tool-ask-{new_id().lower()}",
+            name="ask_expert",
+            description="ask the expert",
+            input_schema={"type": "object", "properties": {"input": {"type": "string"}}},
+            target_type="agent",
+            target_id=expert.id,
+        ),
+        utc_now(),
+    )
+    host_script = [
+        {"match": "AGENT_DECLINED", "reply": "they said no: {{last_tool}}"},
+        {
+            "match": "review",
+            "tool_calls": [{"name": "ask_expert", "arguments": {"input": "review this"}}],
+        },
+    ]
+    host = make_agent(store, client_id, scripted_profile(store, host_script), [ask])
+    conv = make_conversation(store, client_id, host).id
+    ack = await cluster.post_message(conv, "please review", "user-1")
+    assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+    [move] = [m for m in store.moves.list(ack.turn_id) if m.tool_result is not None]
+    assert move.tool_result is not None and move.tool_result.error is not None
+    error = move.tool_result.error
+    assert error.code == "AGENT_DECLINED" and not error.retriable
+    assert "not my field" in error.message
+    [child] = store.conversations.list(client_id, parent_id=conv)
+    [child_turn] = store.turns.list(child.id)
+    assert child_turn.failure_code == "AGENT_DECLINED"
+    assert child_turn.failure_reason == "declined: not my field"
+
+
+async def test_a_users_turn_is_not_offered_decline(cluster: InProcessCluster) -> None:
+    script = [
+        {"match": "NOT_FOUND", "reply": "{{last_tool}}"},
+        {"match": "hi", "tool_calls": [{"name": "decline", "arguments": {"reason": "no"}}]},
+    ]
+    conv = conversation(cluster.store, script)
+    ack = await cluster.post_message(conv, "hi", "user-1")
+    assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+    assert "no tool named 'decline'" in cluster.store.messages.list(conv)[-1].content
