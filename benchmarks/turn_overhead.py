@@ -345,6 +345,7 @@ def main() -> None:
     env = {
         "WONDER_DATA_DIR": str(data_dir),
         "WONDER_MAX_RESIDENT_CONVERSATIONS": "64",
+        "WONDER_ALLOW_TEST_DOUBLES": "true",  # the scripted echo model is a test double
         "RAY_AUTH_MODE": "disabled",
     }
     os.environ.update(env)

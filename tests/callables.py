@@ -1,0 +1,52 @@
+"""Callables the test suite registers (``WONDER_LIBRARY_CALLABLES=["tests.callables"]``, set in
+tests/conftest.py): misbehaving library code the executor must contain."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+from core.callables import library_callable
+
+
+@library_callable
+def worker_pid(data: dict[str, Any]) -> dict[str, Any]:
+    """The worker process's id (to tell whether a worker survived)."""
+    return {"pid": os.getpid()}
+
+
+@library_callable
+def exit_worker(data: dict[str, Any]) -> Any:
+    """Call ``sys.exit`` (a Ray task worker would exit)."""
+    sys.exit(3)
+
+
+@library_callable
+def interrupt(data: dict[str, Any]) -> Any:
+    """Raise ``KeyboardInterrupt``."""
+    raise KeyboardInterrupt
+
+
+@library_callable
+def spin(data: dict[str, Any]) -> Any:
+    """Busy-loop forever, swallowing ordinary exceptions (only a time limit ends it)."""
+    while True:
+        try:
+            time.sleep(0.01)
+        except Exception:
+            pass
+
+
+@library_callable
+def hog_memory(data: dict[str, Any]) -> Any:
+    """Allocate ``mb`` MiB (default 64 GiB) and keep it."""
+    held = bytearray(int(data.get("mb") or 65536) * 1024 * 1024)
+    return {"held": len(held)}
+
+
+@library_callable
+def big_output(data: dict[str, Any]) -> Any:
+    """Return ``bytes`` characters of text."""
+    return {"text": "x" * int(data.get("bytes") or 0)}
