@@ -55,10 +55,10 @@ class Settings(BaseSettings):
         1_000_000, ge=1024, description="Largest result (as JSON) one task action may return"
     )
     executor_memory_limit_mb: int | None = Field(
-        None,
+        4096,
         ge=64,
-        description="Data-segment limit (RLIMIT_DATA) of an executor worker process above what it "
-        "holds when its first task starts; None = the built-in default",
+        description="How much a task may grow its executor worker's data segment (RLIMIT_DATA, "
+        "set for the task's duration above what the worker holds when it starts); None = no limit",
     )
 
     llm_model_dir: str | None = Field(None, description="Model directory served by vLLM")

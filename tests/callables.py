@@ -41,9 +41,10 @@ def spin(data: dict[str, Any]) -> Any:
 
 @library_callable
 def hog_memory(data: dict[str, Any]) -> Any:
-    """Allocate ``mb`` MiB (default 64 GiB) and keep it."""
-    held = bytearray(int(data.get("mb") or 65536) * 1024 * 1024)
-    return {"held": len(held)}
+    """Fill ``mb`` MiB (default 2 GiB), 16 MiB at a time, and keep it."""
+    chunk = 16 * 1024 * 1024
+    held = [b"\x01" * chunk for _ in range(int(data.get("mb") or 2048) // 16)]
+    return {"held_mb": len(held) * 16}
 
 
 @library_callable
