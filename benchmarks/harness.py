@@ -70,6 +70,7 @@ def local_system(progress: Callable[[str], None], **settings: str) -> Iterator[S
     env = {
         "WONDER_DATA_DIR": str(data_dir),
         "WONDER_MAX_RESIDENT_CONVERSATIONS": "64",
+        "WONDER_ALLOW_TEST_DOUBLES": "true",  # the scripted echo model is a test double
         "RAY_AUTH_MODE": "disabled",
         **settings,
     }

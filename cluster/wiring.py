@@ -113,7 +113,7 @@ def conversation_ports(settings_env: dict[str, str]) -> ConversationPorts:
         workflows=tools.workflows,
         residency=conversations_port,
         operations=RayAsyncOperations(lambda: runner_handle(settings_env, runner_ports)),
-        models=ServedChatModels(),
+        models=ServedChatModels(tools.settings.allow_test_doubles),
     )
 
 
@@ -138,7 +138,7 @@ def _executor_services(key: EnvKey) -> ActionServices:
     return ActionServices(
         store=store_for_settings(settings),
         settings=settings,
-        chat_models=ServedChatModels(),
+        chat_models=ServedChatModels(settings.allow_test_doubles),
         memory=ProcessMemory(settings, ServedEmbedders(env)),
     )
 

@@ -56,6 +56,26 @@ class Settings(BaseSettings):
 
     http_allowed_hosts: list[str] = Field(default_factory=list)
 
+    # What library code may run (docs/security.md).
+    library_callables: list[str] = Field(
+        default_factory=list,
+        description="Extra callables for `python` actions: modules (their @library_callable "
+        "functions) or 'module:function' entries, beside the shipped library's",
+    )
+    allow_test_doubles: bool = Field(
+        False, description="Accept the `scripted` model provider (tests; off in production)"
+    )
+    action_timeout_s: float = Field(600.0, gt=0, description="Time limit of one task action")
+    action_output_max_bytes: int = Field(
+        1_000_000, ge=1024, description="Largest result (as JSON) one task action may return"
+    )
+    executor_memory_limit_mb: int | None = Field(
+        4096,
+        ge=64,
+        description="How much a task may grow its executor worker's data segment (RLIMIT_DATA, "
+        "set for the task's duration above what the worker holds when it starts); None = no limit",
+    )
+
     llm_model_dir: str | None = Field(None, description="Model directory served by vLLM")
     llm_device: str = Field("cpu", description="cpu or cuda")
     llm_deploy: bool = Field(True, description="Deploy the local vLLM model with `wonder up`")

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.callables import library_callable
 from core.context_contract import CONTEXT_CONTRACT
 
 
+@library_callable
 def adapter_openai(data: dict[str, Any]) -> dict[str, Any]:
     """The default request with the gathered context added to its system message."""
     task_input = data.get("input") or {}
@@ -38,6 +40,7 @@ def adapter_openai(data: dict[str, Any]) -> dict[str, Any]:
     return {"contract": CONTEXT_CONTRACT, "request": {**request, "messages": messages}}
 
 
+@library_callable
 def newest_first_with_index(data: dict[str, Any]) -> dict[str, Any]:
     """An example of a hook that chooses what history the model sees (docs/contracts.md): an index
     of the earlier questions in the system message, the earlier exchanges newest first, and the

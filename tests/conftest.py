@@ -17,6 +17,10 @@ os.environ["RAY_AUTH_MODE"] = "disabled"
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# The suite uses the scripted model (a test double: off unless the operator enables it) and the
+# callables of tests/callables.py (registered the way an operator adds a module).
+os.environ["WONDER_ALLOW_TEST_DOUBLES"] = "true"
+os.environ["WONDER_LIBRARY_CALLABLES"] = '["tests.callables"]'
 
 
 def free_port() -> int:
@@ -154,6 +158,8 @@ def ray_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         "WONDER_CONVERSATION_IDLE_TTL_S": "600",
         "WONDER_MAX_RESIDENT_CONVERSATIONS": "64",
         "WONDER_HTTP_ALLOWED_HOSTS": '["127.0.0.1"]',
+        "WONDER_ALLOW_TEST_DOUBLES": "true",
+        "WONDER_LIBRARY_CALLABLES": '["tests.callables"]',
         "RAY_AUTH_MODE": "disabled",
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",

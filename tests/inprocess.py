@@ -123,7 +123,7 @@ class InProcessCluster:
             workflows=tools.workflows,
             residency=self,
             operations=self,
-            models=ServedChatModels(),
+            models=ServedChatModels(tools.settings.allow_test_doubles),
         )
 
     def actor(self, conversation_id: str) -> ConversationActor:

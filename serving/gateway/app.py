@@ -10,6 +10,7 @@ from fastapi import FastAPI
 
 from serving.gateway import (
     agents,
+    callables,
     console,
     conversation_control,
     conversations,
@@ -53,6 +54,7 @@ def create_api(context: GatewayContext) -> FastAPI:
     api.include_router(stream.router)
     for router in (
         library.router,
+        callables.router,
         agents.router,
         conversations.router,
         messages.router,

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from starlette.requests import HTTPConnection
 
 from core.ports import Conversations, MemoryAccess, WorkflowRuns
+from core.settings import Settings, settings_from_env
 from core.store import Store
 
 
@@ -22,6 +23,11 @@ class GatewayContext:
     workflows: WorkflowRuns
     memory: MemoryAccess
     settings_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def settings(self) -> Settings:
+        """This replica's settings (parsed once per distinct environment)."""
+        return settings_from_env(self.settings_env)
 
 
 def get_context(connection: HTTPConnection) -> GatewayContext:

@@ -17,6 +17,8 @@ from pydantic import BaseModel
 from core.domain import NAME_PATTERN, ModelProfile, Persona, TaskDef, Tool
 from core.errors import InvalidInput
 from core.ids import utc_now
+from core.library_policy import policy_problems
+from core.settings import Settings
 from core.store.operations import LibraryOps
 from core.workflows import WorkflowDef
 from serving.gateway.auth import ClientId, Context
@@ -61,6 +63,14 @@ def stored_object(kind: LibraryKind, obj_id: str, body: BaseModel) -> BaseModel:
     return kind.model.model_validate({**fields, "id": obj_id})
 
 
+def allowed(obj: BaseModel, settings: Settings) -> BaseModel:
+    """``obj`` if the operator's policy allows storing it; else a 400 naming every problem."""
+    problems = policy_problems(obj, settings)
+    if problems:
+        raise InvalidInput("; ".join(problems))
+    return obj
+
+
 def _routes_for(router: APIRouter, kind: LibraryKind) -> None:
     model, body_model, tag = kind.model, kind.body, kind.path
 
@@ -74,7 +84,8 @@ def _routes_for(router: APIRouter, kind: LibraryKind) -> None:
         context: Context,
         _client: ClientId,
     ) -> Any:
-        return ops(context).put(stored_object(kind, obj_id, body), utc_now())
+        obj = allowed(stored_object(kind, obj_id, body), context.settings)
+        return ops(context).put(obj, utc_now())
 
     def get_object(
         obj_id: ObjectId,
