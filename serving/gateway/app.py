@@ -16,6 +16,7 @@ from serving.gateway import (
     library,
     memories,
     messages,
+    projects,
     stream,
     turns,
     workflows,
@@ -60,6 +61,7 @@ def create_api(context: GatewayContext) -> FastAPI:
         conversation_control.router,
         workflows.router,
         memories.router,
+        projects.router,
     ):
         api.include_router(router, responses=ERROR_RESPONSES)
     return api

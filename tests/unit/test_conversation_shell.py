@@ -97,7 +97,10 @@ async def test_an_async_tool_is_answered_on_the_same_turn(cluster: InProcessClus
     )
     # Rule-style: a follow-up is a fresh model loop, so each call answers by its last message.
     script = [
-        {"match": "compute", "tool_calls": [{"name": "report", "arguments": {"expression": "6*7"}}]},
+        {
+            "match": "compute",
+            "tool_calls": [{"name": "report", "arguments": {"expression": "6*7"}}],
+        },
         {"match": "dispatched", "reply": "on it"},
         {"match": "[background result]", "reply": "the result is {{last_user}}"},
     ]
