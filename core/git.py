@@ -175,6 +175,12 @@ class GitRepository:
 
     # ------------------------------------------------------------------ comparing and merging
 
+    def ahead_behind(self, base: str, head: str) -> tuple[int, int]:
+        """Commits ``head`` has that ``base`` lacks, and the other way round."""
+        out = self.git("rev-list", "--left-right", "--count", f"{head}...{base}", "--")
+        ahead, behind = out.split()
+        return int(ahead), int(behind)
+
     def branch_diff(self, base: str, head: str, max_bytes: int = 200_000) -> BranchDiff:
         """What ``head`` changed since it left ``base`` (``git diff base...head``)."""
         self.require_branch(base)

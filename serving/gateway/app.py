@@ -20,6 +20,7 @@ from serving.gateway import (
     stream,
     turns,
     workflows,
+    workspaces,
 )
 from serving.gateway.context import GatewayContext
 from serving.gateway.errors import install_error_handlers
@@ -62,6 +63,7 @@ def create_api(context: GatewayContext) -> FastAPI:
         workflows.router,
         memories.router,
         projects.router,
+        workspaces.router,
     ):
         api.include_router(router, responses=ERROR_RESPONSES)
     return api

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from starlette.requests import HTTPConnection
 
-from core.ports import Conversations, MemoryAccess, WorkflowRuns
+from core.ports import Conversations, MemoryAccess, WorkflowRuns, Workspaces
 from core.store import Store
 
 
@@ -22,6 +22,7 @@ class GatewayContext:
     workflows: WorkflowRuns
     memory: MemoryAccess
     settings_env: dict[str, str] = field(default_factory=dict)
+    workspaces: Workspaces | None = None
 
 
 def get_context(connection: HTTPConnection) -> GatewayContext:

@@ -192,3 +192,35 @@ def test_projects_from_a_path_or_a_url_and_scoping(
     assert api.delete(f"/v1/projects/{cloned['id']}").status_code == 204
     assert not Path(cloned["repository"]).exists()
     assert subprocess.run(["git", "-C", str(source), "status"], capture_output=True).returncode == 0
+
+
+def test_branch_diff_and_merge_over_rest(api: TestClient, tmp_path: Path) -> None:
+    project = api.post("/v1/projects", json={"name": "backend"}).json()
+    agent = agent_for(api, [project["id"]])
+    first, second = (
+        api.post("/v1/conversations", json={"agent_id": agent["id"]}).json() for _ in range(2)
+    )
+    repo = GitRepository(Path(project["repository"]))
+    for conversation, text in ((first, "one\n"), (second, "two\n")):
+        tree = tmp_path / conversation["id"]
+        repo.add_worktree(tree, conversation["branch"])
+        commit_file(tree, "app.txt", text, f"write {text.strip()}")
+
+    info = api.get(f"/v1/conversations/{first['id']}/branch").json()
+    assert info["branch"] == first["branch"] and (info["ahead"], info["behind"]) == (1, 0)
+    assert [c["subject"] for c in info["commits"]] == ["write one"]
+    diff = api.get(f"/v1/conversations/{first['id']}/diff").json()
+    assert diff["files"] == ["app.txt"] and "+one" in diff["diff"]
+
+    merged = api.post(f"/v1/conversations/{first['id']}/merge", json={"message": "ship one"})
+    assert merged.status_code == 200 and merged.json()["status"] == "merged", merged.text
+    again = api.post(f"/v1/conversations/{first['id']}/merge")
+    assert again.json()["status"] == "up_to_date"
+    conflict = api.post(f"/v1/conversations/{second['id']}/merge")
+    assert conflict.status_code == 409 and error_of(conflict)["code"] == "CONFLICT"
+    assert conflict.json()["error"]["details"] == [{"path": "app.txt", "message": "merge conflict"}]
+    assert api.get(f"/v1/conversations/{second['id']}/branch").json()["behind"] == 2
+
+    plain = api.post("/v1/conversations", json={}).json()
+    assert api.get(f"/v1/conversations/{plain['id']}/diff").status_code == 400
+    assert api.get(f"/v1/conversations/{first['id']}/workspace").status_code == 503
