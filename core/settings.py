@@ -75,6 +75,20 @@ class Settings(BaseSettings):
         description="How much a task may grow its executor worker's data segment (RLIMIT_DATA, "
         "set for the task's duration above what the worker holds when it starts); None = no limit",
     )
+    project_path_roots: list[str] = Field(
+        default_factory=list,
+        description="Local repository paths a project may name (empty: any outside data_dir)",
+    )
+    workspace_idle_ttl_s: float = Field(600.0, gt=0, description="Idle workspace actors exit")
+    shell_timeout_s: float = Field(60.0, gt=0, le=3600, description="Default shell.exec timeout")
+    shell_cpu_s: int = Field(120, ge=1, description="RLIMIT_CPU of a shell.exec command")
+    shell_memory_mb: int = Field(2048, ge=16, description="RLIMIT_AS of a shell.exec command")
+    shell_file_size_mb: int = Field(256, ge=1, description="RLIMIT_FSIZE of a shell.exec command")
+    shell_output_bytes: int = Field(64_000, ge=1, description="stdout/stderr cap per command")
+    shell_hidden_paths: list[str] = Field(
+        default_factory=lambda: ["/tmp", "/root", "/home", "/var/tmp", "/dev/shm", "/run"],
+        description="Host directories a shell.exec sandbox sees empty (besides the data dir)",
+    )
 
     llm_model_dir: str | None = Field(None, description="Model directory served by vLLM")
     llm_device: str = Field("cpu", description="cpu or cuda")

@@ -35,6 +35,7 @@ from core.domain import (
 from core.errors import NotFound
 from core.store import schema
 from core.store.database import Database, PoolLimits
+from core.store.projects import ProjectOps
 from core.store.workflow_runs import WorkflowRunOps
 from core.workflows import WorkflowDef
 
@@ -575,6 +576,7 @@ class Store:
         self.async_operations = AsyncOperationOps(db)
         self.sessions = SessionOps(db)
         self.workflow_runs = WorkflowRunOps(db)
+        self.projects = ProjectOps(db)
 
     @classmethod
     def open(cls, url: str, pool: PoolLimits | None = None) -> Store:
