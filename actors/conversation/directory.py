@@ -127,13 +127,11 @@ class ConversationDirectory:
         """The id of a conversation actor already running, for a conversation about to be created
         with that id; ``None`` when the reserve is empty (the caller picks its own id)."""
         self.refill()
-        if not self._reserve:
-            return None
+        if not self._reserve or len(self._resident) >= self.max_resident:
+            return None  # at the cap a new conversation activates as usual, when first called
         conversation_id, handle = self._reserve.popitem(last=False)
-        async with self._lock:
-            await self._make_room(conversation_id)
-            self._resident[conversation_id] = handle
-            self.peak_resident = max(self.peak_resident, len(self._resident))
+        self._resident[conversation_id] = handle
+        self.peak_resident = max(self.peak_resident, len(self._resident))
         self.reserved_taken += 1
         self.refill()
         return conversation_id

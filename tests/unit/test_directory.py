@@ -143,3 +143,14 @@ async def test_the_reserve_hands_out_ids_of_started_actors_and_refills() -> None
 async def test_an_empty_reserve_gives_no_id() -> None:
     directory = ConversationDirectory(10, FakeHost(), reserve_size=0)
     assert await directory.take_reserved() is None
+
+
+async def test_at_the_cap_the_reserve_is_not_used() -> None:
+    host = FakeHost()
+    directory = ConversationDirectory(1, host, reserve_size=1)
+    directory.refill()
+    await start_everything(host)
+    busy = await directory.activate("c1")
+    busy.idle = False
+    assert await asyncio.wait_for(directory.take_reserved(), 1) is None  # never waits for room
+    assert directory.stats()["reserved"] == 1
