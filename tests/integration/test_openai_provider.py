@@ -51,3 +51,51 @@ async def test_an_unreachable_endpoint_is_retried_then_fails_the_turn_retriably(
     assert failed["turn_id"] == ack.turn_id and "unreachable" in failed["reason"]
     assert failed["error"]["retriable"] is True
     assert store.turns.get(ack.turn_id).failure_reason == failed["reason"]
+
+
+async def test_a_workflow_can_be_the_context_assembly_hook(ray_cluster: Cluster) -> None:
+    """``context_assembly_workflow``: the hook runs as a workflow (on its coordinator) and its
+    result is the request the model is sent."""
+    from core.domain import TaskAction, TaskDef
+    from core.workflows import WorkflowDef
+    from tests.factories import scripted_profile
+
+    store = ray_cluster.store
+    task = store.tasks.put(
+        TaskDef(
+            id=f"reorder-{new_id().lower()}",
+            actions=[
+                TaskAction(
+                    kind="python",
+                    params={"callable": "library.adapters:newest_first_with_index"},
+                )
+            ],
+        ),
+        utc_now(),
+    )
+    workflow = store.workflows.put(
+        WorkflowDef.model_validate(
+            {
+                "id": f"context-{new_id().lower()}",
+                "nodes": [
+                    {
+                        "id": "assemble",
+                        "kind": "task",
+                        "target_id": task.id,
+                        "input_mapping": {"request": "input.request"},
+                    }
+                ],
+            }
+        ),
+        utc_now(),
+    )
+    client_id, _key = make_client(store)
+    profile = scripted_profile(store, [{"reply": "SAW {{context}}"}])
+    agent = make_agent(store, client_id, profile, context_assembly_workflow=workflow.id)
+    conv = make_conversation(store, client_id, agent)
+    port = conversations()
+    ack = await port.post_message(conv.id, "first question", "user-1")
+    outcome = await port.wait_for_turn(conv.id, ack.turn_id, 120)
+    assert outcome.status.value == "completed", outcome
+    answer = store.messages.list(conv.id)[-1].content
+    assert answer.startswith("SAW ") and "Index of earlier questions:" in answer
