@@ -60,7 +60,7 @@ from actors.conversation.domain import (
     WaitForOperations,
 )
 from actors.conversation.intake import existing_ack, parent_turn, raise_refusal
-from actors.conversation.log import ConversationLog, event_dict
+from actors.conversation.log import ConversationLog, event_dict, token_event
 from actors.conversation.planning import apply, plan
 from actors.conversation.ports import ConversationPorts, ConversationPortsFactory
 from actors.conversation.records import WAITING, BatchWriter
@@ -144,6 +144,7 @@ class ConversationActor:
         except NotFound:
             pass  # reserved: its conversation is written when its id is handed out
         self._subscribers: set[asyncio.Queue[JsonObject]] = set()
+        self._partial: dict[str, list[str]] = {}  # each turn's streamed tokens not yet stored
         self._work: dict[str, asyncio.Task[None]] = {}  # each running turn's current step
         self._models: dict[str, ChatModel] = {}  # each model loop's model (one per context)
         self._ended: dict[str, asyncio.Event] = {}  # turns someone waits on
@@ -568,15 +569,24 @@ class ConversationActor:
         )
 
     async def events(self, after_seq: int = 0) -> AsyncIterator[JsonObject]:
-        """Stored events after ``after_seq``, then live ones (token deltas have ``seq`` None)."""
+        """Stored events after ``after_seq``, the tokens of model calls in flight so far, then
+        live events (token deltas have ``seq`` None). A subscriber that arrives mid-reply (a
+        reconnect, or a message acknowledged before its actor started) misses no token."""
         self._touch()
         queue: asyncio.Queue[JsonObject] = asyncio.Queue()
         self._subscribers.add(queue)
+        # Read together with registering (no await between): what was published before is in
+        # the store or in these partial replies; what comes after arrives through the queue.
+        stored = self.store.events.list(self.id, after_seq)
+        in_flight = {turn_id: "".join(deltas) for turn_id, deltas in self._partial.items()}
         try:
             last = after_seq
-            for event in self.store.events.list(self.id, after_seq):
+            for event in stored:
                 last = event.seq
                 yield event_dict(event)
+            for turn_id, text in in_flight.items():
+                if text:
+                    yield token_event(self.id, turn_id, text)
             held: JsonObject | None = None
             while True:
                 item = held if held is not None else await queue.get()
@@ -598,8 +608,25 @@ class ConversationActor:
         seq = event.get("seq")
         if seq is not None:
             self._published = max(self._published, int(seq))
+        self._remember_partial(event)
         for queue in self._subscribers:
             queue.put_nowait(event)
+
+    def _remember_partial(self, event: JsonObject) -> None:
+        """Keep the tokens of each model call in flight until its words are stored (a move or a
+        message) or the call starts over, for subscribers that arrive mid-reply."""
+        match event.get("type"):
+            case "token":
+                self._partial.setdefault(str(event.get("turn_id")), []).append(
+                    str(event.get("delta") or "")
+                )
+            case "llm.retry" | "turn.completed" | "turn.failed":
+                self._partial.pop(str(event.get("turn_id")), None)
+            case "message" | "move":
+                stored = event.get("message") or event.get("move") or {}
+                self._partial.pop(str(stored.get("turn_id")), None)
+            case _:
+                pass
 
     def _catch_up(self) -> None:
         """Publish what another writer of this conversation stored (a message acknowledged

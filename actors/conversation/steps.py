@@ -36,6 +36,7 @@ from actors.conversation.domain import (
     ToolPlan,
     ToolsReturned,
 )
+from actors.conversation.log import token_event
 from actors.conversation.ports import ConversationPorts
 from actors.conversation.records import WAITING
 from actors.conversation.tool_calls import build_catalog
@@ -233,15 +234,7 @@ class TurnSteps:
         return ModelAnswered(turn_id, text, calls, usage, op_ids, utc_now())
 
     def _publish_token(self, turn_id: str, delta: str) -> None:
-        self.publish(
-            {
-                "seq": None,
-                "type": "token",
-                "conversation_id": self.conversation_id,
-                "turn_id": turn_id,
-                "delta": delta,
-            }
-        )
+        self.publish(token_event(self.conversation_id, turn_id, delta))
 
     # ------------------------------------------------------------------ tools
 

@@ -38,7 +38,6 @@ logger = logging.getLogger("wonder.gateway")
 router = APIRouter()
 
 CLOSE_CODES = {"UNAUTHORIZED": 4401, "NOT_FOUND": 4404, "INVALID_INPUT": 4400}
-SUBSCRIBE_WAIT_S = 10.0
 
 
 def parse_after_seq(raw: str | None) -> int:
@@ -172,9 +171,8 @@ class StreamSession:
             await self.send(error_frame(error.to_dict(), request_id))
 
     async def post(self, frame: ClientMessageFrame) -> dict[str, Any]:
-        # A message sent before the subscription is live would stream its first tokens to nobody.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.subscribed.wait(), SUBSCRIBE_WAIT_S)
+        # Posted at once, even before the subscription is live (the actor may still be starting):
+        # a subscriber that registers mid-reply is handed the tokens streamed so far.
         accepted = await self.context.conversations.post_message(
             self.conversation.id,
             frame.content,

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from actors.conversation import steps
+from actors.conversation.log import token_event
 from core.domain import (
     ConcurrencyPolicy,
     MessageRole,
@@ -522,3 +523,23 @@ async def test_a_users_turn_is_not_offered_decline(cluster: InProcessCluster) ->
     ack = await cluster.post_message(conv, "hi", "user-1")
     assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
     assert "no tool named 'decline'" in cluster.store.messages.list(conv)[-1].content
+
+
+async def test_a_subscriber_arriving_mid_reply_gets_the_tokens_so_far(
+    cluster: InProcessCluster,
+) -> None:
+    conv = conversation(cluster.store, [{"reply": "x"}])
+    actor = cluster.actor(conv)
+    for delta in ("Hel", "lo"):  # a model call in flight: streamed, not yet stored
+        actor.publish(token_event(conv, "turn_x", delta))
+    late = actor.events(0)
+    assert (await anext(late))["type"] == "conversation_started"
+    assert await anext(late) == token_event(conv, "turn_x", "Hello")
+    actor.publish(token_event(conv, "turn_x", "!"))
+    assert (await anext(late))["delta"] == "!"
+    actor.publish({"seq": None, "type": "llm.retry", "turn_id": "turn_x", "attempt": 1})
+    again = actor.events(0)
+    assert (await anext(again))["type"] == "conversation_started"
+    # a retried call starts over: nothing in flight is replayed
+    actor.publish(token_event(conv, "turn_x", "Hi"))
+    assert (await anext(again))["delta"] == "Hi"
