@@ -31,9 +31,26 @@ from harness import conversations, local_system, ms, reporter, setup_store
 progress = reporter("turn_overhead")
 
 
+def _noop() -> int:
+    return 1
+
+
 class Pinger:
     async def ping(self) -> int:
         return 1
+
+    async def task_rtts(self, n: int) -> list[float]:
+        """Round trips of a trivial Ray task submitted from this actor (as a hook is)."""
+        import ray
+
+        noop = ray.remote(num_cpus=0)(_noop)
+        await noop.remote()
+        samples = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            await noop.remote()
+            samples.append(time.perf_counter() - t0)
+        return samples
 
 
 async def _bare_actor_starts(n: int) -> list[float]:
@@ -223,8 +240,11 @@ async def main_async(args: argparse.Namespace, store: Any, port: int) -> dict[st
         await pinger.ping.remote()
         rtts.append(time.perf_counter() - t0)
     progress(f"plain actor round trip p50 {ms(rtts)['p50']} ms")
+    # A hook is an executor task: a plain Ray task from an actor is its floor.
+    task_rtts = await pinger.task_rtts.remote(args.turns)
+    progress(f"plain task round trip from an actor p50 {ms(task_rtts)['p50']} ms")
 
-    results: dict[str, Any] = {"actor_rtt": ms(rtts)}
+    results: dict[str, Any] = {"actor_rtt": ms(rtts), "task_rtt": ms(task_rtts)}
     for name in ("hooks", "nohooks"):
         conv = create_conversation(
             store, client_id=setup["client_id"], agent_id=setup["agents"][name].id
@@ -280,6 +300,7 @@ def main() -> None:
 
     summary = {
         "actor_rtt_p50_ms": results["actor_rtt"]["p50"],
+        "task_rtt_from_actor_p50_ms": results["task_rtt"]["p50"],
         "turn_overhead_p50_ms": results["turn_hooks"]["p50"],
         "turn_overhead_p99_ms": results["turn_hooks"]["p99"],
         "turn_overhead_nohooks_p50_ms": results["turn_nohooks"]["p50"],
