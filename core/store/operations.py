@@ -34,7 +34,9 @@ from core.domain import (
 )
 from core.errors import NotFound
 from core.store import schema
+from core.store.audit import AuditOps
 from core.store.database import Database
+from core.store.quotas import AdminKeyOps, QuotaOps
 from core.store.workflow_runs import WorkflowRunOps
 from core.workflows import WorkflowDef
 
@@ -575,6 +577,9 @@ class Store:
         self.async_operations = AsyncOperationOps(db)
         self.sessions = SessionOps(db)
         self.workflow_runs = WorkflowRunOps(db)
+        self.quotas = QuotaOps(db)
+        self.admin_keys = AdminKeyOps(db)
+        self.audit = AuditOps(db)
 
     @classmethod
     def open(cls, url: str) -> Store:

@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 from core.conversations import create_conversation
 from core.domain import Conversation
 from core.errors import InvalidInput, NotFound
-from serving.gateway.auth import ClientId, Context
+from serving.gateway.auth import ClientId, Context, Guard
 from serving.gateway.context import GatewayContext
 from serving.gateway.protocol import ConversationCreate, Deleted, Page
 from serving.gateway.translation import decode_cursor, encode_cursor
@@ -40,7 +40,10 @@ def _page(
 
 
 @router.post("", status_code=201, response_model=Conversation, summary="Start a conversation")
-def create(body: ConversationCreate, context: Context, client_id: ClientId) -> Conversation:
+def create(
+    body: ConversationCreate, context: Context, client_id: ClientId, guard: Guard
+) -> Conversation:
+    guard.admit_conversation(client_id)
     if body.agent_id is not None:
         try:
             context.store.agents.get(body.agent_id, client_id=client_id)
