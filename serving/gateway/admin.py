@@ -8,6 +8,7 @@ the subject of.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
@@ -30,7 +31,7 @@ def record(
     actor_client_id: str,
     action: str,
     target: str,
-    details: dict[str, object],
+    details: Mapping[str, object],
     subject_client_id: str | None = None,
 ) -> AuditEntry:
     """Append one change to the audit trail, made by ``actor_client_id``'s key."""
@@ -42,7 +43,7 @@ def record(
         action=action,
         target=target,
         subject_client_id=subject_client_id,
-        details=details,
+        details=dict(details),
     )
     return context.store.audit.record(entry)
 

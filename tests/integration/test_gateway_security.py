@@ -282,8 +282,58 @@ def test_the_audit_trail_lists_a_persona_change(
         quota = [e for e in entries if e["action"] == "quota.set"]
         assert quota and quota[-1]["details"]["after"] == {"conversations": 10}
 
+        agent = frank.post("/v1/agents", json={"name": "g", "persona_ref": {"id": persona_id}})
+        conv_id = frank.post("/v1/conversations", json={}).json()["id"]
+        guest = agent.json()["id"]
+        joined = frank.post(f"/v1/conversations/{conv_id}/participants", json={"agent_id": guest})
+        assert joined.status_code == 201, joined.text
+        memberships = [
+            e for e in frank.get("/v1/audit").json()["items"] if e["action"] == "membership.add"
+        ]
+        assert [e["details"] for e in memberships] == [
+            {"conversation_id": conv_id, "agent_id": guest}
+        ]
+
         assert persona_id not in str(grace.get("/v1/audit").json())
         other = grace.get("/v1/audit", params={"client_id": frank_id})
         assert other.status_code == 403
         seen = admin.get("/v1/audit", params={"client_id": frank_id, "limit": 500}).json()
         assert {e["id"] for e in persona} <= {e["id"] for e in seen["items"]}
+
+
+# --------------------------------------------------------------------------- limits
+
+
+def test_limits_over_http_and_websocket(
+    gateway_url: str,  # noqa: F811
+    ray_cluster: Cluster,
+) -> None:
+    from websockets.sync.client import connect
+
+    _, henry, key = fresh(gateway_url, ray_cluster, "henry")
+    with henry:
+        conv_id = henry.post("/v1/conversations", json={}).json()["id"]
+        huge = henry.post(
+            f"/v1/conversations/{conv_id}/messages", json={"content": "x" * 20_000_000}
+        )
+        assert huge.status_code == 413 and error_of(huge)["code"] == "PAYLOAD_TOO_LARGE"
+        deep: Any = "leaf"
+        for _ in range(100):
+            deep = [deep]
+        nested = henry.put(
+            f"/v1/tasks/{unique('task')}",
+            json={"actions": [{"kind": "python", "params": {"callable": "x", "deep": deep}}]},
+        )
+        assert nested.status_code == 400 and "deeper than 64" in error_of(nested)["message"]
+        long = henry.post(f"/v1/conversations/{conv_id}/messages", json={"content": "x" * 100_001})
+        assert long.status_code == 422 and "body.content" in error_of(long)["message"]
+
+        ws_url = gateway_url.replace("http://", "ws://") + f"/v1/conversations/{conv_id}/stream"
+        headers = {"Authorization": f"Bearer {key}"}
+        with connect(ws_url, additional_headers=headers, proxy=None, open_timeout=30) as ws:
+            ws.send(json.dumps({"type": "message", "content": "x" * 600_000}))
+            ws.send(json.dumps({"type": "ping", "id": "after"}))
+            frames = [json.loads(ws.recv(timeout=30)) for _ in range(4)]
+            errors = [f for f in frames if f["type"] == "error"]
+            assert errors and errors[0]["error"]["code"] == "PAYLOAD_TOO_LARGE"
+            assert {"type": "pong", "id": "after", "seq": None} in frames  # the stream goes on

@@ -77,3 +77,44 @@ def test_cli_sets_quotas_admin_keys_and_audits(
         ("quota.set", f"client:{client_id}"),
     ]
     assert all(e.actor.startswith("cli:") for e in store.audit.list())
+
+
+def test_the_gateway_guard_over_a_real_store(tmp_path: Path) -> None:
+    """The shell: a fake clock, a real SQLite store, the cache dropped after a change."""
+    from core.conversations import create_conversation
+    from core.errors import QuotaExceeded
+    from core.ids import utc_now
+    from serving.gateway.quota_checks import QuotaGuard
+    from tests.factories import make_client
+
+    store = Store.open(f"sqlite:///{tmp_path / 'wonder.db'}")
+    client_id, _ = make_client(store)
+    clock = [0.0]
+    guard = QuotaGuard(store, monotonic=lambda: clock[0])
+    guard.admit_request(client_id)  # no quota: unlimited
+    store.quotas.put(
+        client_id, Quota(requests_per_second=1, conversations=1, memories=2), utc_now()
+    )
+    guard.forget(client_id)
+    guard.admit_request(client_id)
+    with pytest.raises(QuotaExceeded) as over:
+        guard.admit_request(client_id)
+    assert over.value.retry_after_s == pytest.approx(1.0)
+    clock[0] += 1.0
+    guard.admit_request(client_id)
+
+    guard.admit_conversation(client_id)
+    create_conversation(store, client_id=client_id)
+    with pytest.raises(QuotaExceeded, match="1 conversations stored"):
+        guard.admit_conversation(client_id)
+    guard.admit_memory(1, guard.memories_allowed(client_id))
+    with pytest.raises(QuotaExceeded, match="memories"):
+        guard.admit_memory(2, guard.memories_allowed(client_id))
+
+    store.quotas.put(client_id, Quota(concurrent_websockets=1), utc_now())
+    clock[0] += 10  # past the cache
+    with guard.websocket(client_id):
+        with pytest.raises(QuotaExceeded, match="open WebSockets"), guard.websocket(client_id):
+            pass
+    with guard.websocket(client_id):  # the first one closed
+        pass
