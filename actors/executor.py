@@ -14,7 +14,13 @@ import json
 import re
 from typing import Any
 
-from actors.actions import context_actions, http_request, llm_action, python_call
+from actors.actions import (
+    context_actions,
+    http_request,
+    llm_action,
+    python_call,
+    workspace_actions,
+)
 from actors.actions.registry import ActionContext, ActionServices, get_action
 from core.domain import TaskDef
 from core.errors import ErrorCode, NonRetryableError
@@ -26,7 +32,14 @@ try:  # the memory stack is an optional extra: without it, memory actions are un
 except ImportError:  # pragma: no cover - exercised only without the memory extra
     memory_actions = None  # type: ignore[assignment]
 
-BUILTIN_ACTIONS = (context_actions, http_request, llm_action, python_call, memory_actions)
+BUILTIN_ACTIONS = (
+    context_actions,
+    http_request,
+    llm_action,
+    python_call,
+    memory_actions,
+    workspace_actions,
+)
 
 _TEMPLATE = re.compile(r"\{\{\s*([a-zA-Z_][\w.]*)\s*\}\}")
 

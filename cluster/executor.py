@@ -2,7 +2,8 @@
 
 A task runs in a Ray worker process; the collaborators its actions use (store, chat models, memory)
 are built there, once per process, by the services factory the caller passes along (a module-level
-function, so it travels by reference).
+function, so it travels by reference). Processes that only submit tasks (conversation actors, the
+coordinator) never import the actions: ``execute_task`` loads them where it runs.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from collections.abc import Callable, Iterator
 import ray
 
 from actors.actions.registry import ActionServices
-from actors.executor import run_task
 from core.domain import TaskDef
 from core.errors import ErrorCode, RetryableError, WonderError
 from core.jsontypes import JsonObject
@@ -33,6 +33,10 @@ def execute_task(
     The task may grow the worker's memory by ``executor_memory_limit_mb`` at most: past it,
     allocations fail (``MemoryError``) and the task fails alone, the worker stays.
     """
+    # Loaded here, in the worker: the actions pull in httpx, pyarrow and numpy (≈ 50 MiB), which a
+    # conversation actor submitting a task must not pay for.
+    from actors.executor import run_task
+
     task = TaskDef.model_validate_json(task_json)
     ready = services(context.settings_env)
     try:

@@ -34,6 +34,7 @@ class Gateway:
             workflows=wiring.workflows(settings_env),
             memory=ProcessMemory(settings, ServedEmbedders(settings_env)),
             settings_env=settings_env,
+            workspaces=wiring.workspaces(settings_env),
         )
 
     def __serve_build_asgi_app__(self) -> FastAPI:

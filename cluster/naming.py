@@ -28,6 +28,10 @@ def workflow_actor_name(run_id: str) -> str:
     return f"workflow:{run_id}"
 
 
+def workspace_actor_name(conversation_id: str) -> str:
+    return f"workspace:{conversation_id}"
+
+
 def named_detached(cls: type, name: str, *args: Any, **options: Any) -> Any:
     """Get or create the named detached actor ``name`` of ``cls`` in Wonder's namespace.
 

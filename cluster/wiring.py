@@ -14,6 +14,7 @@ from typing import Any
 import ray
 
 from actors.actions.registry import ActionServices
+from actors.conversation.intake import Intake
 from actors.conversation.ports import ConversationPorts, ToolPorts
 from actors.workflow_coordinator.ports import CoordinatorPorts
 from actors.workflow_coordinator.runs import WorkflowRunService
@@ -22,6 +23,7 @@ from cluster.conversations import RayConversations, directory_handle
 from cluster.executor import RayTaskRunner
 from cluster.models import ProcessMemory, ServedChatModels, ServedEmbedders
 from cluster.workflows import RayCoordinators
+from cluster.workspaces import RayWorkspaces
 from core.settings import Settings, settings_from_env, wonder_env
 from core.store import store_for_settings
 
@@ -49,7 +51,8 @@ def _conversations(key: EnvKey) -> RayConversations:
     env = dict(key)
     settings = settings_from_env(env)
     return RayConversations(
-        lambda: directory_handle(env, settings.max_resident_conversations, conversation_ports)
+        lambda: directory_handle(env, settings.max_resident_conversations, conversation_ports),
+        Intake(store_for_settings(settings)),
     )
 
 
@@ -138,7 +141,18 @@ def _executor_services(key: EnvKey) -> ActionServices:
         settings=settings,
         chat_models=ServedChatModels(settings.allow_test_doubles),
         memory=ProcessMemory(settings, ServedEmbedders(env)),
+        workspaces=workspaces(env),
     )
+
+
+@functools.lru_cache(maxsize=8)
+def _workspaces(key: EnvKey) -> RayWorkspaces:
+    return RayWorkspaces(settings_from_env(dict(key)).workspace_idle_ttl_s)
+
+
+def workspaces(settings_env: dict[str, str]) -> RayWorkspaces:
+    """This process's way to the conversations' workspace actors."""
+    return _workspaces(_key(settings_env))
 
 
 def executor_services(settings_env: dict[str, str]) -> ActionServices:

@@ -28,6 +28,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 # A module that cannot be imported here (an optional extra not installed) registers nothing.
 SHIPPED_MODULES: tuple[str, ...] = (
     "library.callables",
+    "library.adapters",
     "library.workflows.steps",
     "actors.actions.memory_actions",
 )

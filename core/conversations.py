@@ -47,6 +47,8 @@ def create_conversation(
     depth: int = 0,
     conversation_id: str | None = None,
     created_at: datetime | None = None,
+    project_id: str | None = None,
+    branch: str | None = None,
 ) -> Conversation:
     """Write a new conversation and its ``conversation_started`` event in one transaction.
 
@@ -61,6 +63,8 @@ def create_conversation(
         depth: delegation depth (0 for a root conversation).
         conversation_id: a chosen id (default: a new ``conv_`` ULID).
         created_at: the creation time (default: now, UTC).
+        project_id: the project the conversation works on (see ``core.projects``).
+        branch: its working branch in that project's repository.
 
     Returns:
         The stored conversation.
@@ -76,6 +80,8 @@ def create_conversation(
         started_by_conversation_id=started_by_conversation_id,
         started_by_message_id=started_by_message_id,
         depth=depth,
+        project_id=project_id,
+        branch=branch,
         created_at=created_at or utc_now(),
     )
     with store.db.begin() as conn:

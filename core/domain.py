@@ -134,6 +134,12 @@ class Constraints(Model):
     allowed_agents: list[str] | None = None
     allow: list[str] | None = Field(None, description="Tool names allowed (None = all)")
     deny: list[str] = Field(default_factory=list, description="Tool names denied (wins)")
+    shell_hosts: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Hosts shell.exec may reach; none = no network (any = the host's network, "
+        "not filtered per host)",
+    )
 
 
 LEGACY_HOOK_FIELDS = {
@@ -164,12 +170,30 @@ class Persona(Model):
     context_assembly_task_id: str | None = Field(
         None, description="Library task that assembles the context (default: built-in)"
     )
+    context_assembly_workflow: str | None = Field(
+        None,
+        description="Library workflow that assembles the context instead of a task (for hooks "
+        "that reason about context with extra model calls)",
+    )
     memory_extraction_task_id: str | None = Field(
         None, description="Library task that extracts memories after a turn (default: none)"
     )
     recent_turns_limit: int = Field(20, ge=0, le=1000)
     tool_ids: list[str] = Field(default_factory=list, max_length=128)
     constraints: Constraints = Field(default_factory=Constraints)
+
+    @model_validator(mode="after")
+    def _one_context_hook(self) -> Persona:
+        if self.context_assembly_task_id and self.context_assembly_workflow:
+            raise ValueError(
+                "context_assembly_task_id and context_assembly_workflow are exclusive: one hook"
+            )
+        return self
+
+    @property
+    def context_hook(self) -> str | None:
+        """The context-assembly hook's task or workflow id, if the persona has one."""
+        return self.context_assembly_task_id or self.context_assembly_workflow
 
 
 # --------------------------------------------------------------------------- owned entities
@@ -193,6 +217,25 @@ class Agent(Model):
     persona_ref: PersonaRef | None = None
     persona: Persona | None = None  # inline persona
     project_ids: list[str] = Field(default_factory=list)
+    created_at: datetime
+
+
+class Project(Model):
+    """A git repository agents work on (seed 001 "Shell Operations and Branch Context").
+
+    ``repository`` is the local git directory Wonder works in: a repository the user named by
+    path, or one Wonder created or cloned under its data dir (``managed``: deleted with the
+    project). ``artifacts_repository`` is a bare repository Wonder keeps for project knowledge.
+    """
+
+    id: str
+    client_id: str
+    name: str = Field(max_length=200)
+    repository: str
+    origin: str | None = Field(None, description="The URL a managed clone was made from")
+    managed: bool = False
+    default_branch: str = "main"
+    artifacts_repository: str
     created_at: datetime
 
 
@@ -228,6 +271,7 @@ class Conversation(Model):
     started_by_message_id: str | None = None
     forked_from_conversation_id: str | None = None
     forked_at_turn_id: str | None = None
+    project_id: str | None = None
     branch: str | None = None
     depth: int = 0
     concurrency_policy: ConcurrencyPolicy = ConcurrencyPolicy.PARALLEL
@@ -286,6 +330,7 @@ class Turn(Model):
     reply_to_message_id: str | None = None
     status: TurnStatus = TurnStatus.ACTIVE
     failure_reason: str | None = None
+    failure_code: ErrorCode | None = None  # AGENT_DECLINED when the agent declined
     context_assembly_run_id: str | None = None
     memory_extraction_run_id: str | None = None
     issues: TurnIssues = Field(default_factory=TurnIssues)

@@ -30,6 +30,17 @@ from core.jsontypes import JsonObject
 from core.llm.protocol import ChatModel
 from core.memory.embedding import Embedder
 from core.workflows import ConversationParent, NodeRecord, WorkflowParent, WorkflowRun
+from core.workspaces import (
+    ExecResult,
+    RepoCommit,
+    RepoDiff,
+    RepoFile,
+    RepoSearch,
+    RepoTree,
+    SandboxPolicy,
+    WorkspaceSpec,
+    WorkspaceStatus,
+)
 
 if TYPE_CHECKING:
     from core.memory.service import MemoryService
@@ -56,7 +67,12 @@ class AgentAnswer(Model):
     turn_id: str
     status: TurnStatus
     failure_reason: str | None = None
+    failure_code: ErrorCode | None = None
     content: str = ""
+
+    @property
+    def declined(self) -> bool:
+        return self.failure_code is ErrorCode.AGENT_DECLINED
 
 
 class TurnOutcome(Model):
@@ -165,6 +181,11 @@ class TaskRunner(Protocol):
 class Conversations(Protocol):
     """Reaching Conversation actors (get-or-create through the directory, one retry helper)."""
 
+    async def reserved_conversation_id(self) -> str | None:
+        """An id whose actor is already started, for a conversation about to be created with
+        it; ``None`` when none is ready (the caller picks its own id)."""
+        ...
+
     async def post_message(
         self,
         conversation_id: str,
@@ -178,8 +199,16 @@ class Conversations(Protocol):
     ) -> MessageAck: ...
 
     async def start_agent_call(
-        self, conversation_id: str, input: str, caller: Caller, mode: InvocationMode = "delegate"
-    ) -> AgentAnswer: ...
+        self,
+        conversation_id: str,
+        input: str,
+        caller: Caller,
+        mode: InvocationMode = "delegate",
+        agent_id: str | None = None,
+    ) -> AgentAnswer:
+        """One turn answering ``input`` in the conversation, by ``agent_id`` (default: its primary
+        agent). ``loop_in``: that agent first joins the conversation as a participant."""
+        ...
 
     async def run_agent_turn(self, conversation_id: str, turn_id: str) -> AgentAnswer: ...
 
@@ -290,7 +319,11 @@ class ActorHost(Protocol):
     """How the conversation directory creates, evicts and stops conversation actors."""
 
     def create(self, conversation_id: str) -> Any:
-        """Get or create the conversation's actor; returns its handle."""
+        """Get or create the conversation's actor; returns its handle at once."""
+        ...
+
+    async def ready(self, handle: Any) -> None:
+        """Return once the actor is constructed (raise if it failed to start)."""
         ...
 
     async def try_hibernate(self, handle: Any) -> bool:
@@ -300,6 +333,33 @@ class ActorHost(Protocol):
     async def shut_down(self, handle: Any, reason: str) -> None: ...
 
     def kill(self, handle: Any) -> None: ...
+
+
+class Workspaces(Protocol):
+    """A conversation's workspace (its branch's worktree): sandboxed commands and ``repo.*``.
+
+    Paths are relative to the worktree; one that leaves it is a ``PermissionDenied``.
+    """
+
+    async def exec(
+        self, spec: WorkspaceSpec, command: str, timeout_s: float, policy: SandboxPolicy
+    ) -> ExecResult: ...
+
+    async def tree(self, spec: WorkspaceSpec, path: str, max_entries: int) -> RepoTree: ...
+
+    async def read(self, spec: WorkspaceSpec, path: str, max_bytes: int) -> RepoFile: ...
+
+    async def write(self, spec: WorkspaceSpec, path: str, content: str) -> RepoFile: ...
+
+    async def search(
+        self, spec: WorkspaceSpec, pattern: str, path: str, max_hits: int
+    ) -> RepoSearch: ...
+
+    async def diff(self, spec: WorkspaceSpec, base: str | None) -> RepoDiff: ...
+
+    async def commit(self, spec: WorkspaceSpec, message: str, author: str | None) -> RepoCommit: ...
+
+    async def status(self, spec: WorkspaceSpec) -> WorkspaceStatus: ...
 
 
 class Lifecycle(Protocol):

@@ -10,7 +10,7 @@ import json
 import os
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -25,6 +25,12 @@ class Settings(BaseSettings):
     database_url: str | None = Field(None, description="SQLAlchemy URL; default SQLite in data_dir")
     lance_uri: str | None = Field(None, description="LanceDB URI; default data_dir/lance")
     object_uri: str | None = Field(None, description="Object store URI; default data_dir/objects")
+    database_pool_size: int = Field(
+        1, ge=1, description="Connections each process keeps open to a server database"
+    )
+    database_pool_overflow: int = Field(
+        4, ge=0, description="Extra connections a process may open briefly (never more)"
+    )
     s3_endpoint_url: str | None = Field(None, description="S3-compatible endpoint for s3:// URIs")
 
     ray_address: str | None = Field(None, description="Ray cluster to attach to; None = start one")
@@ -37,6 +43,15 @@ class Settings(BaseSettings):
 
     conversation_idle_ttl_s: float = Field(600.0, gt=0)
     max_resident_conversations: int = Field(64, ge=1)
+    max_starting_conversations: int = Field(
+        8, ge=1, description="Conversation actors starting at once (a burst queues behind them)"
+    )
+    conversation_reserve: int = Field(
+        2, ge=0, description="Conversation actors kept started for conversations not yet created"
+    )
+    max_waiting_conversations: int = Field(
+        512, ge=0, description="Activations queued for a start slot before refusing with 503"
+    )
     max_delegation_depth: int = Field(3, ge=0, le=20)
 
     http_allowed_hosts: list[str] = Field(default_factory=list)
@@ -60,6 +75,20 @@ class Settings(BaseSettings):
         description="How much a task may grow its executor worker's data segment (RLIMIT_DATA, "
         "set for the task's duration above what the worker holds when it starts); None = no limit",
     )
+    project_path_roots: list[str] = Field(
+        default_factory=list,
+        description="Local repository paths a project may name (empty: any outside data_dir)",
+    )
+    workspace_idle_ttl_s: float = Field(600.0, gt=0, description="Idle workspace actors exit")
+    shell_timeout_s: float = Field(60.0, gt=0, le=3600, description="Default shell.exec timeout")
+    shell_cpu_s: int = Field(120, ge=1, description="RLIMIT_CPU of a shell.exec command")
+    shell_memory_mb: int = Field(2048, ge=16, description="RLIMIT_AS of a shell.exec command")
+    shell_file_size_mb: int = Field(256, ge=1, description="RLIMIT_FSIZE of a shell.exec command")
+    shell_output_bytes: int = Field(64_000, ge=1, description="stdout/stderr cap per command")
+    shell_hidden_paths: list[str] = Field(
+        default_factory=lambda: ["/tmp", "/root", "/home", "/var/tmp", "/dev/shm", "/run"],
+        description="Host directories a shell.exec sandbox sees empty (besides the data dir)",
+    )
 
     llm_model_dir: str | None = Field(None, description="Model directory served by vLLM")
     llm_device: str = Field("cpu", description="cpu or cuda")
@@ -76,6 +105,21 @@ class Settings(BaseSettings):
     llm_num_replicas: int = Field(1, ge=1, description="vLLM replicas (one GPU each on cuda)")
     llm_accelerator_type: str | None = Field(
         None, description="Ray accelerator_type for vLLM replicas on cuda (e.g. A10G, H100)"
+    )
+
+    # Placement on a multi-node cluster (cluster/placement.py decides from these).
+    accelerator_resource: str = Field(
+        "wonder_accelerator",
+        description="Custom Ray resource accelerator nodes advertise (one unit per vLLM replica)",
+    )
+    actors_on_accelerator_nodes: bool = Field(
+        False, description="Conversations, coordinators, executor tasks may use accelerator nodes"
+    )
+    llm_placement: Literal["auto", "accelerator", "any"] = Field(
+        "auto", description="auto|accelerator|any: auto = accelerator nodes when llm_device=cuda"
+    )
+    embedder_placement: Literal["cpu", "accelerator", "any"] = Field(
+        "cpu", description="cpu|accelerator|any: where embedder replicas go"
     )
 
     @cached_property

@@ -14,7 +14,7 @@ from typing import Any
 
 from core.errors import InvalidInput
 from core.jsontypes import JsonObject
-from core.ports import ChatModels, MemoryAccess, TaskContext
+from core.ports import ChatModels, MemoryAccess, TaskContext, Workspaces
 from core.settings import Settings
 from core.store import Store
 
@@ -27,6 +27,7 @@ class ActionServices:
     settings: Settings
     chat_models: ChatModels
     memory: MemoryAccess
+    workspaces: Workspaces | None = None  # shell.exec and repo.*: conversations' workspaces
 
 
 @dataclass(frozen=True, slots=True)

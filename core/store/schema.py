@@ -168,6 +168,15 @@ sessions = Table(
     Column("created_at", String(40), nullable=False),
 )
 
+# Projects (issue 14): a git repository agents are scoped to; conversations get a branch in it.
+projects = Table(
+    "projects",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("client_id", String(64), nullable=False, index=True),
+    Column("data", Text, nullable=False),
+)
+
 # Issue 17: quotas per client, operator (admin) keys, and the audit trail of changes.
 quotas = Table(
     "quotas",

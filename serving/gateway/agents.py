@@ -7,6 +7,7 @@ from fastapi import APIRouter
 from core.domain import Agent, PersonaRef
 from core.errors import InvalidInput, NotFound
 from core.ids import new_id, utc_now
+from core.projects import check_agent_projects
 from serving.gateway.auth import ClientId, Context
 from serving.gateway.context import GatewayContext
 from serving.gateway.protocol import AgentCreate, AgentList
@@ -27,6 +28,7 @@ def _check_persona_ref(context: GatewayContext, body: AgentCreate) -> PersonaRef
 
 @router.post("", status_code=201, response_model=Agent, summary="Create an agent")
 def create_agent(body: AgentCreate, context: Context, client_id: ClientId) -> Agent:
+    check_agent_projects(context.store, client_id, body.project_ids)
     agent = Agent(
         id=new_id("agent"),
         client_id=client_id,

@@ -18,9 +18,11 @@ from serving.gateway import (
     library,
     memories,
     messages,
+    projects,
     stream,
     turns,
     workflows,
+    workspaces,
 )
 from serving.gateway.context import GatewayContext
 from serving.gateway.errors import install_error_handlers
@@ -69,6 +71,8 @@ def create_api(context: GatewayContext) -> FastAPI:
         conversation_control.router,
         workflows.router,
         memories.router,
+        projects.router,
+        workspaces.router,
         admin.router,
     ):
         api.include_router(router, responses=ERROR_RESPONSES)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from starlette.requests import HTTPConnection
 
-from core.ports import Conversations, MemoryAccess, WorkflowRuns
+from core.ports import Conversations, MemoryAccess, WorkflowRuns, Workspaces
 from core.settings import Settings, settings_from_env
 from core.store import Store
 
@@ -23,6 +23,7 @@ class GatewayContext:
     workflows: WorkflowRuns
     memory: MemoryAccess
     settings_env: dict[str, str] = field(default_factory=dict)
+    workspaces: Workspaces | None = None
 
     @property
     def settings(self) -> Settings:

@@ -112,10 +112,13 @@ async def _on_wonder_error(request: Request, exc: Exception) -> JSONResponse:
     error = as_wonder_error(exc)
     if error is None:
         return await _on_unexpected(request, exc)
-    response = _json(status_for(error), error_body(error))
+    status = status_for(error)
+    headers = None
     if isinstance(error, QuotaExceeded):
-        response.headers["Retry-After"] = retry_after(error.retry_after_s)
-    return response
+        headers = {"Retry-After": retry_after(error.retry_after_s)}
+    elif status == 503:  # retriable: say when (a burst of new conversations, a restarting actor)
+        headers = {"Retry-After": "1"}
+    return JSONResponse(status_code=status, content=error_body(error), headers=headers)
 
 
 def retry_after(seconds: float) -> str:

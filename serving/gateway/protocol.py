@@ -126,6 +126,11 @@ AgentList = Items[Agent]
 class ConversationCreate(WireModel):
     agent_id: str | None = Field(None, max_length=64, description="The agent that answers")
     title: str | None = Field(None, max_length=200)
+    project_id: str | None = Field(
+        None,
+        max_length=64,
+        description="The agent's project to work on (default: its only project, if it has one)",
+    )
 
 
 class Deleted(WireModel):

@@ -1,0 +1,148 @@
+"""``shell.exec`` and ``repo.*``: actions that run in the conversation's workspace.
+
+The workspace is implicit (seed 001 "Tool Execution Context"): the task's conversation names it,
+with its project and branch; the acting agent must be scoped to that project. Paths are relative to
+the worktree; leaving it is a ``PERMISSION_DENIED`` tool error. Parameters come from the task's
+``params`` first, then from the tool input (``data``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from actors.actions import ActionContext, JsonObject, action
+from core.domain import Persona
+from core.errors import InvalidInput, NonRetryableError, NotFound
+from core.ports import Workspaces
+from core.workspaces import SandboxPolicy, WorkspaceSpec, workspace_for
+
+MAX_WRITE_BYTES = 1_000_000
+MAX_COMMAND_CHARS = 20_000
+
+
+def _param(params: JsonObject, data: JsonObject, name: str, default: Any = None) -> Any:
+    if name in params and params[name] is not None:
+        return params[name]
+    return data.get(name, default)
+
+
+def _text(params: JsonObject, data: JsonObject, name: str, default: str | None = None) -> str:
+    value = _param(params, data, name, default)
+    if value is None:
+        raise InvalidInput(f"missing {name}")
+    if not isinstance(value, str):
+        raise InvalidInput(f"{name} must be a string")
+    return value
+
+
+def _bounded(params: JsonObject, data: JsonObject, name: str, default: int, top: int) -> int:
+    value = _param(params, data, name, default)
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 1 <= value <= top:
+        raise InvalidInput(f"{name} must be a number from 1 to {top}")
+    return int(value)
+
+
+async def _workspace(ctx: ActionContext) -> tuple[Workspaces, WorkspaceSpec]:
+    workspaces = ctx.services.workspaces
+    if workspaces is None:
+        raise NonRetryableError("workspaces are not available in this process")
+    if not ctx.conversation_id:
+        raise InvalidInput("repo.* and shell.exec run in a conversation's workspace")
+    spec = await asyncio.to_thread(
+        workspace_for, ctx.services.store, ctx.services.settings, ctx.conversation_id, ctx.agent_id
+    )
+    return workspaces, spec
+
+
+def _persona(ctx: ActionContext) -> Persona | None:
+    store = ctx.services.store
+    if not ctx.agent_id:
+        return None
+    try:
+        agent = store.agents.get(ctx.agent_id)
+    except NotFound:
+        return None
+    if agent.persona is not None:
+        return agent.persona
+    if agent.persona_ref is not None:
+        return store.personas.get(agent.persona_ref.id, agent.persona_ref.version)
+    return None
+
+
+@action("shell.exec")
+async def shell_exec(params: JsonObject, data: JsonObject, ctx: ActionContext) -> Any:
+    """``{command, timeout_s?}`` → ``{exit_code, stdout, stderr, truncated, timed_out, ...}``."""
+    command = _text(params, data, "command")
+    if not command.strip() or len(command) > MAX_COMMAND_CHARS:
+        raise InvalidInput(f"command must be 1 to {MAX_COMMAND_CHARS} characters")
+    settings = ctx.services.settings
+    timeout = _param(params, data, "timeout_s", settings.shell_timeout_s)
+    if not isinstance(timeout, int | float) or not 0 < timeout <= 3600:
+        raise InvalidInput("timeout_s must be a number of seconds from 0 to 3600")
+    workspaces, spec = await _workspace(ctx)
+    policy = SandboxPolicy.of(settings, await asyncio.to_thread(_persona, ctx))
+    result = await workspaces.exec(spec, command, float(timeout), policy)
+    return result.model_dump()
+
+
+@action("repo.tree")
+async def repo_tree(params: JsonObject, data: JsonObject, ctx: ActionContext) -> Any:
+    """``{path?, max_entries?}`` → the files and directories under ``path``."""
+    path = _text(params, data, "path", "")
+    limit = _bounded(params, data, "max_entries", 500, 5000)
+    workspaces, spec = await _workspace(ctx)
+    return (await workspaces.tree(spec, path, limit)).model_dump()
+
+
+@action("repo.read")
+async def repo_read(params: JsonObject, data: JsonObject, ctx: ActionContext) -> Any:
+    """``{path, max_bytes?}`` → ``{path, content, size, truncated}``."""
+    path = _text(params, data, "path")
+    limit = _bounded(params, data, "max_bytes", 200_000, 2_000_000)
+    workspaces, spec = await _workspace(ctx)
+    return (await workspaces.read(spec, path, limit)).model_dump()
+
+
+@action("repo.write")
+async def repo_write(params: JsonObject, data: JsonObject, ctx: ActionContext) -> Any:
+    """``{path, content}`` → ``{path, size}`` (parents created; the file replaced)."""
+    path = _text(params, data, "path")
+    content = _text(params, data, "content")
+    if len(content.encode()) > MAX_WRITE_BYTES:
+        raise InvalidInput(f"content is over {MAX_WRITE_BYTES} bytes")
+    workspaces, spec = await _workspace(ctx)
+    return (await workspaces.write(spec, path, content)).model_dump()
+
+
+@action("repo.search")
+async def repo_search(params: JsonObject, data: JsonObject, ctx: ActionContext) -> Any:
+    """``{pattern, path?, max_hits?}`` → ``git grep -E`` hits ``{path, line, text}``."""
+    pattern = _text(params, data, "pattern")
+    if not pattern or len(pattern) > 1000:
+        raise InvalidInput("pattern must be 1 to 1000 characters")
+    path = _text(params, data, "path", "")
+    limit = _bounded(params, data, "max_hits", 100, 1000)
+    workspaces, spec = await _workspace(ctx)
+    return (await workspaces.search(spec, pattern, path, limit)).model_dump()
+
+
+@action("repo.diff")
+async def repo_diff(params: JsonObject, data: JsonObject, ctx: ActionContext) -> Any:
+    """``{against?: "uncommitted" | "default_branch"}`` → the diff and the files it touches."""
+    against = _text(params, data, "against", "uncommitted")
+    if against not in ("uncommitted", "default_branch"):
+        raise InvalidInput("against must be 'uncommitted' or 'default_branch'")
+    workspaces, spec = await _workspace(ctx)
+    base = spec.default_branch if against == "default_branch" else None
+    return (await workspaces.diff(spec, base)).model_dump()
+
+
+@action("repo.commit")
+async def repo_commit(params: JsonObject, data: JsonObject, ctx: ActionContext) -> Any:
+    """``{message}`` → commits every change on the conversation's branch."""
+    message = _text(params, data, "message")
+    if not message.strip() or len(message) > 10_000:
+        raise InvalidInput("message must be 1 to 10000 characters")
+    workspaces, spec = await _workspace(ctx)
+    return (await workspaces.commit(spec, message, ctx.agent_id)).model_dump()

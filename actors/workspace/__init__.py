@@ -1,0 +1,1 @@
+"""The workspace of a conversation: its branch's worktree, sandboxed commands, ``repo.*``."""

@@ -1,0 +1,189 @@
+"""``WorkspaceActor``: one conversation's worktree, its sandboxed commands and ``repo.*``.
+
+Plain Python (``cluster.workspaces`` makes it the named detached actor
+``workspace:<conversation_id>``). On start it checks the conversation's branch out in its worktree
+(``<data_dir>/workspaces/<conversation_id>``; an existing one is reused, so an evicted workspace
+comes back with its uncommitted work). Git operations run one at a time in a thread (they share
+the worktree's index); commands run concurrently, each in its own sandbox (``sandbox``). When no
+call has arrived for ``idle_ttl_s`` it leaves the cluster through its ``Lifecycle``; the worktree
+stays on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+from actors.workspace.paths import confined, relative_to_root
+from actors.workspace.sandbox import SandboxLayout, run_sandboxed
+from core.errors import InvalidInput, NotFound
+from core.git import GitRepository, Worktree
+from core.ports import Lifecycle
+from core.workspaces import (
+    ExecResult,
+    RepoCommit,
+    RepoDiff,
+    RepoFile,
+    RepoSearch,
+    RepoTree,
+    SandboxPolicy,
+    SearchHit,
+    WorkspaceSpec,
+    WorkspaceStatus,
+)
+
+T = TypeVar("T")
+ALWAYS_HIDDEN = (Path("/tmp"),)
+MAX_DIFF_BYTES = 200_000
+
+
+class WorkspaceActor:
+    """The worktree of ``spec.branch`` and the operations on it."""
+
+    def __init__(self, spec: WorkspaceSpec, idle_ttl_s: float, lifecycle: Lifecycle) -> None:
+        self.spec = spec
+        self.root = Path(spec.worktree)
+        self._repository = GitRepository(Path(spec.repository))
+        self._repository.add_worktree(self.root, spec.branch)
+        self._tree = Worktree(self.root)
+        self._git_dir = self._tree.git_dir()
+        self._common_dir = self._repository.common_dir()
+        self._idle_ttl_s = idle_ttl_s
+        self._lifecycle = lifecycle
+        self._git_lock = asyncio.Lock()
+        self._in_flight = 0
+        self._last_used = time.monotonic()
+        self._watchdog: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    async def _use(self, work: Callable[[], Awaitable[T]]) -> T:
+        if self._watchdog is None:
+            self._watchdog = asyncio.get_running_loop().create_task(self._watch_idle())
+        self._in_flight += 1
+        try:
+            return await work()
+        finally:
+            self._in_flight -= 1
+            self._last_used = time.monotonic()
+
+    async def _git(self, fn: Callable[[], T]) -> T:
+        """A git operation on the worktree: one at a time, off the event loop."""
+        async with self._git_lock:
+            return await asyncio.to_thread(fn)
+
+    async def _watch_idle(self) -> None:
+        while True:
+            await asyncio.sleep(min(self._idle_ttl_s / 4, 30.0))
+            idle_for = time.monotonic() - self._last_used
+            if self._in_flight == 0 and idle_for >= self._idle_ttl_s:
+                self._lifecycle.exit()
+                return
+
+    def _layout(self, policy: SandboxPolicy) -> SandboxLayout:
+        hidden = (*ALWAYS_HIDDEN, Path(self.spec.data_dir), *map(Path, policy.hidden_paths))
+        return SandboxLayout(
+            worktree=self.root,
+            worktree_git_dir=self._git_dir,
+            repository_git_dir=self._common_dir,
+            hidden=tuple(hidden),
+        )
+
+    # ------------------------------------------------------------------ shell
+
+    async def exec(self, command: str, timeout_s: float, policy: SandboxPolicy) -> ExecResult:
+        """Run ``command`` (``sh -c``) in a fresh sandbox in the worktree."""
+        layout = self._layout(policy)
+        return await self._use(lambda: run_sandboxed(layout, policy, command, timeout_s))
+
+    # ------------------------------------------------------------------ repo.*
+
+    async def tree(self, path: str = "", max_entries: int = 500) -> RepoTree:
+        return await self._use(lambda: asyncio.to_thread(self._list, path, max_entries))
+
+    def _list(self, path: str, max_entries: int) -> RepoTree:
+        start = confined(self.root, path)
+        if not start.is_dir():
+            raise NotFound(f"{path!r} is not a directory of the worktree")
+        entries: list[str] = []
+        for folder, dirs, files in os.walk(start):
+            dirs[:] = sorted(d for d in dirs if d != ".git")
+            here = Path(folder)
+            names = [f"{relative_to_root(self.root, here / d)}/" for d in dirs]
+            names += [relative_to_root(self.root, here / f) for f in sorted(files) if f != ".git"]
+            for name in names:
+                entries.append(name)
+                if len(entries) >= max_entries:
+                    return RepoTree(path=path or ".", entries=entries, truncated=True)
+        return RepoTree(path=path or ".", entries=entries)
+
+    async def read(self, path: str, max_bytes: int = 200_000) -> RepoFile:
+        return await self._use(lambda: asyncio.to_thread(self._read, path, max_bytes))
+
+    def _read(self, path: str, max_bytes: int) -> RepoFile:
+        target = confined(self.root, path)
+        if not target.is_file():
+            raise NotFound(f"{path!r} is not a file of the worktree")
+        size = target.stat().st_size
+        with target.open("rb") as handle:
+            data = handle.read(max_bytes)
+        text = data.decode(errors="replace")
+        return RepoFile(path=path, content=text, size=size, truncated=size > max_bytes)
+
+    async def write(self, path: str, content: str) -> RepoFile:
+        return await self._use(lambda: self._git(lambda: self._write(path, content)))
+
+    def _write(self, path: str, content: str) -> RepoFile:
+        target = confined(self.root, path)
+        if target == self.root.resolve() or target.is_dir():
+            raise InvalidInput(f"{path!r} is a directory")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        data = content.encode()
+        # O_NOFOLLOW: a symlink planted after the check is refused, not followed.
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        return RepoFile(path=path, size=len(data))
+
+    async def search(self, pattern: str, path: str = "", max_hits: int = 100) -> RepoSearch:
+        return await self._use(lambda: self._git(lambda: self._search(pattern, path, max_hits)))
+
+    def _search(self, pattern: str, path: str, max_hits: int) -> RepoSearch:
+        where = relative_to_root(self.root, confined(self.root, path))
+        hits, more = self._tree.grep(pattern, where, max_hits)
+        found = [SearchHit(path=p, line=n, text=t) for p, n, t in hits]
+        return RepoSearch(pattern=pattern, hits=found, truncated=more)
+
+    async def diff(self, base: str | None = None) -> RepoDiff:
+        return await self._use(lambda: self._git(lambda: self._diff(base)))
+
+    def _diff(self, base: str | None) -> RepoDiff:
+        if base is not None and self._repository.resolve(base) is None:
+            raise NotFound(f"no commit or branch {base!r}")
+        text, truncated = self._tree.diff(base, MAX_DIFF_BYTES)
+        names = self._tree.git("diff", "--name-only", base or "HEAD", "--")
+        return RepoDiff(base=base, diff=text, files=names.split(), truncated=truncated)
+
+    async def commit(self, message: str, author: str | None = None) -> RepoCommit:
+        return await self._use(lambda: self._git(lambda: self._commit(message, author)))
+
+    def _commit(self, message: str, author: str | None) -> RepoCommit:
+        commit = self._tree.commit_all(message, author)
+        files = self._tree.git("show", "--name-only", "--format=", "HEAD").split() if commit else []
+        return RepoCommit(branch=self.spec.branch, commit=commit, files=files)
+
+    async def status(self) -> WorkspaceStatus:
+        return await self._use(lambda: self._git(self._status))
+
+    def _status(self) -> WorkspaceStatus:
+        return WorkspaceStatus(
+            workspace_id=self.spec.workspace_id,
+            branch=self._tree.branch() or self.spec.branch,
+            head=self._tree.head(),
+            worktree=str(self.root),
+            changed_files=self._tree.changed_files(),
+        )
