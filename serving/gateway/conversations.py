@@ -13,7 +13,7 @@ from core.domain import Conversation
 from core.errors import InvalidInput, NotFound
 from core.ids import new_id
 from core.projects import project_for_conversation, start_conversation_branch
-from serving.gateway.auth import ClientId, Context
+from serving.gateway.auth import ClientId, Context, Guard
 from serving.gateway.context import GatewayContext
 from serving.gateway.protocol import ConversationCreate, Deleted, Page
 from serving.gateway.translation import decode_cursor, encode_cursor
@@ -43,9 +43,12 @@ def _page(
 
 
 @router.post("", status_code=201, response_model=Conversation, summary="Start a conversation")
-async def create(body: ConversationCreate, context: Context, client_id: ClientId) -> Conversation:
+async def create(
+    body: ConversationCreate, context: Context, client_id: ClientId, guard: Guard
+) -> Conversation:
     """A new conversation; it gets the id of an already started actor when one is in reserve, so
     its first message is answered without waiting for a process to start."""
+    await asyncio.to_thread(guard.admit_conversation, client_id)
     project = None
     if body.agent_id is not None:
         try:
