@@ -69,6 +69,14 @@ class Session:
         task = TaskDef(
             id=f"t-{kind.replace('.', '-')}", actions=[TaskAction(kind=kind, params=params)]
         )
+        return self.run_outcome(task, {})
+
+    def run_task(self, task: TaskDef, task_input: dict[str, Any]) -> Any:
+        outcome = self.run_outcome(task, task_input)
+        assert outcome.success, outcome.error
+        return outcome.result
+
+    def run_outcome(self, task: TaskDef, task_input: dict[str, Any]) -> TaskOutcome:
         context = TaskContext(
             client_id=self.conversation.client_id,
             conversation_id=self.conversation.id,
@@ -76,7 +84,7 @@ class Session:
             settings_env=self.cluster.env,
         )
         runner = wiring.task_runner(self.cluster.env)
-        return asyncio.run(runner.run(task, {}, context))
+        return asyncio.run(runner.run(task, task_input, context))
 
     def ok(self, kind: str, **params: Any) -> Any:
         outcome = self.run(kind, **params)
