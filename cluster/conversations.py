@@ -6,6 +6,11 @@ Every call gets-or-creates the named detached ``conversation:<id>`` actor throug
 three attempts; a dead, restarting or hibernating actor is re-activated before the next one);
 ``post_message`` carries a message id so that a retry never stores a message twice. Ray's failures
 become Wonder's errors here, so nothing above sees a Ray exception.
+
+A message to a conversation whose actor is not ready within ``ACK_WAIT_S`` (being started or
+re-activated: a second or more) is acknowledged in the store instead
+(``actors.conversation.intake``) while the call to the actor goes on in the background; the actor
+picks the turn up when it is ready. So a ``202`` never waits for an actor process to start.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import ray
 
 from actors.conversation.actor import ConversationActor
 from actors.conversation.directory import ConversationDirectory
+from actors.conversation.intake import Intake
 from actors.conversation.ports import ConversationPorts
 from cluster.naming import (
     DIRECTORY_NAME,
@@ -39,6 +45,7 @@ from core.ports import (
     TurnOutcome,
 )
 from core.retry import ACTOR_CALL, STREAM_RESUME, with_retries
+from core.settings import settings_from_env
 
 log = logging.getLogger("wonder.cluster")
 
@@ -50,6 +57,7 @@ RAY_CALL_ERRORS = (
     ray.exceptions.ActorUnavailableError,
 )
 BACKPRESSURE_EVENTS = 16
+ACK_WAIT_S = 0.05  # a ready actor acknowledges in a few ms; past this, acknowledge in the store
 HIBERNATE_WAIT_S = 5.0
 SHUTDOWN_WAIT_S = 10.0
 
@@ -70,6 +78,9 @@ class RayActorHost:
             factory,
             max_task_retries=0,
         )
+
+    async def ready(self, handle: Any) -> None:
+        await handle.__ray_ready__.remote()
 
     async def try_hibernate(self, handle: Any) -> bool:
         try:
@@ -95,7 +106,15 @@ class ConversationDirectoryActor(ConversationDirectory):
 
     def __init__(self, max_resident: int, settings_env: dict[str, str], ports: PortsFactory):
         self.settings_env = dict(settings_env)
-        super().__init__(max_resident, RayActorHost(self.settings_env, ports))
+        settings = settings_from_env(self.settings_env)
+        super().__init__(
+            max_resident,
+            RayActorHost(self.settings_env, ports),
+            max_starting=settings.max_starting_conversations,
+            max_waiting=settings.max_waiting_conversations,
+            reserve_size=settings.conversation_reserve,
+        )
+        asyncio.get_running_loop().call_soon(self.refill)  # Ray builds it on its event loop
 
     def configure(
         self, max_resident: int | None = None, idle_ttl_s: float | None = None
@@ -122,8 +141,10 @@ def directory_handle(settings_env: dict[str, str], max_resident: int, ports: Por
 class RayConversations:
     """``Conversations`` and ``Residency`` over the directory and the conversation actors."""
 
-    def __init__(self, directory: Callable[[], Any]) -> None:
+    def __init__(self, directory: Callable[[], Any], intake: Intake | None = None) -> None:
         self._directory = directory
+        self._intake = intake
+        self._in_flight: set[asyncio.Future[MessageAck]] = set()
 
     async def _call(self, conversation_id: str, call: Callable[[Any], Awaitable[T]]) -> T:
         """``call(actor)`` on the conversation's live actor, with ``ACTOR_CALL`` retries."""
@@ -155,25 +176,84 @@ class RayConversations:
         message_id: str | None = None,
         agent_id: str | None = None,
     ) -> MessageAck:
-        """Persist a user message, start its turn; a retry reuses the message id."""
+        """Persist a user message, start its turn; a retry reuses the message id.
+
+        Acknowledged by the actor when it answers within ``ACK_WAIT_S``, else in the store (when
+        the conversation has no active turn there; otherwise this waits for the actor, which
+        applies the concurrency policy)."""
         chosen_id = message_id or new_id("msg")
-        return await self._call(
-            conversation_id,
-            lambda actor: actor.post_message.remote(
+        posted: asyncio.Future[MessageAck] = asyncio.ensure_future(
+            self._call(
+                conversation_id,
+                lambda actor: actor.post_message.remote(
+                    content,
+                    author,
+                    message_id=chosen_id,
+                    source=source,
+                    reply_to_message_id=reply_to_message_id,
+                    agent_id=agent_id,
+                ),
+            )
+        )
+        if self._intake is None:
+            return await posted
+        done, _pending = await asyncio.wait({posted}, timeout=ACK_WAIT_S)
+        if posted in done:
+            return posted.result()
+        try:
+            ack = await asyncio.to_thread(
+                self._intake.acknowledge,
+                conversation_id,
                 content,
                 author,
                 message_id=chosen_id,
-                source=source,
+                source=source,  # type: ignore[arg-type]
                 reply_to_message_id=reply_to_message_id,
                 agent_id=agent_id,
-            ),
-        )
+            )
+        except BaseException:
+            self._let_run(posted, conversation_id)  # it refuses too, or picks up what is stored
+            raise
+        if ack is None:
+            return await posted
+        self._let_run(posted, conversation_id)
+        return ack
+
+    def _let_run(self, posted: asyncio.Future[MessageAck], conversation_id: str) -> None:
+        """Keep the call to the actor going after answering: it starts the acknowledged turn."""
+        self._in_flight.add(posted)
+
+        def done(future: asyncio.Future[MessageAck]) -> None:
+            self._in_flight.discard(future)
+            if not future.cancelled() and future.exception() is not None:
+                log.info(
+                    "conversation %s: the actor will pick the turn up on its next activation (%s)",
+                    conversation_id,
+                    future.exception(),
+                )
+
+        posted.add_done_callback(done)
+
+    async def reserved_conversation_id(self) -> str | None:
+        """An id whose conversation actor is already running (``None``: pick your own)."""
+        try:
+            taken: str | None = await self._directory().take_reserved.remote()
+        except RAY_CALL_ERRORS as exc:
+            log.info("no reserved conversation actor (%s)", exc)
+            return None
+        return taken
 
     async def start_agent_call(
-        self, conversation_id: str, input: str, caller: Caller, mode: InvocationMode = "delegate"
+        self,
+        conversation_id: str,
+        input: str,
+        caller: Caller,
+        mode: InvocationMode = "delegate",
+        agent_id: str | None = None,
     ) -> AgentAnswer:
         return await self._call(
-            conversation_id, lambda actor: actor.start_agent_call.remote(input, caller, mode)
+            conversation_id,
+            lambda actor: actor.start_agent_call.remote(input, caller, mode, agent_id),
         )
 
     async def run_agent_turn(self, conversation_id: str, turn_id: str) -> AgentAnswer:

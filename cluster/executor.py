@@ -2,22 +2,24 @@
 
 A task runs in a Ray worker process; the collaborators its actions use (store, chat models, memory)
 are built there, once per process, by the services factory the caller passes along (a module-level
-function, so it travels by reference).
+function, so it travels by reference). Processes that only submit tasks (conversation actors, the
+coordinator) never import the actions: ``execute_task`` loads them where it runs.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+import resource
+from collections.abc import Callable, Iterator
 
 import ray
 
 from actors.actions.registry import ActionServices
-from actors.executor import run_task
 from core.domain import TaskDef
-from core.errors import RetryableError, WonderError
+from core.errors import ErrorCode, RetryableError, WonderError
 from core.jsontypes import JsonObject
-from core.ports import TaskContext, TaskOutcome
+from core.ports import TaskContext, TaskOutcome, failed_outcome
 
 ServicesFactory = Callable[[dict[str, str]], ActionServices]
 
@@ -26,9 +28,60 @@ ServicesFactory = Callable[[dict[str, str]], ActionServices]
 def execute_task(
     task_json: str, task_input: JsonObject, context: TaskContext, services: ServicesFactory
 ) -> TaskOutcome:
-    """Ray entry point: run a task definition (JSON) in a worker process."""
+    """Ray entry point: run a task definition (JSON) in a worker process.
+
+    The task may grow the worker's memory by ``executor_memory_limit_mb`` at most: past it,
+    allocations fail (``MemoryError``) and the task fails alone, the worker stays.
+    """
+    # Loaded here, in the worker: the actions pull in httpx, pyarrow and numpy (≈ 50 MiB), which a
+    # conversation actor submitting a task must not pay for.
+    from actors.executor import run_task
+
     task = TaskDef.model_validate_json(task_json)
-    return asyncio.run(run_task(task, task_input, context, services(context.settings_env)))
+    ready = services(context.settings_env)
+    try:
+        with memory_limit(ready.settings.executor_memory_limit_mb):
+            return asyncio.run(run_task(task, task_input, context, ready))
+    except MemoryError:
+        limit = ready.settings.executor_memory_limit_mb
+        return failed_outcome(
+            ErrorCode.EXECUTION_FAILED, f"task {task.id} ran out of memory (limit +{limit} MB)"
+        )
+
+
+MIB = 1024 * 1024
+
+
+def data_segment_bytes() -> int | None:
+    """This process's data segment (``VmData``: what RLIMIT_DATA counts), None off Linux."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmData:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+@contextlib.contextmanager
+def memory_limit(extra_mb: int | None) -> Iterator[None]:
+    """Let the block grow the data segment by ``extra_mb`` at most (RLIMIT_DATA's soft limit,
+    restored after). Shared mappings (Ray's object store) do not count; heap, anonymous maps and
+    thread stacks do."""
+    current = data_segment_bytes() if extra_mb is not None else None
+    if extra_mb is None or current is None:
+        yield
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    limit = current + extra_mb * MIB
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
 
 
 class RayTaskRunner:

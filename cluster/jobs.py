@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from cluster.models import ServedChatModels, ServedEmbedders
-from core.settings import Settings
+from core.settings import Settings, settings_from_env
 from jobs import compact, consolidate, embed
 
 JOBS = ("embed", "consolidate", "compact")
@@ -35,7 +35,8 @@ def entrypoint(job: str, args: list[str], python: str) -> str:
 def consolidation_ports(settings_env: dict[str, str]) -> consolidate.ConsolidationPorts:
     """What consolidation uses in each process that runs it (travels by reference)."""
     return consolidate.ConsolidationPorts(
-        chat_models=ServedChatModels(), embedders=ServedEmbedders(settings_env)
+        chat_models=ServedChatModels(settings_from_env(settings_env).allow_test_doubles),
+        embedders=ServedEmbedders(settings_env),
     )
 
 

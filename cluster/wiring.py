@@ -14,6 +14,7 @@ from typing import Any
 import ray
 
 from actors.actions.registry import ActionServices
+from actors.conversation.intake import Intake
 from actors.conversation.ports import ConversationPorts, ToolPorts
 from actors.workflow_coordinator.ports import CoordinatorPorts
 from actors.workflow_coordinator.runs import WorkflowRunService
@@ -50,7 +51,8 @@ def _conversations(key: EnvKey) -> RayConversations:
     env = dict(key)
     settings = settings_from_env(env)
     return RayConversations(
-        lambda: directory_handle(env, settings.max_resident_conversations, conversation_ports)
+        lambda: directory_handle(env, settings.max_resident_conversations, conversation_ports),
+        Intake(store_for_settings(settings)),
     )
 
 
@@ -112,7 +114,7 @@ def conversation_ports(settings_env: dict[str, str]) -> ConversationPorts:
         workflows=tools.workflows,
         residency=conversations_port,
         operations=RayAsyncOperations(lambda: runner_handle(settings_env, runner_ports)),
-        models=ServedChatModels(),
+        models=ServedChatModels(tools.settings.allow_test_doubles),
     )
 
 
@@ -137,7 +139,7 @@ def _executor_services(key: EnvKey) -> ActionServices:
     return ActionServices(
         store=store_for_settings(settings),
         settings=settings,
-        chat_models=ServedChatModels(),
+        chat_models=ServedChatModels(settings.allow_test_doubles),
         memory=ProcessMemory(settings, ServedEmbedders(env)),
         workspaces=workspaces(env),
     )

@@ -170,12 +170,30 @@ class Persona(Model):
     context_assembly_task_id: str | None = Field(
         None, description="Library task that assembles the context (default: built-in)"
     )
+    context_assembly_workflow: str | None = Field(
+        None,
+        description="Library workflow that assembles the context instead of a task (for hooks "
+        "that reason about context with extra model calls)",
+    )
     memory_extraction_task_id: str | None = Field(
         None, description="Library task that extracts memories after a turn (default: none)"
     )
     recent_turns_limit: int = Field(20, ge=0, le=1000)
     tool_ids: list[str] = Field(default_factory=list, max_length=128)
     constraints: Constraints = Field(default_factory=Constraints)
+
+    @model_validator(mode="after")
+    def _one_context_hook(self) -> Persona:
+        if self.context_assembly_task_id and self.context_assembly_workflow:
+            raise ValueError(
+                "context_assembly_task_id and context_assembly_workflow are exclusive: one hook"
+            )
+        return self
+
+    @property
+    def context_hook(self) -> str | None:
+        """The context-assembly hook's task or workflow id, if the persona has one."""
+        return self.context_assembly_task_id or self.context_assembly_workflow
 
 
 # --------------------------------------------------------------------------- owned entities
@@ -312,6 +330,7 @@ class Turn(Model):
     reply_to_message_id: str | None = None
     status: TurnStatus = TurnStatus.ACTIVE
     failure_reason: str | None = None
+    failure_code: ErrorCode | None = None  # AGENT_DECLINED when the agent declined
     context_assembly_run_id: str | None = None
     memory_extraction_run_id: str | None = None
     issues: TurnIssues = Field(default_factory=TurnIssues)

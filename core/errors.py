@@ -20,6 +20,7 @@ class ErrorCode(StrEnum):
     CONFLICT = "CONFLICT"
     UNAUTHORIZED = "UNAUTHORIZED"
     UNAVAILABLE = "UNAVAILABLE"
+    QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
 
 
 class WonderError(Exception):
@@ -78,3 +79,15 @@ class Timeout(RetryableError):
 
 class Unavailable(RetryableError):
     code = ErrorCode.UNAVAILABLE
+
+
+class QuotaExceeded(WonderError):
+    """A client's quota refused the request (HTTP 429): the same request may succeed after
+    ``retry_after_s`` — neither an infrastructure failure nor a final business answer."""
+
+    code = ErrorCode.QUOTA_EXCEEDED
+    retriable = True
+
+    def __init__(self, message: str, *, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s

@@ -20,6 +20,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from core.errors import InvalidInput, NotFound
+from core.library_policy import policy_problems
+from core.settings import Settings, load_settings
 from core.store import Store
 
 # Applied in this order so that what is referenced exists before what references it.
@@ -169,12 +171,27 @@ def _references(item: LibraryObject) -> list[tuple[str, str]]:
     return []
 
 
-def apply_library(store: Store, directory: Path, now: datetime) -> LibraryReport:
+def policy_refusals(objects: Iterable[LibraryObject], settings: Settings) -> list[str]:
+    """What the operator's policy refuses among ``objects`` (``core.library_policy``)."""
+    return [
+        f"{item.source}: {problem}"
+        for item in objects
+        for problem in policy_problems(item.obj, settings)
+    ]
+
+
+def apply_library(
+    store: Store, directory: Path, now: datetime, settings: Settings | None = None
+) -> LibraryReport:
     """Validate everything under ``directory``, then store each object as a new version.
 
-    An object identical to its latest stored version is left as it is (``changed`` False).
+    An object identical to its latest stored version is left as it is (``changed`` False). Objects
+    the policy refuses under ``settings`` (default: this process's) fail the whole directory.
     """
     objects = read_library(directory, library_models(store))
+    refused = policy_refusals(objects, settings or load_settings())
+    if refused:
+        raise InvalidInput("\n".join(refused))
     report = LibraryReport(warnings=unresolved_references(objects, store))
     order = {kind: n for n, kind in enumerate(KINDS)}
     for item in sorted(objects, key=lambda o: (order[o.kind], o.id)):

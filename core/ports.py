@@ -67,7 +67,12 @@ class AgentAnswer(Model):
     turn_id: str
     status: TurnStatus
     failure_reason: str | None = None
+    failure_code: ErrorCode | None = None
     content: str = ""
+
+    @property
+    def declined(self) -> bool:
+        return self.failure_code is ErrorCode.AGENT_DECLINED
 
 
 class TurnOutcome(Model):
@@ -176,6 +181,11 @@ class TaskRunner(Protocol):
 class Conversations(Protocol):
     """Reaching Conversation actors (get-or-create through the directory, one retry helper)."""
 
+    async def reserved_conversation_id(self) -> str | None:
+        """An id whose actor is already started, for a conversation about to be created with
+        it; ``None`` when none is ready (the caller picks its own id)."""
+        ...
+
     async def post_message(
         self,
         conversation_id: str,
@@ -189,8 +199,16 @@ class Conversations(Protocol):
     ) -> MessageAck: ...
 
     async def start_agent_call(
-        self, conversation_id: str, input: str, caller: Caller, mode: InvocationMode = "delegate"
-    ) -> AgentAnswer: ...
+        self,
+        conversation_id: str,
+        input: str,
+        caller: Caller,
+        mode: InvocationMode = "delegate",
+        agent_id: str | None = None,
+    ) -> AgentAnswer:
+        """One turn answering ``input`` in the conversation, by ``agent_id`` (default: its primary
+        agent). ``loop_in``: that agent first joins the conversation as a participant."""
+        ...
 
     async def run_agent_turn(self, conversation_id: str, turn_id: str) -> AgentAnswer: ...
 
@@ -301,7 +319,11 @@ class ActorHost(Protocol):
     """How the conversation directory creates, evicts and stops conversation actors."""
 
     def create(self, conversation_id: str) -> Any:
-        """Get or create the conversation's actor; returns its handle."""
+        """Get or create the conversation's actor; returns its handle at once."""
+        ...
+
+    async def ready(self, handle: Any) -> None:
+        """Return once the actor is constructed (raise if it failed to start)."""
         ...
 
     async def try_hibernate(self, handle: Any) -> bool:

@@ -10,7 +10,7 @@ import json
 import os
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -25,6 +25,12 @@ class Settings(BaseSettings):
     database_url: str | None = Field(None, description="SQLAlchemy URL; default SQLite in data_dir")
     lance_uri: str | None = Field(None, description="LanceDB URI; default data_dir/lance")
     object_uri: str | None = Field(None, description="Object store URI; default data_dir/objects")
+    database_pool_size: int = Field(
+        1, ge=1, description="Connections each process keeps open to a server database"
+    )
+    database_pool_overflow: int = Field(
+        4, ge=0, description="Extra connections a process may open briefly (never more)"
+    )
     s3_endpoint_url: str | None = Field(None, description="S3-compatible endpoint for s3:// URIs")
 
     ray_address: str | None = Field(None, description="Ray cluster to attach to; None = start one")
@@ -37,10 +43,38 @@ class Settings(BaseSettings):
 
     conversation_idle_ttl_s: float = Field(600.0, gt=0)
     max_resident_conversations: int = Field(64, ge=1)
+    max_starting_conversations: int = Field(
+        8, ge=1, description="Conversation actors starting at once (a burst queues behind them)"
+    )
+    conversation_reserve: int = Field(
+        2, ge=0, description="Conversation actors kept started for conversations not yet created"
+    )
+    max_waiting_conversations: int = Field(
+        512, ge=0, description="Activations queued for a start slot before refusing with 503"
+    )
     max_delegation_depth: int = Field(3, ge=0, le=20)
 
     http_allowed_hosts: list[str] = Field(default_factory=list)
 
+    # What library code may run (docs/security.md).
+    library_callables: list[str] = Field(
+        default_factory=list,
+        description="Extra callables for `python` actions: modules (their @library_callable "
+        "functions) or 'module:function' entries, beside the shipped library's",
+    )
+    allow_test_doubles: bool = Field(
+        False, description="Accept the `scripted` model provider (tests; off in production)"
+    )
+    action_timeout_s: float = Field(600.0, gt=0, description="Time limit of one task action")
+    action_output_max_bytes: int = Field(
+        1_000_000, ge=1024, description="Largest result (as JSON) one task action may return"
+    )
+    executor_memory_limit_mb: int | None = Field(
+        4096,
+        ge=64,
+        description="How much a task may grow its executor worker's data segment (RLIMIT_DATA, "
+        "set for the task's duration above what the worker holds when it starts); None = no limit",
+    )
     project_path_roots: list[str] = Field(
         default_factory=list,
         description="Local repository paths a project may name (empty: any outside data_dir)",
@@ -71,6 +105,21 @@ class Settings(BaseSettings):
     llm_num_replicas: int = Field(1, ge=1, description="vLLM replicas (one GPU each on cuda)")
     llm_accelerator_type: str | None = Field(
         None, description="Ray accelerator_type for vLLM replicas on cuda (e.g. A10G, H100)"
+    )
+
+    # Placement on a multi-node cluster (cluster/placement.py decides from these).
+    accelerator_resource: str = Field(
+        "wonder_accelerator",
+        description="Custom Ray resource accelerator nodes advertise (one unit per vLLM replica)",
+    )
+    actors_on_accelerator_nodes: bool = Field(
+        False, description="Conversations, coordinators, executor tasks may use accelerator nodes"
+    )
+    llm_placement: Literal["auto", "accelerator", "any"] = Field(
+        "auto", description="auto|accelerator|any: auto = accelerator nodes when llm_device=cuda"
+    )
+    embedder_placement: Literal["cpu", "accelerator", "any"] = Field(
+        "cpu", description="cpu|accelerator|any: where embedder replicas go"
     )
 
     @cached_property

@@ -11,6 +11,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+from core.callables import library_callable
 from core.errors import InvalidInput
 
 MAX_EXPRESSION_CHARS = 200
@@ -94,6 +95,7 @@ def _bounded(value: Any) -> Number:
     return value  # type: ignore[no-any-return]
 
 
+@library_callable
 def calculate(data: dict[str, Any]) -> dict[str, Any]:
     """Task callable: ``{"expression": "2 * (3 + 4)"}`` → ``{"expression", "result"}``."""
     expression = data.get("expression")
@@ -102,6 +104,7 @@ def calculate(data: dict[str, Any]) -> dict[str, Any]:
     return {"expression": expression, "result": evaluate(expression)}
 
 
+@library_callable
 async def sleep(data: dict[str, Any]) -> dict[str, Any]:
     """Wait ``seconds`` (≤ 300): a stand-in for slow work (research, builds) in examples."""
     import asyncio
@@ -111,11 +114,13 @@ async def sleep(data: dict[str, Any]) -> dict[str, Any]:
     return {"slept_s": seconds}
 
 
+@library_callable
 def echo(data: dict[str, Any]) -> dict[str, Any]:
     """Return the task's input unchanged."""
     return dict(data.get("input") or {})
 
 
+@library_callable
 def render_code_index(data: dict[str, Any]) -> dict[str, str]:
     """``code_index``'s last step: the ``repo.index`` answer (``previous``) and the tool specs as
     ``system_context`` — a map of what exists, fetched on demand with the tools (seed 001)."""

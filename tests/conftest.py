@@ -17,6 +17,10 @@ os.environ["RAY_AUTH_MODE"] = "disabled"
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# The suite uses the scripted model (a test double: off unless the operator enables it) and the
+# callables of tests/callables.py (registered the way an operator adds a module).
+os.environ["WONDER_ALLOW_TEST_DOUBLES"] = "true"
+os.environ["WONDER_LIBRARY_CALLABLES"] = '["tests.callables"]'
 
 
 def free_port() -> int:
@@ -111,18 +115,51 @@ def _free_dashboard_agent_port() -> None:
     parameter.RayParams.__init__ = with_free_agent_port  # type: ignore[method-assign]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--database",
+        choices=["sqlite", "postgresql"],
+        default="sqlite",
+        help="the relational store of the session's Ray (integration tier): a SQLite file in the "
+        "session's data dir, or a database on a PostgreSQL server the tests start themselves",
+    )
+
+
 @pytest.fixture(scope="session")
-def ray_cluster() -> Iterator[Cluster]:
+def postgres_server() -> Iterator[Any]:
+    """A real PostgreSQL server (Debian's binaries) on 127.0.0.1 for the session."""
+    from tests.postgres import start_postgres
+
+    server = start_postgres()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _session_database_env(request: pytest.FixtureRequest) -> dict[str, str]:
+    """``WONDER_DATABASE_URL`` for ``--database=postgresql`` (a fresh database), else nothing."""
+    if request.config.getoption("--database") != "postgresql":
+        return {}
+    server = request.getfixturevalue("postgres_server")
+    return {"WONDER_DATABASE_URL": server.create_database()}
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """One real local Ray for the whole test session (≈10 s to start)."""
     import ray
 
     data_dir = Path(tempfile.mkdtemp(prefix="wonder-test-"))
     ray_tmp = tempfile.mkdtemp(prefix="wr", dir="/tmp")
     env = {
+        **_session_database_env(request),
         "WONDER_DATA_DIR": str(data_dir),
         "WONDER_CONVERSATION_IDLE_TTL_S": "600",
         "WONDER_MAX_RESIDENT_CONVERSATIONS": "64",
         "WONDER_HTTP_ALLOWED_HOSTS": '["127.0.0.1"]',
+        "WONDER_ALLOW_TEST_DOUBLES": "true",
+        "WONDER_LIBRARY_CALLABLES": '["tests.callables"]',
         "RAY_AUTH_MODE": "disabled",
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",

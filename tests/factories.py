@@ -97,5 +97,9 @@ def make_agent(
     return store.agents.insert(agent)
 
 
-def make_conversation(store: Store, client_id: str, agent: Agent) -> Conversation:
-    return create_conversation(store, client_id=client_id, agent_id=agent.id)
+def make_conversation(
+    store: Store, client_id: str, agent: Agent, conversation_id: str | None = None
+) -> Conversation:
+    return create_conversation(
+        store, client_id=client_id, agent_id=agent.id, conversation_id=conversation_id
+    )

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 
 from actors.async_operations.runner import AsyncOperationRunner
 from actors.conversation.actor import ConversationActor
+from actors.conversation.intake import Intake
 from actors.conversation.ports import ConversationPorts, ToolPorts
 from actors.executor import run_task
 from cluster.models import ServedChatModels
@@ -109,6 +110,7 @@ class InProcessCluster:
             workflows=NoWorkflows(),
         )
         self.runner = AsyncOperationRunner(lambda: self.tools)
+        self.intake = Intake(self.store)  # what the gateway's adapter acknowledges with
 
     def ports(self) -> ConversationPorts:
         tools = self.tools
@@ -121,7 +123,7 @@ class InProcessCluster:
             workflows=tools.workflows,
             residency=self,
             operations=self,
-            models=ServedChatModels(),
+            models=ServedChatModels(tools.settings.allow_test_doubles),
         )
 
     def actor(self, conversation_id: str) -> ConversationActor:
@@ -138,6 +140,9 @@ class InProcessCluster:
         return self.actor(conversation_id)
 
     # ------------------------------------------------------------------ Conversations
+
+    async def reserved_conversation_id(self) -> str | None:
+        return None
 
     async def post_message(
         self,
@@ -160,9 +165,14 @@ class InProcessCluster:
         )
 
     async def start_agent_call(
-        self, conversation_id: str, input: str, caller: Caller, mode: InvocationMode = "delegate"
+        self,
+        conversation_id: str,
+        input: str,
+        caller: Caller,
+        mode: InvocationMode = "delegate",
+        agent_id: str | None = None,
     ) -> AgentAnswer:
-        return await self.actor(conversation_id).start_agent_call(input, caller, mode)
+        return await self.actor(conversation_id).start_agent_call(input, caller, mode, agent_id)
 
     async def run_agent_turn(self, conversation_id: str, turn_id: str) -> AgentAnswer:
         return await self.actor(conversation_id).run_agent_turn(turn_id)

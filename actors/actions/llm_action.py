@@ -47,16 +47,24 @@ def resolve_profile(params: JsonObject, ctx: ActionContext) -> ModelProfile:
 
 
 def render_transcript(transcript: Any) -> str:
-    """``[{role, content}]`` as ``role: content`` lines (the most recent text kept when long)."""
+    """``[{role, content}]`` as ``role: content`` lines (the most recent text kept when long);
+    a turn transcript's tool calls as ``tool_call name(arguments) -> result``."""
     if not isinstance(transcript, list):
         raise InvalidInput("llm: transcript must be a list of {role, content}")
-    lines = [
-        f"{item.get('role', 'user')}: {item.get('content', '')}"
-        for item in transcript
-        if isinstance(item, dict)
-    ]
+    lines = [_transcript_line(item) for item in transcript if isinstance(item, dict)]
     text = "\n".join(lines)
     return text[-MAX_TRANSCRIPT_CHARS:]
+
+
+def _transcript_line(item: JsonObject) -> str:
+    if item.get("role") != "tool_call":
+        return f"{item.get('role', 'user')}: {item.get('content', '')}"
+    arguments = json.dumps(item.get("arguments"), default=str)
+    if item.get("success") is False:
+        outcome = f"failed: {json.dumps(item.get('error'), default=str)}"
+    else:
+        outcome = json.dumps(item.get("result"), default=str)
+    return f"tool_call {item.get('name')}({arguments}) -> {outcome}"
 
 
 def build_messages(params: JsonObject) -> list[JsonObject]:

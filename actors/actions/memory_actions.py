@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from actors.actions import ActionContext, JsonObject, action
+from core.callables import library_callable
 from core.errors import InvalidInput, NotFound, PermissionDenied
 from core.memory import (
     Memory,
@@ -175,6 +176,7 @@ async def memory_delete(params: JsonObject, data: JsonObject, ctx: ActionContext
     return {"deleted": deleted.id}
 
 
+@library_callable
 def assemble_context(data: JsonObject) -> JsonObject:
     """``python`` callable for the default context-assembly task: the previous action's memories,
     the turn's pending operations and tool specs rendered as ``system_context``."""

@@ -26,6 +26,7 @@ INDEX_ARTIFACTS = 50
 
 MAX_WRITE_BYTES = 1_000_000
 MAX_COMMAND_CHARS = 20_000
+ACTION_MARGIN_S = 5.0
 
 
 def _param(params: JsonObject, data: JsonObject, name: str, default: Any = None) -> Any:
@@ -87,9 +88,11 @@ async def shell_exec(params: JsonObject, data: JsonObject, ctx: ActionContext) -
     timeout = _param(params, data, "timeout_s", settings.shell_timeout_s)
     if not isinstance(timeout, int | float) or not 0 < timeout <= 3600:
         raise InvalidInput("timeout_s must be a number of seconds from 0 to 3600")
+    # The command must end (killed if need be) before the executor's limit on the whole action.
+    timeout = min(float(timeout), max(1.0, settings.action_timeout_s - ACTION_MARGIN_S))
     workspaces, spec = await _workspace(ctx)
     policy = SandboxPolicy.of(settings, await asyncio.to_thread(_persona, ctx))
-    result = await workspaces.exec(spec, command, float(timeout), policy)
+    result = await workspaces.exec(spec, command, timeout, policy)
     return result.model_dump()
 
 

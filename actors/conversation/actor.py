@@ -18,6 +18,8 @@ import time
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any, assert_never
 
+from sqlalchemy.exc import IntegrityError
+
 from actors.conversation.domain import (
     AddUsage,
     AdoptContext,
@@ -57,7 +59,8 @@ from actors.conversation.domain import (
     TurnRequested,
     WaitForOperations,
 )
-from actors.conversation.log import ConversationLog, event_dict
+from actors.conversation.intake import existing_ack, parent_turn, raise_refusal
+from actors.conversation.log import ConversationLog, event_dict, token_event
 from actors.conversation.planning import apply, plan
 from actors.conversation.ports import ConversationPorts, ConversationPortsFactory
 from actors.conversation.records import WAITING, BatchWriter
@@ -76,10 +79,6 @@ from core.domain import (
     WorkflowCaller,
 )
 from core.errors import (
-    Conflict,
-    ErrorCode,
-    InvalidInput,
-    NonRetryableError,
     NotFound,
     RetryableError,
     WonderError,
@@ -97,12 +96,6 @@ from core.ports import (
 )
 
 log = logging.getLogger("wonder.conversation")
-
-REFUSALS: dict[ErrorCode, type[NonRetryableError]] = {
-    ErrorCode.CONFLICT: Conflict,
-    ErrorCode.INVALID_INPUT: InvalidInput,
-    ErrorCode.NOT_FOUND: NotFound,
-}
 
 
 def coalesce_tokens(
@@ -129,18 +122,29 @@ class Hibernating(RetryableError):
 
 
 class ConversationActor:
-    """Plain Python; ``cluster`` applies ``ray.remote`` with its name and lifetime."""
+    """Plain Python; ``cluster`` applies ``ray.remote`` with its name and lifetime.
+
+    An actor may be started before its conversation exists (the directory's reserve of warm
+    actors for new conversations): it binds to the stored conversation on its first call.
+    """
+
+    state: ConversationState
+    log: ConversationLog
+    tools: ToolDispatcher
+    steps: TurnSteps
 
     def __init__(self, conversation_id: str, ports: ConversationPortsFactory) -> None:
         self.id = conversation_id
         self.ports: ConversationPorts = ports()
         self.store = self.ports.store
-        conversation = self.store.conversations.get(conversation_id)
-        self.state = ConversationState(conversation)
-        self.log = ConversationLog(self.store, conversation_id, self.publish)
-        self.tools = ToolDispatcher(self.ports, conversation)
-        self.steps = TurnSteps(self.ports, self.tools, self.publish)
+        self._bound = False
+        self._published = 0  # the last stored event subscribers have been handed
+        try:
+            self._bind()
+        except NotFound:
+            pass  # reserved: its conversation is written when its id is handed out
         self._subscribers: set[asyncio.Queue[JsonObject]] = set()
+        self._partial: dict[str, list[str]] = {}  # each turn's streamed tokens not yet stored
         self._work: dict[str, asyncio.Task[None]] = {}  # each running turn's current step
         self._models: dict[str, ChatModel] = {}  # each model loop's model (one per context)
         self._ended: dict[str, asyncio.Event] = {}  # turns someone waits on
@@ -155,6 +159,16 @@ class ConversationActor:
             asyncio.get_running_loop().call_soon(self._start_in_background)
         except RuntimeError:
             pass
+
+    def _bind(self) -> None:
+        """Load the conversation (once): its state, log, tools and steps."""
+        conversation = self.store.conversations.get(self.id)
+        self.state = ConversationState(conversation)
+        self.log = ConversationLog(self.store, self.id, self.publish)
+        self._published = self.log.last_seq()
+        self.tools = ToolDispatcher(self.ports, conversation)
+        self.steps = TurnSteps(self.ports, self.tools, self.publish)
+        self._bound = True
 
     # ------------------------------------------------------------------ the step
 
@@ -260,6 +274,8 @@ class ConversationActor:
         """Recover what a previous incarnation left, then watch for idleness (once)."""
         if self._started:
             return
+        if not self._bound:
+            self._bind()
         self._handle(self._recovered())
         self._started = True
         loop = asyncio.get_running_loop()
@@ -269,6 +285,8 @@ class ConversationActor:
             task.add_done_callback(self._side.discard)
 
     def _start_in_background(self) -> None:
+        if not self._bound:
+            return  # reserved: nothing to recover before the first call
         try:
             self._start()
         except Exception:  # the first call tries again
@@ -291,7 +309,8 @@ class ConversationActor:
             log.debug("model prewarm for %s skipped", self.id, exc_info=True)
 
     def is_idle(self) -> bool:
-        return not self._work and not self._subscribers and not self.state.turns
+        live = self.state.turns if self._bound else {}
+        return not self._work and not self._subscribers and not live
 
     async def status(self) -> JsonObject:
         self._touch()
@@ -323,7 +342,7 @@ class ConversationActor:
 
     async def shutdown(self, reason: str = "conversation deleted") -> JsonObject:
         """Stop everything running here (before the conversation is deleted); refuse new work."""
-        cancelled = sorted(self.state.turns)
+        cancelled = sorted(self.state.turns) if self._bound else []
         for turn_id in cancelled:
             await self.cancel_turn(turn_id, reason)
         self._closing = True
@@ -347,9 +366,9 @@ class ConversationActor:
         """
         self._touch()
         if message_id is not None:
-            existing = self._existing_ack(message_id)
+            existing = existing_ack(self.store, self.id, message_id)
             if existing is not None:
-                return existing
+                return self._picked_up(existing)
         event = self._received(
             content,
             author,
@@ -360,8 +379,15 @@ class ConversationActor:
             agent_id,
             policy_applies=True,
         )
-        decisions, acks = self._handle(event)
-        _raise_refusal(decisions)
+        try:
+            decisions, acks = self._handle(event)
+        except IntegrityError:
+            # Acknowledged meanwhile by the caller (``intake``), while this actor was starting.
+            existing = existing_ack(self.store, self.id, event.message_id)
+            if existing is None:
+                raise
+            return self._picked_up(existing)
+        raise_refusal(decisions)
         stored = acks[event.turn_id]
         return MessageAck(
             conversation_id=self.id,
@@ -370,6 +396,15 @@ class ConversationActor:
             seq=stored.seq,
             queued=event.turn_id in self.state.queue,
         )
+
+    def _picked_up(self, ack: MessageAck) -> MessageAck:
+        """A message already stored: a retry, or one acknowledged while this actor was starting
+        (``intake``), whose turn this actor now starts (or queues, by the policy)."""
+        turn = self.store.turns.get(ack.turn_id)
+        if turn.id not in self.state.turns and turn.started_at is None:
+            self._handle(TurnRequested(turn, utc_now(), policy_applies=True))
+        self._catch_up()
+        return ack.model_copy(update={"queued": ack.turn_id in self.state.queue})
 
     def _received(
         self,
@@ -392,42 +427,24 @@ class ConversationActor:
             source=source,
             requested_agent_id=agent_id,
             reply_to_message_id=reply_to_message_id,
-            parent_turn_id=self._parent_turn(reply_to_message_id),
+            parent_turn_id=parent_turn(self.store, self.id, reply_to_message_id),
             policy_applies=policy_applies,
             at=utc_now(),
         )
 
-    def _existing_ack(self, message_id: str) -> MessageAck | None:
-        try:
-            message = self.store.messages.get(message_id)
-        except NotFound:
-            return None
-        if message.conversation_id != self.id:
-            raise Conflict(f"message id {message_id} is used by another conversation")
-        return MessageAck(
-            conversation_id=self.id,
-            turn_id=message.turn_id,
-            message_id=message.id,
-            seq=message.seq,
-        )
-
-    def _parent_turn(self, reply_to_message_id: str | None) -> str | None:
-        if reply_to_message_id is not None:
-            try:
-                replied = self.store.messages.get(reply_to_message_id)
-            except NotFound:
-                replied = None
-            if replied is None or replied.conversation_id != self.id:
-                raise NotFound(f"message {reply_to_message_id} not found in this conversation")
-            return replied.turn_id
-        latest = self.store.turns.list(self.id, last=1)
-        return latest[-1].id if latest else None
-
     async def start_agent_call(
-        self, input: str, caller: Caller, mode: InvocationMode = "delegate"
+        self,
+        input: str,
+        caller: Caller,
+        mode: InvocationMode = "delegate",
+        agent_id: str | None = None,
     ) -> AgentAnswer:
-        """Run one turn for another agent or a workflow and return its answer."""
+        """Run one turn for another agent or a workflow and return its answer: by ``agent_id``
+        (default: the primary agent), which first joins the conversation when ``loop_in``."""
         self._touch()
+        if mode == "loop_in" and agent_id is not None:
+            joined, _acks = self._handle(ParticipantAdded(agent_id, utc_now()))
+            raise_refusal(joined)
         author, source = _author(caller)
         event = self._received(
             input,
@@ -436,11 +453,11 @@ class ConversationActor:
             source,
             None,
             None,
-            self.state.conversation.agent_id,
+            agent_id or self.state.conversation.agent_id,
             policy_applies=False,
         )
         decisions, _acks = self._handle(event)
-        _raise_refusal(decisions)
+        raise_refusal(decisions)
         return await self._answer(event.turn_id)
 
     async def run_agent_turn(self, turn_id: str) -> AgentAnswer:
@@ -466,6 +483,7 @@ class ConversationActor:
             turn_id=turn_id,
             status=done.status,
             failure_reason=done.failure_reason,
+            failure_code=done.failure_code,
             content=answers[-1].content if answers else "",
         )
 
@@ -528,7 +546,7 @@ class ConversationActor:
     async def remove_participant(self, agent_id: str) -> ParticipantChange:
         self._touch()
         decisions, _acks = self._handle(ParticipantRemoved(agent_id, utc_now()))
-        _raise_refusal(decisions)
+        raise_refusal(decisions)
         return ParticipantChange(agent_id=agent_id, left=True)
 
     async def set_policy(self, policy: ConcurrencyPolicy) -> ConversationChange:
@@ -551,15 +569,24 @@ class ConversationActor:
         )
 
     async def events(self, after_seq: int = 0) -> AsyncIterator[JsonObject]:
-        """Stored events after ``after_seq``, then live ones (token deltas have ``seq`` None)."""
+        """Stored events after ``after_seq``, the tokens of model calls in flight so far, then
+        live events (token deltas have ``seq`` None). A subscriber that arrives mid-reply (a
+        reconnect, or a message acknowledged before its actor started) misses no token."""
         self._touch()
         queue: asyncio.Queue[JsonObject] = asyncio.Queue()
         self._subscribers.add(queue)
+        # Read together with registering (no await between): what was published before is in
+        # the store or in these partial replies; what comes after arrives through the queue.
+        stored = self.store.events.list(self.id, after_seq)
+        in_flight = {turn_id: "".join(deltas) for turn_id, deltas in self._partial.items()}
         try:
             last = after_seq
-            for event in self.store.events.list(self.id, after_seq):
+            for event in stored:
                 last = event.seq
                 yield event_dict(event)
+            for turn_id, text in in_flight.items():
+                if text:
+                    yield token_event(self.id, turn_id, text)
             held: JsonObject | None = None
             while True:
                 item = held if held is not None else await queue.get()
@@ -568,6 +595,9 @@ class ConversationActor:
                 if seq is not None:
                     if seq <= last:
                         continue
+                    if seq > last + 1:  # another writer's events: from the store, in order
+                        for missed in self.store.events.list(self.id, last, limit=seq - last - 1):
+                            yield event_dict(missed)
                     last = seq
                 yield item
         finally:
@@ -575,8 +605,34 @@ class ConversationActor:
             self._last_activity = time.monotonic()
 
     def publish(self, event: JsonObject) -> None:
+        seq = event.get("seq")
+        if seq is not None:
+            self._published = max(self._published, int(seq))
+        self._remember_partial(event)
         for queue in self._subscribers:
             queue.put_nowait(event)
+
+    def _remember_partial(self, event: JsonObject) -> None:
+        """Keep the tokens of each model call in flight until its words are stored (a move or a
+        message) or the call starts over, for subscribers that arrive mid-reply."""
+        match event.get("type"):
+            case "token":
+                self._partial.setdefault(str(event.get("turn_id")), []).append(
+                    str(event.get("delta") or "")
+                )
+            case "llm.retry" | "turn.completed" | "turn.failed":
+                self._partial.pop(str(event.get("turn_id")), None)
+            case "message" | "move":
+                stored = event.get("message") or event.get("move") or {}
+                self._partial.pop(str(stored.get("turn_id")), None)
+            case _:
+                pass
+
+    def _catch_up(self) -> None:
+        """Publish what another writer of this conversation stored (a message acknowledged
+        while this actor started, a delivery failure the runner recorded)."""
+        for event in self.store.events.list(self.id, self._published):
+            self.publish(event_dict(event))
 
 
 def _author(caller: Caller) -> tuple[str, MessageSource]:
@@ -590,12 +646,3 @@ def _author(caller: Caller) -> tuple[str, MessageSource]:
             return user_id, "human"
         case _:
             assert_never(caller)
-
-
-def _raise_refusal(decisions: list[Decision]) -> None:
-    for decision in decisions:
-        match decision:
-            case Refuse(code=code, message=message):
-                raise REFUSALS.get(code, NonRetryableError)(message)
-            case _:
-                pass

@@ -153,10 +153,13 @@ class MessageReceived:
 
 @dataclass(frozen=True, slots=True)
 class TurnRequested:
-    """Run a turn someone else wrote and acknowledged (a delegated child's first turn)."""
+    """Run a turn someone else wrote and acknowledged: a delegated child's first turn, or a
+    user's message acknowledged while this actor was starting (``policy_applies``: it queues
+    behind a running turn in a ``queue`` conversation)."""
 
     turn: Turn
     at: datetime
+    policy_applies: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,6 +341,7 @@ class BeginTurn:
 @dataclass(frozen=True, slots=True)
 class QueueTurn:
     turn_id: str
+    agent_id: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -506,6 +510,7 @@ class FailTurn:
     usage: Usage
     context_failed: bool
     at: datetime
+    error: ToolError | None = None  # what failed, when a step did (``retriable``: ask again)
 
 
 @dataclass(frozen=True, slots=True)

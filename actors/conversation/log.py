@@ -58,6 +58,17 @@ def event_dict(event: Event) -> JsonObject:
     }
 
 
+def token_event(conversation_id: str, turn_id: str, delta: str) -> JsonObject:
+    """A streamed token delta (not stored: ``seq`` None)."""
+    return {
+        "seq": None,
+        "type": "token",
+        "conversation_id": conversation_id,
+        "turn_id": turn_id,
+        "delta": delta,
+    }
+
+
 def turn_payload(turn: Turn) -> JsonObject:
     return {
         "turn_id": turn.id,

@@ -32,6 +32,7 @@ from datetime import datetime
 from typing import assert_never
 
 from actors.conversation.context import (
+    declined,
     operation_result_message,
     request_for_step,
     tool_exchange,
@@ -222,7 +223,7 @@ def _message_received(state: ConversationState, event: MessageReceived) -> list[
     queue = busy and policy is ConcurrencyPolicy.QUEUE
     turn, message = _new_turn(state, event, agent_id, started=not queue)
     if queue:
-        return [BeginTurn(turn, message), QueueTurn(turn.id)]
+        return [BeginTurn(turn, message), QueueTurn(turn.id, turn.agent_id)]
     decisions: list[Decision] = []
     if busy and policy is ConcurrencyPolicy.INTERRUPT:
         for turn_id in state.running:
@@ -278,6 +279,9 @@ def _turn_requested(state: ConversationState, event: TurnRequested) -> list[Deci
     turn = event.turn
     if turn.id in state.turns or turn.status is not TurnStatus.ACTIVE:
         return []  # already running here, or already over
+    policy = state.conversation.concurrency_policy
+    if event.policy_applies and state.busy and policy is ConcurrencyPolicy.QUEUE:
+        return [QueueTurn(turn.id, turn.agent_id)]
     return [StartTurn(turn.id, turn.agent_id, event.at), AssembleContext(turn.id, turn.agent_id)]
 
 
@@ -301,7 +305,7 @@ def _recovered(state: ConversationState, event: Recovered) -> list[Decision]:
     queue = state.conversation.concurrency_policy is ConcurrencyPolicy.QUEUE
     for n, turn in enumerate(unstarted):
         if queue and n > 0:
-            decisions.append(QueueTurn(turn.id))
+            decisions.append(QueueTurn(turn.id, turn.agent_id))
         else:
             decisions += [
                 StartTurn(turn.id, turn.agent_id, event.at),
@@ -352,7 +356,7 @@ def _context_assembly_failed(
     reason = f"context assembly failed: {event.error.message}"
     return [
         NoteEvent("context_assembly.failed", payload, event.at),
-        FailTurn(turn.turn_id, reason, turn.usage, True, event.at),
+        FailTurn(turn.turn_id, reason, turn.usage, True, event.at, event.error),
         *_start_next(state, turn.turn_id, event.at),
     ]
 
@@ -366,6 +370,14 @@ def _model_answered(state: ConversationState, event: ModelAnswered) -> list[Deci
     agent_id = turn.setup.agent.id
     if not event.tool_calls:
         return [*decisions, *_answered(state, turn, agent_id, event.text, usage, event.at)]
+    reason = declined(event.tool_calls, turn.base.tools if turn.base is not None else ())
+    if reason is not None:
+        refusal = ToolError(code=ErrorCode.AGENT_DECLINED, message=reason, retriable=False)
+        return [
+            *decisions,
+            FailTurn(turn.turn_id, f"declined: {reason}", usage, False, event.at, refusal),
+            *_start_next(state, turn.turn_id, event.at),
+        ]
     if turn.moves_made >= turn.setup.max_moves:
         # It was asked to answer without tools and called some anyway: stop, do not loop.
         reason = f"the model kept calling tools after its {turn.setup.max_moves} moves"
@@ -425,7 +437,7 @@ def _model_failed(state: ConversationState, event: ModelFailed) -> list[Decision
     if turn is None:
         return []
     return [
-        FailTurn(turn.turn_id, event.error.message, turn.usage, False, event.at),
+        FailTurn(turn.turn_id, event.error.message, turn.usage, False, event.at, event.error),
         *_start_next(state, turn.turn_id, event.at),
     ]
 
@@ -658,8 +670,8 @@ def _apply_lifecycle(
     match decision:
         case BeginTurn(turn=turn):
             state.turns[turn.id] = TurnState(turn.id, turn.agent_id, TurnPhase.QUEUED)
-        case QueueTurn(turn_id=turn_id):
-            _ensure(state, turn_id, None)
+        case QueueTurn(turn_id=turn_id, agent_id=agent_id):
+            _ensure(state, turn_id, agent_id)
             state.queue.append(turn_id)
         case StartTurn(turn_id=turn_id, agent_id=agent_id):
             _ensure(state, turn_id, agent_id)

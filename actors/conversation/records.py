@@ -146,13 +146,17 @@ class BatchWriter:
                     usage=usage,
                     memory_extraction_failed=extraction_failed,
                 )
-            case FailTurn(turn_id=turn_id, reason=reason, usage=usage, at=at):
+            case FailTurn(turn_id=turn_id, reason=reason, usage=usage, at=at, error=error):
+                extra: JsonObject = {"reason": reason}
+                if error is not None:
+                    extra["error"] = error.model_dump(mode="json")
                 return self._turn_change(
                     turn_id,
                     "turn.failed",
-                    {"reason": reason},
+                    extra,
                     status=TurnStatus.FAILED,
                     failure_reason=reason,
+                    failure_code=None if error is None else error.code,
                     completed_at=at,
                     awaiting_operations=False,
                     usage=usage,

@@ -14,8 +14,12 @@ from collections.abc import Callable, Sequence
 from actors.conversation.context import (
     assemble_context,
     history_messages,
+    may_decline,
+    openai_body,
     pending_operations_note,
     recent_turn_ids,
+    request_from_hook,
+    turn_transcript,
 )
 from actors.conversation.domain import (
     AgentSetup,
@@ -32,11 +36,13 @@ from actors.conversation.domain import (
     ToolPlan,
     ToolsReturned,
 )
+from actors.conversation.log import token_event
 from actors.conversation.ports import ConversationPorts
 from actors.conversation.records import WAITING
 from actors.conversation.tool_calls import build_catalog
 from actors.conversation.tool_dispatch import ToolDispatcher
-from core.domain import AsyncOperation, Message, ToolError, ToolResult, Usage
+from core.context_contract import CONTEXT_CONTRACT, parse_hook_answer
+from core.domain import AsyncOperation, Message, ToolError, ToolResult, Turn, Usage
 from core.errors import NotFound, WonderError
 from core.ids import new_id, utc_now
 from core.jsontypes import JsonObject
@@ -86,28 +92,60 @@ class TurnSteps:
     async def assemble(
         self, turn_id: str, agent_id: str | None
     ) -> ContextAssembled | ContextAssemblyFailed:
-        """The context for the turn's next model loop (raises ``WonderError`` if the agent's
-        setup cannot be loaded)."""
+        """The context for the turn's next model loop: the built-in request, or the one the
+        persona's hook assembles from it (``core.context_contract``). Raises ``WonderError`` if
+        the agent's setup cannot be loaded."""
         setup = self.load_setup(agent_id)
         turn = self.store.turns.get(turn_id)
         history = self._recent_history(turn_id, setup.persona.recent_turns_limit)
         pending = self.store.async_operations.list(self.conversation_id, statuses=WAITING)
-        system_context = pending_operations_note(pending)
-        hook = setup.persona.context_assembly_task_id
-        if hook:
-            payload = self._hook_input(turn_id, turn.input, setup, history, pending)
-            try:
-                result = await with_retries(
-                    CONTEXT_ASSEMBLY,
-                    lambda: self.tools.run_hook(hook, payload, turn_id, setup.agent.id),
-                )
-            except WonderError as exc:
-                return ContextAssemblyFailed(turn_id, ToolError.of(exc), utc_now())
-            extra = str(result.get("system_context") or "")
-            system_context = "\n\n".join(part for part in (extra, system_context) if part)
-        base = assemble_context(
-            setup.persona, setup.profile, history, setup.catalog, setup.agent.id, system_context
+        note = pending_operations_note(pending)
+        replied_to = (
+            self.store.messages.get(turn.reply_to_message_id)
+            if turn.reply_to_message_id is not None
+            else None
         )
+        decline = may_decline(turn.caller)
+        default = assemble_context(
+            setup.persona,
+            setup.profile,
+            history,
+            setup.catalog,
+            setup.agent.id,
+            note,
+            replied_to,
+            decline,
+        )
+        hook = setup.persona.context_hook
+        if not hook:
+            return ContextAssembled(turn_id, setup, default)
+        payload = self._hook_input(turn, setup, history, pending, default)
+        workflow = setup.persona.context_assembly_workflow is not None
+        try:
+            raw = await with_retries(
+                CONTEXT_ASSEMBLY,
+                lambda: self.tools.run_hook(
+                    hook, payload, turn_id, setup.agent.id, workflow=workflow
+                ),
+            )
+            answer = parse_hook_answer(raw)
+            if answer.request is not None:
+                base = request_from_hook(answer.request, default, setup.catalog)
+            else:
+                extra = answer.system_context or ""
+                system_context = "\n\n".join(part for part in (extra, note) if part)
+                base = assemble_context(
+                    setup.persona,
+                    setup.profile,
+                    history,
+                    setup.catalog,
+                    setup.agent.id,
+                    system_context,
+                    replied_to,
+                    decline,
+                )
+        except WonderError as exc:
+            return ContextAssemblyFailed(turn_id, ToolError.of(exc), utc_now())
         return ContextAssembled(turn_id, setup, base)
 
     def _recent_history(self, turn_id: str, limit: int) -> list[Message]:
@@ -117,17 +155,24 @@ class TurnSteps:
 
     def _hook_input(
         self,
-        turn_id: str,
-        query: str,
+        turn: Turn,
         setup: AgentSetup,
         history: list[Message],
         pending: Sequence[AsyncOperation],
+        default: ChatRequest,
     ) -> JsonObject:
+        """What a context-assembly hook is given (``core.context_contract``, version 1)."""
         return {
+            "contract": CONTEXT_CONTRACT,
             "agent_id": setup.agent.id,
             "conversation_id": self.conversation_id,
-            "turn_id": turn_id,
-            "query": query,
+            "turn_id": turn.id,
+            "query": turn.input,
+            "conversation": self.tools.conversation.model_dump(mode="json"),
+            "turn": turn.model_dump(mode="json"),
+            "persona": setup.persona.model_dump(mode="json"),
+            "model_profile": setup.profile.model_dump(mode="json", exclude={"script"}),
+            "request": openai_body(default),
             "recent_messages": history_messages(history, setup.agent.id),
             "pending": [
                 {
@@ -141,6 +186,7 @@ class TurnSteps:
             "tools": [
                 {"name": t.name, "description": t.description} for t in setup.catalog.visible()
             ],
+            "tool_specs": [spec.to_openai() for spec in default.tools],
         }
 
     # ------------------------------------------------------------------ the model
@@ -188,15 +234,7 @@ class TurnSteps:
         return ModelAnswered(turn_id, text, calls, usage, op_ids, utc_now())
 
     def _publish_token(self, turn_id: str, delta: str) -> None:
-        self.publish(
-            {
-                "seq": None,
-                "type": "token",
-                "conversation_id": self.conversation_id,
-                "turn_id": turn_id,
-                "delta": delta,
-            }
-        )
+        self.publish(token_event(self.conversation_id, turn_id, delta))
 
     # ------------------------------------------------------------------ tools
 
@@ -223,10 +261,8 @@ class TurnSteps:
     async def extract_memories(
         self, turn_id: str, agent_id: str, task_id: str
     ) -> MemoriesExtracted | MemoryExtractionFailed:
-        transcript = [
-            {"role": m.role.value, "content": m.content}
-            for m in self.store.messages.list(self.conversation_id, turn_ids=[turn_id])
-        ]
+        messages = self.store.messages.list(self.conversation_id, turn_ids=[turn_id])
+        transcript = turn_transcript(messages, self.store.moves.list(turn_id))
         payload = {
             "agent_id": agent_id,
             "conversation_id": self.conversation_id,

@@ -25,6 +25,11 @@ from core.errors import ErrorCode
 from core.jsontypes import JsonObject
 from core.llm.protocol import ToolCallRequested
 
+MODE_ARGUMENT = "mode"
+"""A reserved argument of agent tools: ``delegate`` or ``loop_in`` overrides the tool's
+``invocation_mode`` for one call (offered to the model in the tool's spec)."""
+MODES = ("delegate", "loop_in")
+
 
 def plan_tool_call(call: ToolCallRequested, catalog: ToolCatalog) -> DispatchTool | ReturnToolError:
     """Validate one tool call: known, permitted, JSON, schema-valid → dispatch; else an error."""
@@ -38,6 +43,12 @@ def plan_tool_call(call: ToolCallRequested, catalog: ToolCatalog) -> DispatchToo
         arguments = json.loads(call.arguments or "{}")
     except json.JSONDecodeError as exc:
         return _refuse(call, ErrorCode.INVALID_INPUT, f"arguments are not valid JSON: {exc.msg}")
+    mode = None
+    if tool.target_type == "agent" and isinstance(arguments, dict):
+        mode = arguments.pop(MODE_ARGUMENT, None)
+        if mode is not None and mode not in MODES:
+            message = f"{MODE_ARGUMENT} is one of {list(MODES)}, not {mode!r}"
+            return _refuse(call, ErrorCode.INVALID_INPUT, message)
     problem = schema_problem(tool.input_schema, arguments)
     if problem is not None:
         return _refuse(call, ErrorCode.INVALID_INPUT, problem)
@@ -48,9 +59,10 @@ def plan_tool_call(call: ToolCallRequested, catalog: ToolCatalog) -> DispatchToo
     ):
         message = f"agent {tool.target_id!r} is not among this persona's allowed agents"
         return _refuse(call, ErrorCode.PERMISSION_DENIED, message)
-    return DispatchTool(
-        call=call, tool=tool, input=apply_input_mapping(tool.input_mapping, arguments)
-    )
+    tool_input = apply_input_mapping(tool.input_mapping, arguments)
+    if mode is not None:
+        tool_input = {**tool_input, MODE_ARGUMENT: mode}
+    return DispatchTool(call=call, tool=tool, input=tool_input)
 
 
 def plan_tool_calls(

@@ -18,6 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from actors.conversation.domain import DispatchTool
 from actors.conversation.log import create_child_conversation
 from actors.conversation.ports import ToolPorts
+from actors.conversation.tool_calls import MODE_ARGUMENT
 from core.domain import (
     Agent,
     AgentCaller,
@@ -38,7 +39,7 @@ from core.errors import (
 )
 from core.ids import new_id, utc_now
 from core.jsontypes import JsonObject
-from core.ports import AgentAnswer, TaskContext, TaskOutcome, failed_outcome
+from core.ports import AgentAnswer, InvocationMode, TaskContext, TaskOutcome, failed_outcome
 from core.retry import RetryPolicy, with_retries
 from core.store import Store
 from core.workflows import ConversationParent
@@ -73,10 +74,21 @@ class ToolDispatcher:
         return await self.ports.tasks.run(task, task_input, context)
 
     async def run_hook(
-        self, task_id: str, payload: JsonObject, turn_id: str, agent_id: str
+        self,
+        task_id: str,
+        payload: JsonObject,
+        turn_id: str,
+        agent_id: str,
+        *,
+        workflow: bool = False,
     ) -> JsonObject:
-        """Run a hook task; a business failure is an error here (hooks have no model to tell)."""
-        outcome = await self.run_task(task_id, payload, self.task_context(turn_id, agent_id))
+        """Run a hook (a task, or a workflow run to its end); a business failure is an error
+        here (hooks have no model to tell)."""
+        if workflow:
+            parent = ConversationParent(conversation_id=self.conversation.id, turn_id=turn_id)
+            outcome = await self.ports.workflows.run_to_end(task_id, payload, parent=parent)
+        else:
+            outcome = await self.run_task(task_id, payload, self.task_context(turn_id, agent_id))
         if not outcome.success:
             raise RetryableError(f"hook {task_id} failed: {outcome.error_message()}")
         result = outcome.result
@@ -108,8 +120,8 @@ class ToolDispatcher:
             case "task":
                 context = self.task_context(turn_id, agent_id)
                 return await self.run_task(tool.target_id, decision.input, context)
-            case "agent" if tool.invocation_mode == "loop_in":
-                return await self._loop_in(decision)
+            case "agent" if invocation_mode(decision) == "loop_in":
+                return await self._loop_in(turn_id, agent_id, decision)
             case "agent":
                 return await self._delegate(turn_id, agent_id, decision)
             case "workflow":
@@ -118,12 +130,30 @@ class ToolDispatcher:
                     tool.target_id, decision.input, parent=parent
                 )
 
-    async def _loop_in(self, decision: DispatchTool) -> TaskOutcome:
-        """Loop in: the target agent joins this conversation and answers when addressed."""
+    async def _loop_in(self, turn_id: str, agent_id: str, decision: DispatchTool) -> TaskOutcome:
+        """Loop in (seed 001): the target agent joins this conversation as a participant,
+        answers the invitation here, in the shared conversation, then answers when addressed."""
         target = self._target_agent(decision)
-        await self.ports.conversations.add_participant(self.conversation.id, target.id)
-        note = f"{target.name} now sees this conversation; address them as @{target.id}."
-        return TaskOutcome.ok({"agent_id": target.id, "joined": True, "note": note})
+        caller = AgentCaller(
+            agent_id=agent_id, turn_id=turn_id, conversation_id=self.conversation.id
+        )
+        note = f"{target.name} now takes part in this conversation; address them as @{target.id}."
+        invitation = _delegated_text(decision.input)
+        if invitation in ("", "{}"):  # nothing to answer yet: join only
+            await self.ports.conversations.add_participant(self.conversation.id, target.id)
+            return TaskOutcome.ok({"agent_id": target.id, "joined": True, "note": note})
+        answer = await self.ports.conversations.start_agent_call(
+            self.conversation.id, invitation, caller, "loop_in", agent_id=target.id
+        )
+        if answer.declined:
+            reason = f"agent {target.id} joined but declined: {answer.failure_reason}"
+            return failed_outcome(ErrorCode.AGENT_DECLINED, reason)
+        if answer.status is not TurnStatus.COMPLETED:
+            reason = f"agent {target.id} joined but could not answer: {answer.failure_reason}"
+            return failed_outcome(ErrorCode.EXECUTION_FAILED, reason, retriable=True)
+        return TaskOutcome.ok(
+            {"agent_id": target.id, "joined": True, "answer": answer.content, "note": note}
+        )
 
     def _target_agent(self, decision: DispatchTool) -> Agent:
         target = decision.tool.target_id
@@ -157,9 +187,14 @@ class ToolDispatcher:
         else:
             child_id, child_turn = self._create_child(turn_id, target.id, message, caller, label)
             answer = await conversations.run_agent_turn(child_id, child_turn)
+        if answer.declined:
+            reason = f"agent {target.id} declined: {answer.failure_reason}"
+            return failed_outcome(ErrorCode.AGENT_DECLINED, reason)
         if answer.status is not TurnStatus.COMPLETED:
+            # Seed 001: a delegate that failed (crashed, interrupted, its model down) may be asked
+            # again; the calling model decides.
             reason = f"agent {target.id} failed: {answer.failure_reason}"
-            return failed_outcome(ErrorCode.EXECUTION_FAILED, reason)
+            return failed_outcome(ErrorCode.EXECUTION_FAILED, reason, retriable=True)
         return TaskOutcome.ok(
             {
                 "agent_id": target.id,
@@ -225,9 +260,21 @@ def _failed(call_id: str, code: ErrorCode, message: str, *, retriable: bool) -> 
     )
 
 
+def invocation_mode(decision: DispatchTool) -> InvocationMode:
+    """How an agent tool is invoked: the call's ``mode`` argument when it gives one, else the
+    tool's ``invocation_mode``."""
+    match decision.input.get(MODE_ARGUMENT):
+        case "delegate":
+            return "delegate"
+        case "loop_in":
+            return "loop_in"
+        case _:
+            return decision.tool.invocation_mode
+
+
 def _delegated_text(value: JsonObject) -> str:
     text = value.get("input") or value.get("message") or value.get("task")
     if isinstance(text, str):
         return text
-    rest = {k: v for k, v in value.items() if k not in ("session_id",)}
+    rest = {k: v for k, v in value.items() if k not in ("session_id", MODE_ARGUMENT)}
     return json.dumps(rest)

@@ -382,7 +382,11 @@ class WorkflowCoordinator:
             caller = WorkflowCaller(run_id=self.run_id)
             answer = await asyncio.wait_for(
                 self.ports.conversations.start_agent_call(
-                    conversation_id, message, caller, decision.mode
+                    conversation_id,
+                    message,
+                    caller,
+                    decision.mode,
+                    agent_id=decision.agent_id if decision.mode == "loop_in" else None,
                 ),
                 decision.timeout_s,
             )
@@ -394,7 +398,13 @@ class WorkflowCoordinator:
         if answer.status is not TurnStatus.COMPLETED:
             reason = answer.failure_reason or answer.status.value
             message = f"agent turn in {answer.conversation_id} failed: {reason}"
-            return NodeFailed(token_id, NodeError(ErrorCode.AGENT_DECLINED, message), utc_now())
+            # Seed 001: an agent that declined is final; one that crashed may be asked again.
+            error = (
+                NodeError(ErrorCode.AGENT_DECLINED, message)
+                if answer.declined
+                else NodeError(ErrorCode.EXECUTION_FAILED, message, True)
+            )
+            return NodeFailed(token_id, error, utc_now())
         output: JsonObject = {
             "answer": answer.content,
             "conversation_id": answer.conversation_id,

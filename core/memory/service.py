@@ -16,6 +16,7 @@ from typing import Literal
 from core.errors import InvalidInput
 from core.ids import new_id, utc_now
 from core.memory.embedding import Embedder
+from core.memory.lance import sql_in
 from core.memory.operations import Found, MemoryFilter, MemoryOps
 from core.memory.planning import (
     DEFAULT_SIMILARITY_THRESHOLD,
@@ -245,3 +246,10 @@ class MemoryService:
 
     async def delete(self, agent_id: str, memory_id: str) -> Memory:
         return await asyncio.to_thread(self.ops.delete, agent_id, memory_id)
+
+    async def count(self, agent_ids: Sequence[str]) -> int:
+        """How many memories the agents hold (quotas count a client's memories with it)."""
+        if not agent_ids:
+            return 0
+        where = sql_in("agent_id", agent_ids)
+        return int(await asyncio.to_thread(self.ops.table.table.count_rows, where))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +29,44 @@ def _begin_sqlite(conn: Connection) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.info.get("wonder_write") else "BEGIN")
 
 
+@dataclass(frozen=True, slots=True)
+class PoolLimits:
+    """Connections one process may hold to a server database (PostgreSQL).
+
+    Each Wonder process (a conversation actor, a coordinator, an executor worker, a gateway
+    replica) has one engine. Actors call the store from their event loop thread, one statement
+    at a time, so they hold one connection, kept open between calls (``size``); ``overflow``
+    covers the few places that open a second one inside a transaction and the gateway's thread
+    pool. A process never holds more than ``size + overflow``; a caller past that waits up to
+    ``timeout_s`` and then fails with a retryable error instead of opening more. So N resident
+    actors keep about N connections open and never more than N * (size + overflow); see
+    docs/deploy.md for sizing PostgreSQL's ``max_connections`` (or a PgBouncer in front).
+    """
+
+    size: int = 1
+    overflow: int = 4
+    timeout_s: float = 30.0
+    recycle_s: int = 1800
+
+
+def _connect_args(url: str) -> dict[str, Any]:
+    # A server that does not answer fails the connect in seconds instead of hanging an actor.
+    if url.startswith(("postgresql", "postgres")):
+        return {"connect_timeout": 10, "application_name": "wonder"}
+    return {}
+
+
 class Database:
     """One engine per process; ``begin()`` yields a connection inside a transaction."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, pool: PoolLimits | None = None) -> None:
         self.url = url
-        self.engine: Engine = self._create_engine(url)
+        self.pool = pool or PoolLimits()
+        self.engine: Engine = self._create_engine(url, self.pool)
         self.migrate()
 
     @staticmethod
-    def _create_engine(url: str) -> Engine:
+    def _create_engine(url: str, pool: PoolLimits) -> Engine:
         if url.startswith("sqlite"):
             path = url.split("///", 1)[-1]
             if path and path != ":memory:":
@@ -54,7 +83,15 @@ class Database:
                 lambda dbapi_conn, _r: setattr(dbapi_conn, "isolation_level", None),
             )
             return engine
-        return create_engine(url, pool_pre_ping=True)
+        return create_engine(
+            url,
+            pool_pre_ping=True,  # a server restart or an idle timeout costs a reconnect, not a turn
+            pool_size=pool.size,
+            max_overflow=pool.overflow,
+            pool_timeout=pool.timeout_s,
+            pool_recycle=pool.recycle_s,
+            connect_args=_connect_args(url),
+        )
 
     def migrate(self) -> None:
         """Create missing tables and record the schema version (idempotent, safe to race)."""

@@ -34,8 +34,10 @@ from core.domain import (
 )
 from core.errors import NotFound
 from core.store import schema
-from core.store.database import Database
+from core.store.audit import AuditOps
+from core.store.database import Database, PoolLimits
 from core.store.projects import ProjectOps
+from core.store.quotas import AdminKeyOps, QuotaOps
 from core.store.workflow_runs import WorkflowRunOps
 from core.workflows import WorkflowDef
 
@@ -577,10 +579,13 @@ class Store:
         self.sessions = SessionOps(db)
         self.workflow_runs = WorkflowRunOps(db)
         self.projects = ProjectOps(db)
+        self.quotas = QuotaOps(db)
+        self.admin_keys = AdminKeyOps(db)
+        self.audit = AuditOps(db)
 
     @classmethod
-    def open(cls, url: str) -> Store:
-        return cls(Database(url))
+    def open(cls, url: str, pool: PoolLimits | None = None) -> Store:
+        return cls(Database(url, pool))
 
     def conversation_tree(self, conversation_id: str) -> list[str]:
         """A conversation's id and the ids of every child conversation it started, recursively."""

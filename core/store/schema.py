@@ -176,3 +176,28 @@ projects = Table(
     Column("client_id", String(64), nullable=False, index=True),
     Column("data", Text, nullable=False),
 )
+
+# Issue 17: quotas per client, operator (admin) keys, and the audit trail of changes.
+quotas = Table(
+    "quotas",
+    metadata,
+    Column("client_id", String(64), primary_key=True),
+    Column("updated_at", String(40), nullable=False),
+    Column("data", Text, nullable=False),
+)
+
+admin_keys = Table(
+    "admin_keys",
+    metadata,
+    Column("key_hash", String(128), primary_key=True),
+    Column("created_at", String(40), nullable=False),
+)
+
+audit_log = Table(
+    "audit_log",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("client_id", String(64), nullable=True, index=True),
+    Column("subject_client_id", String(64), nullable=True, index=True),
+    Column("data", Text, nullable=False),
+)

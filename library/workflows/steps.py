@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.callables import library_callable
 from core.errors import InvalidInput, NonRetryableError
 
 MAX_QUESTIONS = 20
@@ -22,21 +23,25 @@ QUESTION_TEMPLATES = (
 )
 
 
+@library_callable
 def noop(data: dict[str, Any]) -> dict[str, Any]:
     """Do nothing (benchmarks measure the coordinator around it)."""
     return {}
 
 
+@library_callable
 def echo(data: dict[str, Any]) -> Any:
     """Return the node input unchanged."""
     return data.get("input")
 
 
+@library_callable
 def fail(data: dict[str, Any]) -> Any:
     """Fail with a business error (``message`` from the input): exercises error paths."""
     raise NonRetryableError(str(data.get("message") or "step failed on purpose"))
 
 
+@library_callable
 def plan_questions(data: dict[str, Any]) -> dict[str, Any]:
     """``{topic, n}`` → ``{"questions": [...]}``: n research questions about the topic."""
     topic = str(data.get("topic") or "").strip()
@@ -53,6 +58,7 @@ def plan_questions(data: dict[str, Any]) -> dict[str, Any]:
     return {"topic": topic, "questions": questions}
 
 
+@library_callable
 def collect_findings(data: dict[str, Any]) -> dict[str, Any]:
     """``{topic, findings: [{question, answer}]}`` → a plain-text digest and the count."""
     findings = [f for f in data.get("findings") or [] if isinstance(f, dict)]
@@ -64,6 +70,7 @@ def collect_findings(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+@library_callable
 def pick_verdict(data: dict[str, Any]) -> dict[str, Any]:
     """``{checks: [{check, answer}]}`` → verified when every answer starts with ``yes``."""
     checks = [c for c in data.get("checks") or [] if isinstance(c, dict)]
@@ -79,6 +86,7 @@ def pick_verdict(data: dict[str, Any]) -> dict[str, Any]:
 MAX_PAUSE_S = 30.0
 
 
+@library_callable
 async def pause(data: dict[str, Any]) -> dict[str, Any]:
     """Wait ``seconds`` (at most 30) and return them: stand-in for slow work in demos and tests."""
     import asyncio

@@ -9,7 +9,9 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from serving.gateway import (
+    admin,
     agents,
+    callables,
     console,
     conversation_control,
     conversations,
@@ -24,7 +26,9 @@ from serving.gateway import (
 )
 from serving.gateway.context import GatewayContext
 from serving.gateway.errors import install_error_handlers
+from serving.gateway.limits import RequestLimits
 from serving.gateway.protocol import ErrorResponse
+from serving.gateway.quota_checks import QuotaGuard
 
 DESCRIPTION = """\
 LLM agents as an actor cluster. Authenticate with `Authorization: Bearer <api key>`
@@ -39,8 +43,10 @@ ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
         (400, "Malformed request"),
         (401, "Missing or invalid API key"),
         (404, "Not found"),
+        (403, "Not allowed for this key"),
         (409, "Conflict"),
         (422, "Invalid fields"),
+        (429, "Over a quota; retry after the Retry-After seconds"),
         (503, "Temporarily unavailable; retry"),
     )
 }
@@ -50,11 +56,14 @@ def create_api(context: GatewayContext) -> FastAPI:
     """The gateway's FastAPI app over ``context`` (no Ray needed: tests pass a fake context)."""
     api = FastAPI(title="Wonder", version="0.1.0", description=DESCRIPTION)
     api.state.gateway = context
+    api.state.quotas = QuotaGuard(context.store)
+    api.add_middleware(RequestLimits)
     install_error_handlers(api)
     api.include_router(console.router)
     api.include_router(stream.router)
     for router in (
         library.router,
+        callables.router,
         agents.router,
         conversations.router,
         messages.router,
@@ -64,6 +73,7 @@ def create_api(context: GatewayContext) -> FastAPI:
         memories.router,
         projects.router,
         workspaces.router,
+        admin.router,
     ):
         api.include_router(router, responses=ERROR_RESPONSES)
     return api

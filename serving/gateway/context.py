@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from starlette.requests import HTTPConnection
 
 from core.ports import Conversations, MemoryAccess, WorkflowRuns, Workspaces
+from core.settings import Settings, settings_from_env
 from core.store import Store
 
 
@@ -23,6 +24,11 @@ class GatewayContext:
     memory: MemoryAccess
     settings_env: dict[str, str] = field(default_factory=dict)
     workspaces: Workspaces | None = None
+
+    @property
+    def settings(self) -> Settings:
+        """This replica's settings (parsed once per distinct environment)."""
+        return settings_from_env(self.settings_env)
 
 
 def get_context(connection: HTTPConnection) -> GatewayContext:

@@ -10,6 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from core.domain import ConcurrencyPolicy
 from core.errors import NotFound
+from serving.gateway.admin import record
 from serving.gateway.auth import ClientId, Context
 from serving.gateway.conversations import owned_conversation
 from serving.gateway.protocol import WireModel
@@ -67,6 +68,10 @@ async def add_participant(
     await run_in_threadpool(owned_conversation, context, client_id, conversation_id)
     await run_in_threadpool(context.store.agents.get, body.agent_id, client_id)
     change = await context.conversations.add_participant(conversation_id, body.agent_id)
+    if change.joined:
+        details = {"conversation_id": conversation_id, "agent_id": body.agent_id}
+        target = f"conversations:{conversation_id}"
+        await run_in_threadpool(record, context, client_id, "membership.add", target, details)
     return {"agent_id": change.agent_id, "joined": change.joined}
 
 
@@ -76,4 +81,8 @@ async def remove_participant(
 ) -> dict[str, Any]:
     await run_in_threadpool(owned_conversation, context, client_id, conversation_id)
     change = await context.conversations.remove_participant(conversation_id, agent_id)
+    if change.left:
+        details = {"conversation_id": conversation_id, "agent_id": agent_id}
+        target = f"conversations:{conversation_id}"
+        await run_in_threadpool(record, context, client_id, "membership.remove", target, details)
     return {"agent_id": change.agent_id, "left": change.left}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
@@ -12,7 +13,7 @@ from core.domain import Conversation
 from core.errors import InvalidInput, NotFound
 from core.ids import new_id
 from core.projects import project_for_conversation, start_conversation_branch
-from serving.gateway.auth import ClientId, Context
+from serving.gateway.auth import ClientId, Context, Guard
 from serving.gateway.context import GatewayContext
 from serving.gateway.protocol import ConversationCreate, Deleted, Page
 from serving.gateway.translation import decode_cursor, encode_cursor
@@ -42,7 +43,12 @@ def _page(
 
 
 @router.post("", status_code=201, response_model=Conversation, summary="Start a conversation")
-def create(body: ConversationCreate, context: Context, client_id: ClientId) -> Conversation:
+async def create(
+    body: ConversationCreate, context: Context, client_id: ClientId, guard: Guard
+) -> Conversation:
+    """A new conversation; it gets the id of an already started actor when one is in reserve, so
+    its first message is answered without waiting for a process to start."""
+    await asyncio.to_thread(guard.admit_conversation, client_id)
     project = None
     if body.agent_id is not None:
         try:
@@ -52,9 +58,13 @@ def create(body: ConversationCreate, context: Context, client_id: ClientId) -> C
         project = project_for_conversation(context.store, agent, body.project_id)
     elif body.project_id is not None:
         raise InvalidInput("project_id: a conversation works on a project through its agent")
-    conversation_id = new_id("conv")
+    conversation_id = await context.conversations.reserved_conversation_id() or new_id("conv")
     # The branch comes first: a conversation row never names a branch that does not exist.
-    branch = start_conversation_branch(project, conversation_id) if project else None
+    branch = (
+        await asyncio.to_thread(start_conversation_branch, project, conversation_id)
+        if project
+        else None
+    )
     return create_conversation(
         context.store,
         client_id=client_id,

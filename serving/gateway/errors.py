@@ -9,6 +9,7 @@ retriable 503).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ from core.errors import (
     ErrorCode,
     InvalidInput,
     NonRetryableError,
+    QuotaExceeded,
     RetryableError,
     Timeout,
     WonderError,
@@ -47,6 +49,7 @@ _CODE_BY_STATUS: dict[int, str] = {
     409: ErrorCode.CONFLICT,
     413: "PAYLOAD_TOO_LARGE",
     415: "UNSUPPORTED_MEDIA_TYPE",
+    429: ErrorCode.QUOTA_EXCEEDED,
     422: ErrorCode.INVALID_INPUT,
     503: ErrorCode.UNAVAILABLE,
 }
@@ -54,6 +57,8 @@ _CODE_BY_STATUS: dict[int, str] = {
 
 def status_for(error: WonderError) -> int:
     """The HTTP status of a ``WonderError``: retryable → 503, business errors by code."""
+    if error.code == ErrorCode.QUOTA_EXCEEDED:
+        return 429
     if error.retriable:
         return 503
     if error.code in _STATUS_BY_CODE:
@@ -107,7 +112,18 @@ async def _on_wonder_error(request: Request, exc: Exception) -> JSONResponse:
     error = as_wonder_error(exc)
     if error is None:
         return await _on_unexpected(request, exc)
-    return _json(status_for(error), error_body(error))
+    status = status_for(error)
+    headers = None
+    if isinstance(error, QuotaExceeded):
+        headers = {"Retry-After": retry_after(error.retry_after_s)}
+    elif status == 503:  # retriable: say when (a burst of new conversations, a restarting actor)
+        headers = {"Retry-After": "1"}
+    return JSONResponse(status_code=status, content=error_body(error), headers=headers)
+
+
+def retry_after(seconds: float) -> str:
+    """``Retry-After`` in whole seconds, rounded up (at least 1)."""
+    return str(max(1, math.ceil(seconds)))
 
 
 async def _on_request_validation(_request: Request, exc: Exception) -> JSONResponse:

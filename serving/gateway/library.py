@@ -15,10 +15,14 @@ from fastapi import APIRouter, Body, Path, Query
 from pydantic import BaseModel
 
 from core.domain import NAME_PATTERN, ModelProfile, Persona, TaskDef, Tool
-from core.errors import InvalidInput
+from core.errors import InvalidInput, NotFound
 from core.ids import utc_now
+from core.library_policy import policy_problems
+from core.settings import Settings
+from core.store.audit import changed_fields
 from core.store.operations import LibraryOps
 from core.workflows import WorkflowDef
+from serving.gateway.admin import record
 from serving.gateway.auth import ClientId, Context
 from serving.gateway.protocol import (
     Items,
@@ -61,6 +65,14 @@ def stored_object(kind: LibraryKind, obj_id: str, body: BaseModel) -> BaseModel:
     return kind.model.model_validate({**fields, "id": obj_id})
 
 
+def allowed(obj: BaseModel, settings: Settings) -> BaseModel:
+    """``obj`` if the operator's policy allows storing it; else a 400 naming every problem."""
+    problems = policy_problems(obj, settings)
+    if problems:
+        raise InvalidInput("; ".join(problems))
+    return obj
+
+
 def _routes_for(router: APIRouter, kind: LibraryKind) -> None:
     model, body_model, tag = kind.model, kind.body, kind.path
 
@@ -72,9 +84,23 @@ def _routes_for(router: APIRouter, kind: LibraryKind) -> None:
         obj_id: ObjectId,
         body: Annotated[body_model, Body()],  # type: ignore[valid-type]
         context: Context,
-        _client: ClientId,
+        client_id: ClientId,
     ) -> Any:
-        return ops(context).put(stored_object(kind, obj_id, body), utc_now())
+        obj = allowed(stored_object(kind, obj_id, body), context.settings)
+        try:
+            before = ops(context).get(obj_id)
+        except NotFound:
+            before = None
+        stored = ops(context).put(obj, utc_now())
+        if before is None or stored.version != before.version:
+            details = {
+                "kind": kind.label,
+                "id": obj_id,
+                "version": stored.version,
+                "changed": changed_fields(before, stored),
+            }
+            record(context, client_id, "library.put", f"{kind.store_attr}:{obj_id}", details)
+        return stored
 
     def get_object(
         obj_id: ObjectId,

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from core.memory.service import MemoryService
 
 from core.memory.records import MAX_SEARCH_K, Memory, NewMemory, RankWeights, SearchMode
-from serving.gateway.auth import ClientId, Context
+from serving.gateway.auth import ClientId, Context, Guard
 from serving.gateway.context import GatewayContext
 from serving.gateway.protocol import Deleted, Items, Page
 
@@ -98,9 +98,13 @@ async def list_memories(
 
 @router.post("", status_code=201, response_model=MemoryWritten, summary="Store a memory")
 async def write_memory(
-    agent_id: str, body: MemoryCreate, context: Context, client_id: ClientId
+    agent_id: str, body: MemoryCreate, context: Context, client_id: ClientId, guard: Guard
 ) -> MemoryWritten:
     service = await owned_agent_memories(context, client_id, agent_id)
+    allowed = guard.memories_allowed(client_id)
+    if allowed is not None:
+        agents = await run_in_threadpool(context.store.agents.list_for_client, client_id)
+        guard.admit_memory(await service.count([a.id for a in agents]), allowed)
     new = NewMemory.model_validate(body.model_dump(exclude={"dedupe"}))
     (outcome,) = await service.write(agent_id, [new], dedupe=body.dedupe)
     memory = outcome.memory

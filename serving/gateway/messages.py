@@ -9,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 
 from core.domain import ConversationStatus, Message
 from core.errors import Conflict
-from serving.gateway.auth import ClientId, Context
+from serving.gateway.auth import ClientId, Context, Guard
 from serving.gateway.conversations import owned_conversation
 from serving.gateway.protocol import Items, MessageAccepted, MessageCreate
 
@@ -25,11 +25,12 @@ MessageList = Items[Message]
     summary="Send a message: starts a turn; follow it on the stream or the events",
 )
 async def post_message(
-    conversation_id: str, body: MessageCreate, context: Context, client_id: ClientId
+    conversation_id: str, body: MessageCreate, context: Context, client_id: ClientId, guard: Guard
 ) -> MessageAccepted:
     conversation = await run_in_threadpool(owned_conversation, context, client_id, conversation_id)
     if conversation.status == ConversationStatus.COMPLETED:
         raise Conflict(f"conversation {conversation_id} is completed")
+    await run_in_threadpool(guard.admit_turn, client_id)
     accepted = await context.conversations.post_message(
         conversation_id,
         body.content,

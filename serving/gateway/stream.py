@@ -8,7 +8,8 @@ sends ``{"type": "message", "content": ...}`` (answered by an ``ack`` frame with
 message ids) or ``{"type": "ping"}``; a frame the server cannot use gets an ``error`` frame and the
 stream goes on. Authentication: the ``Authorization`` header, or ``?api_key=`` for browsers.
 Refusals close the socket after an error frame: 4401 (bad key), 4404 (no such conversation), 4400
-(bad query).
+(bad query), 4429 (the client's concurrent-WebSocket quota is full); a message over the turn or
+token quota gets an error frame (QUOTA_EXCEEDED) and the stream goes on.
 """
 
 from __future__ import annotations
@@ -30,15 +31,21 @@ from serving.gateway.auth import client_for_key, websocket_key
 from serving.gateway.context import GatewayContext, get_context
 from serving.gateway.conversations import owned_conversation
 from serving.gateway.errors import as_wonder_error
+from serving.gateway.limits import MAX_FRAME_BYTES
 from serving.gateway.protocol import ClientMessageFrame
+from serving.gateway.quota_checks import get_guard
 from serving.gateway.translation import SeqTracker, error_frame, event_frame, parse_client_frame
 
 logger = logging.getLogger("wonder.gateway")
 
 router = APIRouter()
 
-CLOSE_CODES = {"UNAUTHORIZED": 4401, "NOT_FOUND": 4404, "INVALID_INPUT": 4400}
-SUBSCRIBE_WAIT_S = 10.0
+CLOSE_CODES = {
+    "UNAUTHORIZED": 4401,
+    "NOT_FOUND": 4404,
+    "INVALID_INPUT": 4400,
+    "QUOTA_EXCEEDED": 4429,
+}
 
 
 def parse_after_seq(raw: str | None) -> int:
@@ -151,6 +158,14 @@ class StreamSession:
             raw = message.get("text")
             if raw is None:
                 raw = message.get("bytes") or b""
+            if len(raw) > MAX_FRAME_BYTES:  # characters or bytes: either bounds the work
+                too_large = {
+                    "code": "PAYLOAD_TOO_LARGE",
+                    "message": f"a frame is limited to {MAX_FRAME_BYTES} bytes",
+                    "retriable": False,
+                }
+                await self.send(error_frame(too_large, None))
+                continue
             await self.handle_frame(raw)
 
     async def handle_frame(self, raw: str | bytes) -> None:
@@ -172,9 +187,9 @@ class StreamSession:
             await self.send(error_frame(error.to_dict(), request_id))
 
     async def post(self, frame: ClientMessageFrame) -> dict[str, Any]:
-        # A message sent before the subscription is live would stream its first tokens to nobody.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.subscribed.wait(), SUBSCRIBE_WAIT_S)
+        await run_in_threadpool(get_guard(self.websocket).admit_turn, self.client_id)
+        # Posted at once, even before the subscription is live (the actor may still be starting):
+        # a subscriber that registers mid-reply is handed the tokens streamed so far.
         accepted = await self.context.conversations.post_message(
             self.conversation.id,
             frame.content,
@@ -233,6 +248,12 @@ async def stream(websocket: WebSocket, conversation_id: str) -> None:
     except WonderError as exc:
         await refuse(websocket, exc)
         return
-    session = StreamSession(websocket, context, conversation, client_id, after_seq)
-    with contextlib.suppress(WebSocketDisconnect):
-        await session.run()
+    with contextlib.ExitStack() as held:
+        try:  # one of the client's concurrent WebSockets, until this one closes
+            held.enter_context(get_guard(websocket).websocket(client_id))
+        except WonderError as exc:
+            await refuse(websocket, exc)
+            return
+        session = StreamSession(websocket, context, conversation, client_id, after_seq)
+        with contextlib.suppress(WebSocketDisconnect):
+            await session.run()

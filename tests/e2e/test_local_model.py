@@ -265,3 +265,31 @@ def test_whole_path_plain_reply_without_tools(local_agent: AgentSession) -> None
     assert not [f for f in frames if f["type"] == "move" and f["move"].get("tool_call")]
     tokens = [f["delta"] for f in frames if f["type"] == "token"]
     assert len(tokens) > 2 and "Paris" in "".join(tokens)
+
+
+def test_whole_path_through_the_openai_provider(local_agent: AgentSession, llm_app: LlmApp) -> None:
+    """``provider: openai`` against the project's own OpenAI-compatible endpoint (``/llm/v1``):
+    a turn end to end over HTTP streaming instead of the deployment handle."""
+    from tests.integration.test_gateway import unique
+
+    api = local_agent.api
+    profile_id, persona_id = unique("openai"), unique("persona")
+    profile = {
+        "provider": "openai",
+        "model": "default",
+        "base_url": llm_app.base_url,
+        "tool_calling": "constrained",
+        "max_tokens": 48,
+    }
+    put(api, f"/v1/model-profiles/{profile_id}", profile)
+    persona = {"system_prompt": "You are a helpful assistant.", "model_profile_id": profile_id}
+    put(api, f"/v1/personas/{persona_id}", persona)
+    agent = api.post("/v1/agents", json={"name": "openai", "persona_ref": {"id": persona_id}})
+    assert agent.status_code == 201, agent.text
+    created = api.post("/v1/conversations", json={"agent_id": agent.json()["id"]})
+    assert created.status_code == 201, created.text
+    session = AgentSession(local_agent.url, local_agent.key, api, created.json()["id"])
+    frames = chat(session, "What is the capital of France?")
+    assert frames[-1]["type"] == "turn.completed", frames[-1]
+    tokens = [f["delta"] for f in frames if f["type"] == "token"]
+    assert len(tokens) > 2 and "Paris" in "".join(tokens)

@@ -87,7 +87,8 @@ def s3_uri(s3_server: S3Server) -> str:
 def embedder_app(serve_port: int) -> str:
     """The Embedder Serve application, deployed once and left up for the session (executor
     workers are reused across tests and keep their handle)."""
-    from serving.embedder import EMBEDDER_APP, deploy_embedder
+    from serving.embedder import EMBEDDER_APP
+    from serving.embedder_app import deploy_embedder
 
     deploy_embedder()
     return EMBEDDER_APP

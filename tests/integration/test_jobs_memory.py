@@ -157,7 +157,10 @@ def test_consolidate_job_on_s3_folds_episodes_and_archives_them(
         "WONDER_EMBEDDER": "local",
     }
     options = ConsolidateOptions(min_age=timedelta(hours=24), group_size=5)
-    report = asyncio.run(consolidate_one("agent-c", options, settings_env, datetime.now(UTC)))
+    now = datetime.now(UTC)
+    report = asyncio.run(
+        consolidate_one("agent-c", options, settings_env, now, cli.consolidation_ports)
+    )
     assert (report.summaries, report.episodes_folded, report.facts_merged) == (0, 0, 0)
 
 

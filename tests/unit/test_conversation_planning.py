@@ -17,6 +17,7 @@ import pytest
 
 from actors.conversation import context as ctx
 from actors.conversation import planning
+from actors.conversation.context import tool_spec
 from actors.conversation.domain import (
     AgentSetup,
     AppendAgentMessage,
@@ -48,6 +49,7 @@ from actors.conversation.domain import (
     ParticipantAdded,
     ParticipantRemoved,
     PolicySet,
+    QueueTurn,
     Recovered,
     RecoveredTurn,
     Refuse,
@@ -516,6 +518,42 @@ def test_recovery_keeps_the_queue_policy_for_unstarted_turns() -> None:
     )
 
 
+def test_a_recovered_queued_turn_keeps_the_agent_it_was_addressed_to() -> None:
+    turns = (
+        RecoveredTurn(active_turn("t1", started_at=None)),
+        RecoveredTurn(active_turn("t2", started_at=None, agent_id="agent-2")),
+    )
+    state = ConversationState(conversation(ConcurrencyPolicy.QUEUE))
+    decisions = planning.plan(state, Recovered(turns, NOW))
+    for decision in decisions:
+        planning.apply(state, decision)
+    assert decisions[-1] == QueueTurn("t2", "agent-2")
+    assert state.turns["t2"].agent_id == "agent-2"
+
+
+# --------------------------------------------------------------------------- picked up
+
+
+def test_a_turn_acknowledged_elsewhere_starts_when_the_conversation_is_idle() -> None:
+    state = ConversationState(conversation(ConcurrencyPolicy.QUEUE))
+    event = TurnRequested(active_turn("t2", started_at=None), NOW, policy_applies=True)
+    assert names(planning.plan(state, event)) == ["StartTurn", "AssembleContext"]
+
+
+def test_a_turn_acknowledged_elsewhere_queues_behind_a_running_one() -> None:
+    state = state_with(running("t1"), policy=ConcurrencyPolicy.QUEUE)
+    event = TurnRequested(active_turn("t2", started_at=None), NOW, policy_applies=True)
+    assert planning.plan(state, event) == [QueueTurn("t2", "agent-1")]
+    delegated = TurnRequested(active_turn("t3", started_at=None), NOW)  # policy does not apply
+    assert names(planning.plan(state, delegated)) == ["StartTurn", "AssembleContext"]
+
+
+def test_a_turn_already_live_is_not_picked_up_twice() -> None:
+    state = state_with(running("t1"))
+    event = TurnRequested(active_turn("t1", started_at=NOW), NOW, policy_applies=True)
+    assert planning.plan(state, event) == []
+
+
 def test_lost_operations_are_settled_with_a_retriable_error() -> None:
     state = state_with(live(TurnPhase.AWAITING, pending_operations=frozenset({"op-1"})))
     settle, assemble = planning.plan(state, OperationsChecked("t1", (operation("op-1"),), NOW))
@@ -723,6 +761,20 @@ def test_valid_tool_calls_are_dispatched_with_mapped_input(
     decision = plan_tool_call(tool_call, CATALOG)
     assert isinstance(decision, DispatchTool)
     assert decision.input == expected_input
+
+
+def test_an_agent_call_may_choose_its_mode_outside_the_tools_schema() -> None:
+    strict = ASK.model_copy(
+        update={"input_schema": {"type": "object", "additionalProperties": False}}
+    )
+    catalog = ToolCatalog(by_name={"ask_expert": strict})
+    chosen = plan_tool_call(call("ask_expert", {"mode": "loop_in"}), catalog)
+    assert isinstance(chosen, DispatchTool) and chosen.input == {"mode": "loop_in"}
+    wrong = plan_tool_call(call("ask_expert", {"mode": "sideways"}), catalog)
+    assert isinstance(wrong, ReturnToolError) and wrong.result.error is not None
+    assert "mode is one of ['delegate', 'loop_in']" in wrong.result.error.message
+    spec = tool_spec(strict)  # the model is told it may choose
+    assert spec.parameters["properties"]["mode"]["enum"] == ["delegate", "loop_in"]
 
 
 def test_permissions_deny_wins_over_allow() -> None:

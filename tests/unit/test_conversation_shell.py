@@ -12,12 +12,16 @@ from typing import Any
 import pytest
 
 from actors.conversation import steps
+from actors.conversation.log import token_event
 from core.domain import (
     ConcurrencyPolicy,
     MessageRole,
     OperationStatus,
+    Tool,
     TurnStatus,
 )
+from core.errors import InvalidInput
+from core.ids import new_id, utc_now
 from core.retry import RetryPolicy
 from core.store import Store
 from tests.conftest import async_wait_for
@@ -209,3 +213,333 @@ async def test_a_failing_extraction_keeps_the_answer(cluster: InProcessCluster) 
     assert cluster.store.turns.get(ack.turn_id).issues.memory_extraction_failed
     assert cluster.store.messages.list(conv)[-1].content == "kept"
     assert "memory_extraction.failed" in event_types(cluster.store, conv)
+
+
+# --------------------------------------------------------------------------- acknowledged elsewhere
+
+
+async def collect_until(stream: Any, event_type: str) -> list[dict[str, Any]]:
+    seen: list[dict[str, Any]] = []
+    async for event in stream:
+        seen.append(event)
+        if event["type"] == event_type:
+            return seen
+    return seen
+
+
+async def test_a_message_acknowledged_before_its_actor_exists_is_answered(
+    cluster: InProcessCluster,
+) -> None:
+    conv = conversation(cluster.store, [{"reply": "answer to {{last_user}}"}])
+    ack = cluster.intake.acknowledge(conv, "hello", "user-1", message_id=new_id("msg"))
+    assert ack is not None and conv not in cluster.actors
+    assert cluster.store.turns.get(ack.turn_id).started_at is None  # stored, not started
+    stream = cluster.stream_events(conv, 0)  # the actor starts: recovery picks the turn up
+    seen = await collect_until(stream, "turn.completed")
+    assert [e["seq"] for e in seen if e.get("seq")] == list(
+        range(1, len(event_types(cluster.store, conv)) + 1)
+    )
+    assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+    assert cluster.store.messages.list(conv)[-1].content == "answer to hello"
+
+
+async def test_the_actor_picks_up_a_message_acknowledged_while_it_started(
+    cluster: InProcessCluster,
+) -> None:
+    conv = conversation(cluster.store, [{"reply": "answer to {{last_user}}"}])
+    stream = cluster.stream_events(conv, 0)
+    assert (await anext(stream))["type"] == "conversation_started"
+    await asyncio.sleep(0.05)  # the actor has recovered (nothing to do) before the ack lands
+    ack = cluster.intake.acknowledge(conv, "late", "user-1", message_id=new_id("msg"))
+    assert ack is not None
+    # The caller's own call reaches the actor: it finds the message stored and starts the turn.
+    again = await cluster.post_message(conv, "late", "user-1", message_id=ack.message_id)
+    assert (again.turn_id, again.seq) == (ack.turn_id, ack.seq)
+    seen = await collect_until(stream, "turn.completed")
+    seqs = [e["seq"] for e in seen if e.get("seq")]
+    assert seqs == list(range(2, seqs[-1] + 1))  # the other writer's events too, in order
+    assert seen[0]["type"] == "turn.started" and seen[1]["type"] == "message"
+    assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+
+
+async def test_a_busy_conversation_is_left_to_its_actor(cluster: InProcessCluster) -> None:
+    conv = conversation(cluster.store, [{"reply": "slow", "delay_s": 1}])
+    first = await cluster.post_message(conv, "one", "user-1")
+    message_id = new_id("msg")
+    assert cluster.intake.acknowledge(conv, "two", "user-1", message_id=message_id) is None
+    assert [m.id for m in cluster.store.messages.list(conv)] == [first.message_id]
+    assert await ended(cluster, first.turn_id) is TurnStatus.COMPLETED
+
+
+async def test_a_refused_message_is_refused_without_the_actor(cluster: InProcessCluster) -> None:
+    conv = conversation(cluster.store, [{"reply": "x"}])
+    with pytest.raises(InvalidInput):
+        cluster.intake.acknowledge(conv, "hi", "u", message_id=new_id("msg"), agent_id="nobody")
+    assert cluster.store.messages.list(conv) == []
+
+
+async def test_an_actor_started_before_its_conversation_binds_on_its_first_call(
+    cluster: InProcessCluster,
+) -> None:
+    reserved = new_id("conv")
+    cluster.actor(reserved)  # the directory's reserve: no conversation yet
+    await asyncio.sleep(0.05)
+    client_id, _key = make_client(cluster.store)
+    agent = make_agent(cluster.store, client_id, scripted_profile(cluster.store, [{"reply": "hi"}]))
+    make_conversation(cluster.store, client_id, agent, conversation_id=reserved)
+    ack = await cluster.post_message(reserved, "hello", "user-1")
+    assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+    assert cluster.store.messages.list(reserved)[-1].content == "hi"
+
+
+# --------------------------------------------------------------------------- hooks
+
+
+async def test_a_hook_assembles_the_request_the_model_sees(cluster: InProcessCluster) -> None:
+    """The library's example hook (a real task, run by the executor) reorders history and adds an
+    index; the model answers with what it was sent."""
+    hook = task_tool(
+        cluster.store,
+        "reorder",
+        [{"kind": "python", "params": {"callable": "library.adapters:newest_first_with_index"}}],
+    )
+    conv = conversation(
+        cluster.store,
+        [{"reply": "CONTEXT {{context}} HISTORY {{history}}"}],
+        context_assembly_task_id=hook.target_id,
+    )
+    for text in ("alpha", "beta"):
+        ack = await cluster.post_message(conv, text, "user-1")
+        assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+    answer = cluster.store.messages.list(conv)[-1].content
+    context, history = answer.split(" HISTORY ", 1)
+    assert "Index of earlier questions:\n1. alpha" in context
+    assert history.split(" | ")[0] == "alpha" and history.split(" | ")[-1] == "beta"
+
+
+async def test_extraction_gets_the_turns_moves(cluster: InProcessCluster) -> None:
+    calc = task_tool(
+        cluster.store,
+        "calc",
+        [{"kind": "python", "params": {"callable": "library.callables:calculate"}}],
+        schema={"type": "object", "properties": {"expression": {"type": "string"}}},
+    )
+    remember = task_tool(
+        cluster.store,
+        "remember",
+        [{"kind": "context.set", "params": {"key": "transcript", "value": "{{input.transcript}}"}}],
+    )
+    script = [
+        {"tool_calls": [{"name": "calc", "arguments": {"expression": "6*7"}}]},
+        {"reply": "it is 42"},
+    ]
+    conv = conversation(
+        cluster.store, script, tools=[calc], memory_extraction_task_id=remember.target_id
+    )
+    ack = await cluster.post_message(conv, "what is 6*7?", "user-1")
+    assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+    transcript = cluster.store.context.get(conv, "transcript")
+    assert [entry["role"] for entry in transcript] == ["user", "tool_call", "agent"]
+    call = transcript[1]
+    assert call["name"] == "calc" and call["arguments"] == {"expression": "6*7"}
+    assert call["result"] == {"expression": "6*7", "result": 42} and call["success"] is True
+
+
+async def test_the_model_sees_which_message_the_user_replies_to(cluster: InProcessCluster) -> None:
+    script = [
+        {"match": "question one", "reply": "first answer"},
+        {"match": "why?", "reply": "{{last_user}}"},
+    ]
+    conv = conversation(cluster.store, script)
+    first = await cluster.post_message(conv, "question one", "user-1")
+    assert await ended(cluster, first.turn_id) is TurnStatus.COMPLETED
+    replied = cluster.store.messages.list(conv)[-1]
+    second = await cluster.post_message(conv, "why?", "user-1", reply_to_message_id=replied.id)
+    assert await ended(cluster, second.turn_id) is TurnStatus.COMPLETED
+    seen = cluster.store.messages.list(conv)[-1].content
+    assert seen == f'[in reply to {replied.author}: "first answer"]\nwhy?'
+    assert cluster.store.turns.get(second.turn_id).parent_turn_id == first.turn_id
+
+
+async def test_the_history_tool_reads_beyond_the_window(cluster: InProcessCluster) -> None:
+    history = task_tool(
+        cluster.store,
+        "conversation_history",
+        [{"kind": "conversation.history", "params": {"query": "{{input.query}}"}}],
+        schema={"type": "object", "properties": {"query": {"type": "string"}}},
+    )
+    script = [  # rules: the first that matches the last message answers
+        {"match": '"messages"', "reply": "found: {{last_tool}}"},
+        {"match": "remember", "reply": "noted"},
+        {"match": "filler", "reply": "ok"},
+        {
+            "match": "what was the code",
+            "tool_calls": [{"name": "conversation_history", "arguments": {"query": "code is"}}],
+        },
+    ]
+    conv = conversation(cluster.store, script, tools=[history], recent_turns_limit=1)
+    for text in ("remember: the code is 4711", "filler one", "filler two", "what was the code?"):
+        ack = await cluster.post_message(conv, text, "user-1")
+        assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+    answer = cluster.store.messages.list(conv)[-1].content
+    assert answer.startswith("found: ") and "the code is 4711" in answer
+    assert "filler" not in answer  # only the messages that match the query
+
+
+# --------------------------------------------------------------------------- loop_in
+
+
+def expert_and_host(
+    cluster: InProcessCluster, mode: str, host_script: list[dict[str, Any]]
+) -> tuple[str, str]:
+    store = cluster.store
+    client_id, _key = make_client(store)
+    expert = make_agent(
+        store,
+        client_id,
+        scripted_profile(store, [{"reply": "expert on: {{last_user}}"}]),
+    )
+    ask = store.tools.put(
+        Tool(
+            id=f"tool-ask-{new_id().lower()}",
+            name="ask_expert",
+            description="ask the expert",
+            input_schema={
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {"input": {"type": "string"}},
+            },
+            target_type="agent",
+            target_id=expert.id,
+            invocation_mode=mode,
+        ),
+        utc_now(),
+    )
+    host = make_agent(store, client_id, scripted_profile(store, host_script), [ask])
+    return make_conversation(store, client_id, host).id, expert.id
+
+
+async def test_a_looped_in_agent_answers_the_invitation_here_then_when_addressed(
+    cluster: InProcessCluster,
+) -> None:
+    host_script = [  # rules: by the last message the host's model sees
+        {"match": '"joined"', "reply": "the expert said: {{last_tool}}"},
+        {
+            "match": "bring",
+            "tool_calls": [{"name": "ask_expert", "arguments": {"input": "is the plan sound?"}}],
+        },
+    ]
+    conv, expert = expert_and_host(cluster, "loop_in", host_script)
+    ack = await cluster.post_message(conv, "bring the expert", "user-1")
+    assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+    spoken = [(m.author, m.content) for m in cluster.store.messages.list(conv)]
+    assert (expert, "expert on: is the plan sound?") in spoken  # answered in this conversation
+    assert spoken[-1][1].startswith("the expert said:") and "expert on:" in spoken[-1][1]
+    assert expert in {p.id for p in cluster.store.conversations.get(conv).participants}
+
+    asked = await cluster.post_message(conv, f"@{expert} and now?", "user-1")
+    assert await ended(cluster, asked.turn_id) is TurnStatus.COMPLETED
+    assert cluster.store.turns.get(asked.turn_id).agent_id == expert
+
+    await cluster.remove_participant(conv, expert)
+    after = await cluster.post_message(conv, f"@{expert} still there?", "user-1")
+    assert await ended(cluster, after.turn_id) is TurnStatus.COMPLETED
+    assert cluster.store.turns.get(after.turn_id).agent_id != expert  # the host answers now
+
+
+async def test_a_call_may_choose_loop_in_over_the_tools_delegate(
+    cluster: InProcessCluster,
+) -> None:
+    host_script = [
+        {"match": '"joined"', "reply": "joined"},
+        {
+            "match": "bring",
+            "tool_calls": [
+                {"name": "ask_expert", "arguments": {"input": "hello", "mode": "loop_in"}}
+            ],
+        },
+    ]
+    conv, expert = expert_and_host(cluster, "delegate", host_script)
+    ack = await cluster.post_message(conv, "bring the expert", "user-1")
+    assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+    assert expert in {p.id for p in cluster.store.conversations.get(conv).participants}
+    assert (
+        cluster.store.conversations.list(
+            cluster.store.conversations.get(conv).client_id, parent_id=conv
+        )
+        == []
+    )  # no child: not delegated
+
+
+# --------------------------------------------------------------------------- declining
+
+
+async def test_a_delegate_may_decline_and_its_caller_hears_agent_declined(
+    cluster: InProcessCluster,
+) -> None:
+    store = cluster.store
+    client_id, _key = make_client(store)
+    refusing = [{"tool_calls": [{"name": "decline", "arguments": {"reason": "not my field"}}]}]
+    expert = make_agent(store, client_id, scripted_profile(store, refusing))
+    ask = store.tools.put(
+        Tool(
+            id=f"tool-ask-{new_id().lower()}",
+            name="ask_expert",
+            description="ask the expert",
+            input_schema={"type": "object", "properties": {"input": {"type": "string"}}},
+            target_type="agent",
+            target_id=expert.id,
+        ),
+        utc_now(),
+    )
+    host_script = [
+        {"match": "AGENT_DECLINED", "reply": "they said no: {{last_tool}}"},
+        {
+            "match": "review",
+            "tool_calls": [{"name": "ask_expert", "arguments": {"input": "review this"}}],
+        },
+    ]
+    host = make_agent(store, client_id, scripted_profile(store, host_script), [ask])
+    conv = make_conversation(store, client_id, host).id
+    ack = await cluster.post_message(conv, "please review", "user-1")
+    assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+    [move] = [m for m in store.moves.list(ack.turn_id) if m.tool_result is not None]
+    assert move.tool_result is not None and move.tool_result.error is not None
+    error = move.tool_result.error
+    assert error.code == "AGENT_DECLINED" and not error.retriable
+    assert "not my field" in error.message
+    [child] = store.conversations.list(client_id, parent_id=conv)
+    [child_turn] = store.turns.list(child.id)
+    assert child_turn.failure_code == "AGENT_DECLINED"
+    assert child_turn.failure_reason == "declined: not my field"
+
+
+async def test_a_users_turn_is_not_offered_decline(cluster: InProcessCluster) -> None:
+    script = [
+        {"match": "NOT_FOUND", "reply": "{{last_tool}}"},
+        {"match": "hi", "tool_calls": [{"name": "decline", "arguments": {"reason": "no"}}]},
+    ]
+    conv = conversation(cluster.store, script)
+    ack = await cluster.post_message(conv, "hi", "user-1")
+    assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+    assert "no tool named 'decline'" in cluster.store.messages.list(conv)[-1].content
+
+
+async def test_a_subscriber_arriving_mid_reply_gets_the_tokens_so_far(
+    cluster: InProcessCluster,
+) -> None:
+    conv = conversation(cluster.store, [{"reply": "x"}])
+    actor = cluster.actor(conv)
+    for delta in ("Hel", "lo"):  # a model call in flight: streamed, not yet stored
+        actor.publish(token_event(conv, "turn_x", delta))
+    late = actor.events(0)
+    assert (await anext(late))["type"] == "conversation_started"
+    assert await anext(late) == token_event(conv, "turn_x", "Hello")
+    actor.publish(token_event(conv, "turn_x", "!"))
+    assert (await anext(late))["delta"] == "!"
+    actor.publish({"seq": None, "type": "llm.retry", "turn_id": "turn_x", "attempt": 1})
+    again = actor.events(0)
+    assert (await anext(again))["type"] == "conversation_started"
+    # a retried call starts over: nothing in flight is replayed
+    actor.publish(token_event(conv, "turn_x", "Hi"))
+    assert (await anext(again))["delta"] == "Hi"

@@ -42,6 +42,9 @@ class RecordingConversations:
         self.posted: list[tuple[str, str, str]] = []
         self.completed: list[str] = []
 
+    async def reserved_conversation_id(self) -> str | None:
+        return None
+
     async def post_message(
         self,
         conversation_id: str,

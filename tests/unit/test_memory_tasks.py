@@ -15,6 +15,7 @@ import yaml
 from actors.actions.llm_action import ModelOutputInvalid, parse_json_reply, render_transcript
 from actors.executor import run_task
 from cluster.wiring import executor_services
+from core.context_contract import CONTEXT_CONTRACT
 from core.domain import Agent, ModelProfile, Persona, ScriptStep, TaskDef, Tool
 from core.ids import utc_now
 from core.memory.context import assemble_context
@@ -66,11 +67,38 @@ def test_parse_json_reply() -> None:
             parse_json_reply(bad, schema)
 
 
+SYSTEM = {"role": "system", "content": "You help."}
+
+
 def test_render_transcript_keeps_roles() -> None:
     text = render_transcript(
         [{"role": "user", "content": "hi"}, {"role": "agent", "content": "yo"}]
     )
     assert text == "user: hi\nagent: yo"
+
+
+def test_render_transcript_shows_tool_calls_with_their_outcome() -> None:
+    text = render_transcript(
+        [
+            {
+                "role": "tool_call",
+                "name": "calc",
+                "arguments": {"x": 1},
+                "success": True,
+                "result": {"y": 2},
+            },
+            {
+                "role": "tool_call",
+                "name": "web",
+                "arguments": {},
+                "success": False,
+                "error": {"code": "TIMEOUT"},
+            },
+        ]
+    )
+    assert text == (
+        'tool_call calc({"x": 1}) -> {"y": 2}\ntool_call web({}) -> failed: {"code": "TIMEOUT"}'
+    )
 
 
 # --------------------------------------------------------------------------- tasks, in-process
@@ -155,10 +183,16 @@ def test_extraction_then_context_assembly_recalls_and_corrections_update(
         "query": "Where do I live?",
         "pending": [],
         "tools": [{"name": "search_memory", "description": "Search memory"}],
+        "request": {"messages": [SYSTEM, {"role": "user", "content": "Where do I live?"}]},
     }
     context = run(assembly, hook_input, env)
     assert context["success"], context
-    assert "The user lives in Lisbon." in context["result"]["system_context"]
+    assert context["result"]["contract"] == CONTEXT_CONTRACT
+    messages = context["result"]["request"]["messages"]
+    assert messages[0]["content"].startswith("You help.\n\n") and messages[1:] == [
+        {"role": "user", "content": "Where do I live?"}
+    ]
+    assert "The user lives in Lisbon." in messages[0]["content"]
 
     # A newer contradicting fact on the same subject updates the old one.
     llm_step = extraction.actions[0].model_copy(
@@ -167,7 +201,7 @@ def test_extraction_then_context_assembly_recalls_and_corrections_update(
     correction = extraction.model_copy(update={"actions": [llm_step, *extraction.actions[1:]]})
     second = run(correction, {"agent_id": "agent-1", "transcript": transcript}, env)
     assert second["result"]["updated"] == 1 and second["result"]["created"] == 0
-    text = run(assembly, hook_input, env)["result"]["system_context"]
+    text = run(assembly, hook_input, env)["result"]["request"]["messages"][0]["content"]
     assert "Porto" in text and "Lisbon." not in text
 
     search = run(load("tasks", "memory_search"), {"query": "city", "types": ["fact"]}, env)
@@ -192,5 +226,7 @@ def test_write_read_delete_tasks_and_permission(env: dict[str, str]) -> None:
 
 
 def test_empty_query_finds_nothing_instead_of_failing_the_turn(env: dict[str, str]) -> None:
-    out = run(load("tasks", "context_assembly"), {"query": "", "pending": [], "tools": []}, env)
-    assert out == {"success": True, "result": {"system_context": ""}}
+    request = {"messages": [SYSTEM, {"role": "user", "content": ""}]}
+    hook_input = {"query": "", "pending": [], "tools": [], "request": request}
+    out = run(load("tasks", "context_assembly"), hook_input, env)
+    assert out == {"success": True, "result": {"contract": CONTEXT_CONTRACT, "request": request}}

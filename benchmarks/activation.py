@@ -1,0 +1,239 @@
+"""Conversations that start fast and weigh little (issue 10): activation, bursts, RSS.
+
+Starts its own local Ray and the gateway (``benchmarks.harness``); the agent is a zero-latency
+scripted echo without hooks, so what is measured is Wonder's own cost. In one run:
+
+- ``bare_actor``: a bare named detached Ray actor created and called once (the floor), and its
+  RSS once started;
+- ``burst``: B new conversations (default 200), each driven by its own WebSocket client that
+  connects, sends one message and waits for ``turn.completed``, all at once: ack latency
+  (message frame → ``ack`` frame) p50/p99, first-turn completion (message frame →
+  ``turn.completed``) p50/p99, activations/s (B ÷ time until every turn completed), refusals;
+- ``conversation_rss``: RSS of resident conversation actors sampled during the burst (median
+  and max), and its ratio to the bare actor's;
+- ``reactivation``: a message to an evicted conversation through the ``Conversations`` adapter:
+  acknowledged (p50/p99) and answered (p50/p99), beside the bare actor start.
+
+Prints progress, then ONE JSON object as the last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import time
+from typing import Any
+
+from harness import System, conversations, local_system, ms, reporter, rss_mib, setup_store
+
+progress = reporter("activation")
+
+
+class Bare:
+    def pid(self) -> int:
+        return os.getpid()
+
+
+async def bare_actors(n: int) -> tuple[list[float], list[float]]:
+    """Create ``n`` bare named detached actors one after the other: start times and RSS."""
+    import ray
+
+    starts, rss, handles = [], [], []
+    for i in range(n):
+        t0 = time.perf_counter()
+        handle = (
+            ray.remote(Bare)
+            .options(  # type: ignore[attr-defined]
+                name=f"bench-bare-{i}-{time.time_ns()}", lifetime="detached", num_cpus=0
+            )
+            .remote()
+        )
+        pid = await handle.pid.remote()
+        starts.append(time.perf_counter() - t0)
+        handles.append(handle)
+        await asyncio.sleep(0.5)  # let it settle before reading its RSS
+        rss.append(rss_mib(pid))
+    for handle in handles:
+        ray.kill(handle)
+    return starts, rss
+
+
+def conversation_rss(dashboard_url: str) -> list[float]:
+    """RSS of every alive conversation actor (same machine: read from /proc)."""
+    from ray.util.state import list_actors
+
+    alive = list_actors(
+        address=dashboard_url,
+        filters=[("state", "=", "ALIVE")],
+        limit=10_000,
+        raise_on_missing_output=False,
+    )
+    found = []
+    for actor in alive:
+        if (actor.name or "").startswith("conversation:") and actor.pid:
+            try:
+                found.append(rss_mib(int(actor.pid)))
+            except OSError:
+                pass  # evicted meanwhile
+    return [r for r in found if r > 0]
+
+
+async def one_client(system: System, key: str, conv_id: str) -> dict[str, Any]:
+    import websockets
+
+    url = f"ws://127.0.0.1:{system.port}/v1/conversations/{conv_id}/stream?after_seq=0"
+    async with websockets.connect(
+        url, additional_headers={"Authorization": f"Bearer {key}"}, max_size=None, open_timeout=60
+    ) as ws:
+        t0 = time.perf_counter()
+        await ws.send(json.dumps({"type": "message", "content": "hello", "id": "m1"}))
+        acked = None
+        turn_id = None
+        while True:
+            frame = json.loads(await ws.recv())
+            kind = frame.get("type")
+            if kind == "ack":
+                acked, turn_id = time.perf_counter() - t0, frame.get("turn_id")
+            elif kind == "turn.completed" and frame.get("turn_id") == turn_id:
+                return {"ack": acked, "done": time.perf_counter() - t0}
+            elif kind in ("turn.failed", "error"):
+                return {"ack": acked, "error": frame}
+
+
+async def burst(system: System, setup: dict[str, Any], size: int) -> dict[str, Any]:
+    from core.conversations import create_conversation
+
+    convs = [
+        create_conversation(
+            system.store, client_id=setup["client_id"], agent_id=setup["agents"]["nohooks"].id
+        ).id
+        for _ in range(size)
+    ]
+    rss_samples: list[float] = []
+    stop = asyncio.Event()
+
+    async def sample() -> None:
+        while not stop.is_set():
+            rss_samples.extend(await asyncio.to_thread(conversation_rss, system.dashboard_url))
+            await asyncio.sleep(2.0)
+
+    done = 0
+
+    async def client(conv_id: str) -> dict[str, Any]:
+        nonlocal done
+        result = await one_client(system, setup["key"], conv_id)
+        done += 1
+        if done % 25 == 0:
+            progress(f"burst: {done}/{size} first turns answered")
+        return result
+
+    sampler = asyncio.create_task(sample())
+    t0 = time.perf_counter()
+    results = await asyncio.gather(*(client(c) for c in convs), return_exceptions=True)
+    elapsed = time.perf_counter() - t0
+    stop.set()
+    await sampler
+    answered = [r for r in results if isinstance(r, dict) and "done" in r]
+    failures = [r for r in results if not (isinstance(r, dict) and "done" in r)]
+    for failure in failures[:3]:
+        progress(f"burst failure: {failure!r:.300}")
+    acks = [r["ack"] for r in results if isinstance(r, dict) and r.get("ack") is not None]
+    stats = await conversations(system.env).directory_stats()
+    return {
+        "conversations": size,
+        "answered": len(answered),
+        "failed": len(failures),
+        "elapsed_s": round(elapsed, 1),
+        "activations_per_s": round(len(answered) / elapsed, 2),
+        "ack": ms(acks) if acks else None,
+        "first_turn": ms([r["done"] for r in answered]) if answered else None,
+        "rss_samples": rss_samples,
+        "directory": {k: v for k, v in stats.items() if k != "conversations"},
+    }
+
+
+async def reactivation(system: System, setup: dict[str, Any], n: int) -> dict[str, Any]:
+    from core.conversations import create_conversation
+
+    actors = conversations(system.env)
+    acked, answered = [], []
+    for i in range(n):
+        conv = create_conversation(
+            system.store, client_id=setup["client_id"], agent_id=setup["agents"]["nohooks"].id
+        )
+        first = await actors.post_message(conv.id, "warm", "bench")
+        await actors.wait_for_turn(conv.id, first.turn_id)
+        assert await actors.evict(conv.id)
+        t0 = time.perf_counter()
+        ack = await actors.post_message(conv.id, f"back {i}", "bench")
+        acked.append(time.perf_counter() - t0)
+        outcome = await actors.wait_for_turn(conv.id, ack.turn_id)
+        answered.append(time.perf_counter() - t0)
+        assert outcome.status.value == "completed", outcome
+    return {"ack": ms(acked), "answered": ms(answered)}
+
+
+async def main_async(args: argparse.Namespace, system: System) -> dict[str, Any]:
+    setup = setup_store(system.store)
+    starts, bare_rss = await bare_actors(args.bare)
+    results: dict[str, Any] = {
+        "bare_actor_start": ms(starts),
+        "bare_actor_rss_mib": round(statistics.median(bare_rss), 1),
+    }
+    progress(f"bare actor: start {results['bare_actor_start']}, RSS {bare_rss} MiB")
+    results["reactivation"] = await reactivation(system, setup, args.reactivations)
+    progress(f"re-activation: {results['reactivation']}")
+    progress(f"burst of {args.burst} new conversations over the WebSocket")
+    results["burst"] = await burst(system, setup, args.burst)
+    rss = results["burst"].pop("rss_samples")
+    if rss:
+        results["conversation_rss_mib"] = {
+            "median": round(statistics.median(rss), 1),
+            "max": round(max(rss), 1),
+            "samples": len(rss),
+        }
+    progress(f"burst: {results['burst']}")
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--burst", type=int, default=200, help="new conversations at once")
+    parser.add_argument("--cap", type=int, default=64, help="resident conversation cap")
+    parser.add_argument("--bare", type=int, default=10, help="bare actors started")
+    parser.add_argument("--reactivations", type=int, default=20)
+    args = parser.parse_args()
+
+    with local_system(progress, WONDER_MAX_RESIDENT_CONVERSATIONS=str(args.cap)) as system:
+        results = asyncio.run(main_async(args, system))
+
+    burst_result = results["burst"]
+    summary: dict[str, Any] = {
+        "bare_actor_start_p50_ms": results["bare_actor_start"]["p50"],
+        "bare_actor_rss_mib": results["bare_actor_rss_mib"],
+        "reactivation_ack_p50_ms": results["reactivation"]["ack"]["p50"],
+        "reactivation_ack_p99_ms": results["reactivation"]["ack"]["p99"],
+        "reactivation_answered_p50_ms": results["reactivation"]["answered"]["p50"],
+        "reactivation_answered_p99_ms": results["reactivation"]["answered"]["p99"],
+        "burst_conversations": burst_result["conversations"],
+        "burst_answered": burst_result["answered"],
+        "burst_ack_p50_ms": (burst_result["ack"] or {}).get("p50"),
+        "burst_ack_p99_ms": (burst_result["ack"] or {}).get("p99"),
+        "burst_first_turn_p50_ms": (burst_result["first_turn"] or {}).get("p50"),
+        "burst_first_turn_p99_ms": (burst_result["first_turn"] or {}).get("p99"),
+        "burst_activations_per_s": burst_result["activations_per_s"],
+        "cap": args.cap,
+    }
+    if "conversation_rss_mib" in results:
+        median = results["conversation_rss_mib"]["median"]
+        summary["conversation_rss_mib"] = median
+        summary["conversation_rss_over_bare"] = round(median / results["bare_actor_rss_mib"], 2)
+    print(json.dumps({"detail": results}, default=str))
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

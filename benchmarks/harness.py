@@ -1,0 +1,169 @@
+"""What the benchmarks share: a local Ray with the gateway, a store with a scripted agent, and
+percentiles. Each benchmark starts its own Ray (own temp dir, free ports) and tears it down."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def ms(seconds: list[float]) -> dict[str, float]:
+    """p50/p99/mean in milliseconds of samples in seconds."""
+    values = [s * 1000 for s in seconds]
+    return {
+        "p50": round(pct(values, 0.5), 2),
+        "p99": round(pct(values, 0.99), 2),
+        "mean": round(statistics.fmean(values), 2),
+    }
+
+
+def reporter(name: str) -> Callable[[str], None]:
+    def progress(message: str) -> None:
+        print(f"[{name}] {message}", flush=True)
+
+    return progress
+
+
+@dataclass
+class System:
+    """A running local Wonder: Ray, Serve with the gateway on ``port``, and the store."""
+
+    env: dict[str, str]
+    port: int
+    dashboard_url: str
+    store: Any
+
+
+@contextmanager
+def local_system(progress: Callable[[str], None], **settings: str) -> Iterator[System]:
+    """Start a local Ray (2 CPUs, dashboard on a free port) and the gateway; stop both after.
+
+    ``settings`` are extra ``WONDER_*`` variables (e.g. ``WONDER_MAX_RESIDENT_CONVERSATIONS``).
+    """
+    import ray
+    from ray import serve
+
+    data_dir = Path(tempfile.mkdtemp(prefix="wonder-bench-"))
+    ray_tmp = tempfile.mkdtemp(prefix="wb", dir="/tmp")
+    env = {
+        "WONDER_DATA_DIR": str(data_dir),
+        "WONDER_MAX_RESIDENT_CONVERSATIONS": "64",
+        "WONDER_ALLOW_TEST_DOUBLES": "true",  # the scripted echo model is a test double
+        "RAY_AUTH_MODE": "disabled",
+        **settings,
+    }
+    os.environ.update(env)
+    os.environ.pop("RAY_ADDRESS", None)
+    progress("starting a local Ray and the gateway")
+    dashboard_port = free_port()
+    ray.init(
+        num_cpus=2,
+        namespace="wonder",
+        _temp_dir=ray_tmp,
+        include_dashboard=True,
+        dashboard_host="127.0.0.1",
+        dashboard_port=dashboard_port,
+        runtime_env={"env_vars": env},
+        log_to_driver=False,
+    )
+    port = free_port()
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        from cluster.gateway import build_gateway_app
+        from core.store import open_store
+
+        serve.run(build_gateway_app(env), name="gateway", route_prefix="/")
+        yield System(env, port, f"http://127.0.0.1:{dashboard_port}", open_store(env))
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+        shutil.rmtree(data_dir, ignore_errors=True)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def setup_store(store: Any) -> dict[str, Any]:
+    """A client (with an API key), a zero-latency scripted echo profile, and two agents: one
+    whose persona has both hooks (context assembly and memory extraction tasks), one without."""
+    from core.domain import Agent, Client, ModelProfile, Persona, PersonaRef, TaskAction, TaskDef
+    from core.ids import new_id, utc_now
+
+    client = Client(id=new_id("client"), name="bench", created_at=utc_now())
+    store.clients.insert(client)
+    key = f"wk_{new_id()}"
+    store.clients.add_api_key(client.id, key, utc_now())
+    store.model_profiles.put(
+        ModelProfile(id="bench-echo", provider="scripted", model="echo"), utc_now()
+    )
+    store.tasks.put(
+        TaskDef(
+            id="bench-context", actions=[TaskAction(kind="context.get", params={"key": "notes"})]
+        ),
+        utc_now(),
+    )
+    store.tasks.put(
+        TaskDef(
+            id="bench-extract",
+            actions=[
+                TaskAction(kind="context.set", params={"key": "last_turn", "value": "{{turn_id}}"})
+            ],
+        ),
+        utc_now(),
+    )
+    agents = {}
+    for name, hooks in (("hooks", True), ("nohooks", False)):
+        persona = store.personas.put(
+            Persona(
+                id=f"bench-{name}",
+                system_prompt="You echo.",
+                model_profile_id="bench-echo",
+                context_assembly_task_id="bench-context" if hooks else None,
+                memory_extraction_task_id="bench-extract" if hooks else None,
+            ),
+            utc_now(),
+        )
+        agent = Agent(
+            id=new_id("agent"),
+            client_id=client.id,
+            name=name,
+            persona_ref=PersonaRef(id=persona.id),
+            created_at=utc_now(),
+        )
+        agents[name] = store.agents.insert(agent)
+    return {"client_id": client.id, "key": key, "agents": agents}
+
+
+def conversations(env: dict[str, str]) -> Any:
+    """This process's ``Conversations`` adapter (what the gateway uses)."""
+    from cluster import wiring
+
+    return wiring.conversations(env)
+
+
+def rss_mib(pid: int) -> float:
+    """Resident set size of a process on this machine, from /proc (MiB)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0

@@ -1,0 +1,53 @@
+"""Callables the test suite registers (``WONDER_LIBRARY_CALLABLES=["tests.callables"]``, set in
+tests/conftest.py): misbehaving library code the executor must contain."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+from core.callables import library_callable
+
+
+@library_callable
+def worker_pid(data: dict[str, Any]) -> dict[str, Any]:
+    """The worker process's id (to tell whether a worker survived)."""
+    return {"pid": os.getpid()}
+
+
+@library_callable
+def exit_worker(data: dict[str, Any]) -> Any:
+    """Call ``sys.exit`` (a Ray task worker would exit)."""
+    sys.exit(3)
+
+
+@library_callable
+def interrupt(data: dict[str, Any]) -> Any:
+    """Raise ``KeyboardInterrupt``."""
+    raise KeyboardInterrupt
+
+
+@library_callable
+def spin(data: dict[str, Any]) -> Any:
+    """Busy-loop forever, swallowing ordinary exceptions (only a time limit ends it)."""
+    while True:
+        try:
+            time.sleep(0.01)
+        except Exception:
+            pass
+
+
+@library_callable
+def hog_memory(data: dict[str, Any]) -> Any:
+    """Fill ``mb`` MiB (default 2 GiB), 16 MiB at a time, and keep it."""
+    chunk = 16 * 1024 * 1024
+    held = [b"\x01" * chunk for _ in range(int(data.get("mb") or 2048) // 16)]
+    return {"held_mb": len(held) * 16}
+
+
+@library_callable
+def big_output(data: dict[str, Any]) -> Any:
+    """Return ``bytes`` characters of text."""
+    return {"text": "x" * int(data.get("bytes") or 0)}

@@ -1,0 +1,158 @@
+"""The relational store's guarantees, on SQLite and PostgreSQL alike (``store_url`` fixture)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import func, select
+
+from actors.conversation.log import ConversationLog, PendingEvent, PendingWrite
+from core.conversations import create_conversation
+from core.domain import Message, MessageRole, Turn, UserCaller
+from core.ids import new_id, utc_now
+from core.store import Store, schema
+
+WRITERS = 6
+COMMITS_PER_WRITER = 15
+
+
+def _turn(conversation_id: str) -> Turn:
+    return Turn(
+        id=new_id("turn"),
+        conversation_id=conversation_id,
+        agent_id=None,
+        caller=UserCaller(user_id="u"),
+        input="hi",
+        created_at=utc_now(),
+    )
+
+
+def _message(conversation_id: str, turn_id: str, seq: int) -> Message:
+    return Message(
+        id=new_id("msg"),
+        conversation_id=conversation_id,
+        turn_id=turn_id,
+        role=MessageRole.USER,
+        author="u",
+        content="hi",
+        seq=seq,
+        created_at=utc_now(),
+    )
+
+
+def test_seq_is_gap_free_under_concurrent_writers(store_url: str, store: Store) -> None:
+    """Writers in separate engines (as separate actor processes are) append to one conversation:
+    every commit succeeds and the numbers are exactly 1..N, each used once."""
+    conversation = create_conversation(store, client_id="c")
+    errors: list[BaseException] = []
+    start = threading.Barrier(WRITERS)
+
+    def writer() -> None:
+        own = Store.open(store_url)  # its own engine and connections, like another process
+        log = ConversationLog(own, conversation.id, publish=lambda _event: None)
+        try:
+            start.wait()
+            for n in range(COMMITS_PER_WRITER):
+                events = [PendingEvent("note", {"n": n}), PendingEvent("note", {"n": n})]
+                log.commit(utc_now(), [PendingWrite(events)])
+        except BaseException as error:
+            errors.append(error)
+        finally:
+            own.db.dispose()
+
+    threads = [threading.Thread(target=writer) for _ in range(WRITERS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert errors == []
+    seqs = [event.seq for event in store.events.list(conversation.id)]
+    assert seqs == list(range(1, 2 + WRITERS * COMMITS_PER_WRITER * 2))
+
+
+def test_a_failed_transaction_gives_back_its_rows_and_numbers(store: Store) -> None:
+    conversation = create_conversation(store, client_id="c")
+    log = ConversationLog(store, conversation.id, publish=lambda _event: None)
+    turn = _turn(conversation.id)
+
+    def write_then_fail(conn, events):  # type: ignore[no-untyped-def]
+        store.turns.insert(turn, conn)
+        store.messages.insert(_message(conversation.id, turn.id, events[0].seq), conn)
+        raise RuntimeError("the write fails after its rows")
+
+    with pytest.raises(RuntimeError):
+        log.commit(utc_now(), [PendingWrite([PendingEvent("turn.started")], write_then_fail)])
+
+    assert store.turns.list(conversation.id) == []
+    assert store.messages.list(conversation.id) == []
+    assert store.events.last_seq(conversation.id) == 1
+
+    def write(conn, events):  # type: ignore[no-untyped-def]
+        store.turns.insert(turn, conn)
+        store.messages.insert(_message(conversation.id, turn.id, events[0].seq), conn)
+
+    stored = log.commit(utc_now(), [PendingWrite([PendingEvent("message")], write)])
+    assert [event.seq for event in stored] == [2]
+    assert [m.seq for m in store.messages.list(conversation.id)] == [2]
+    assert [t.id for t in store.turns.list(conversation.id)] == [turn.id]
+
+
+def test_deleting_a_conversation_deletes_the_tree_it_started(store: Store) -> None:
+    root = create_conversation(store, client_id="c")
+    child = create_conversation(store, client_id="c", started_by_conversation_id=root.id)
+    grandchild = create_conversation(store, client_id="c", started_by_conversation_id=child.id)
+    other = create_conversation(store, client_id="c")
+    for conversation in (root, child, grandchild, other):
+        turn = store.turns.insert(_turn(conversation.id))
+        store.messages.insert(_message(conversation.id, turn.id, 2))
+        store.context.set(conversation.id, "k", {"v": 1})
+
+    deleted = store.delete_conversation_tree(root.id)
+
+    assert sorted(deleted) == sorted([root.id, child.id, grandchild.id])
+    with store.db.connect() as conn:
+        for table in (schema.conversations, schema.turns, schema.messages, schema.events):
+            column = table.c.id if table is schema.conversations else table.c.conversation_id
+            remaining = conn.execute(select(func.count()).select_from(table)).scalar_one()
+            others = conn.execute(
+                select(func.count()).select_from(table).where(column == other.id)
+            ).scalar_one()
+            assert remaining == others > 0
+    assert store.context.get(other.id, "k") == {"v": 1}
+    assert store.context.get(child.id, "k") is None
+
+
+def test_conversation_cursor_pages_through_every_row_once(store: Store) -> None:
+    base = utc_now()
+    created = [
+        create_conversation(store, client_id="c", created_at=base + timedelta(seconds=n // 3))
+        for n in range(10)
+    ]  # three share each timestamp: the cursor's id part breaks the ties
+    create_conversation(store, client_id="someone-else")
+
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = store.conversations.list("c", limit=4, after=cursor)
+        if not page:
+            break
+        seen += [c.id for c in page]
+        last = page[-1]
+        cursor = (last.created_at.isoformat(), last.id)
+
+    expected = sorted(created, key=lambda c: (c.created_at, c.id))
+    assert seen == [c.id for c in expected]
+
+
+def test_event_cursor_replays_after_a_seq(store: Store) -> None:
+    conversation = create_conversation(store, client_id="c")
+    log = ConversationLog(store, conversation.id, publish=lambda _event: None)
+    for n in range(5):
+        log.note(utc_now(), "note", {"n": n})
+
+    assert [e.seq for e in store.events.list(conversation.id, after_seq=3)] == [4, 5, 6]
+    assert [e.seq for e in store.events.list(conversation.id, after_seq=3, limit=2)] == [4, 5]
+    assert store.events.list(conversation.id, after_seq=6) == []
