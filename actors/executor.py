@@ -28,8 +28,9 @@ from core.jsontypes import JsonObject
 from core.ports import TaskContext, TaskOutcome
 
 try:  # the memory stack is an optional extra: without it, memory actions are unknown kinds
-    from actors.actions import memory_actions
+    from actors.actions import artifact_actions, memory_actions
 except ImportError:  # pragma: no cover - exercised only without the memory extra
+    artifact_actions = None  # type: ignore[assignment]
     memory_actions = None  # type: ignore[assignment]
 
 BUILTIN_ACTIONS = (
@@ -39,6 +40,7 @@ BUILTIN_ACTIONS = (
     python_call,
     memory_actions,
     workspace_actions,
+    artifact_actions,
 )
 
 _TEMPLATE = re.compile(r"\{\{\s*([a-zA-Z_][\w.]*)\s*\}\}")

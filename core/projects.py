@@ -150,3 +150,20 @@ def start_conversation_branch(project: Project, conversation_id: str) -> str:
     branch = conversation_branch(conversation_id)
     repository_of(project).create_branch(branch, project.default_branch)
     return branch
+
+
+def project_for_call(
+    store: Store, conversation_id: str | None, agent_id: str | None, requested: str | None
+) -> Project:
+    """The project a tool call works on: the one named (it must be one of the acting agent's),
+    else the conversation's project, else the agent's only project."""
+    agent = store.agents.get(agent_id) if agent_id else None
+    if requested is None and conversation_id is not None:
+        requested = store.conversations.get(conversation_id).project_id
+    if requested is None and agent is not None and len(agent.project_ids) == 1:
+        requested = agent.project_ids[0]
+    if requested is None:
+        raise InvalidInput("no project: name project_id, or work in a project's conversation")
+    if agent is None or requested not in agent.project_ids:
+        raise PermissionDenied(f"agent {agent_id} is not scoped to project {requested}")
+    return store.projects.get(requested, client_id=agent.client_id)

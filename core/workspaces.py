@@ -114,21 +114,26 @@ class WorkspaceStatus(Model):
     changed_files: list[str]
 
 
-def workspace_spec(
-    settings: Settings, conversation: Conversation, repository: str, default_branch: str
-) -> WorkspaceSpec:
-    """The workspace of a conversation that has a project branch."""
+def _require_branch(conversation: Conversation) -> tuple[str, str]:
     if conversation.branch is None or conversation.project_id is None:
         raise InvalidInput(
             f"conversation {conversation.id} has no project branch (its agent is not scoped to "
             "exactly one project, or it was started without a project_id)"
         )
+    return conversation.project_id, conversation.branch
+
+
+def workspace_spec(
+    settings: Settings, conversation: Conversation, repository: str, default_branch: str
+) -> WorkspaceSpec:
+    """The workspace of a conversation that has a project branch."""
+    project_id, branch = _require_branch(conversation)
     return WorkspaceSpec(
         workspace_id=conversation.id,
         client_id=conversation.client_id,
-        project_id=conversation.project_id,
+        project_id=project_id,
         repository=repository,
-        branch=conversation.branch,
+        branch=branch,
         default_branch=default_branch,
         worktree=str(workspaces_root(settings) / conversation.id),
         data_dir=str(settings.data_dir.resolve()),
@@ -144,14 +149,11 @@ def workspace_for(
     projects, even as a participant of someone else's conversation).
     """
     conversation = store.conversations.get(conversation_id)
-    if conversation.project_id is None:
-        return workspace_spec(settings, conversation, "", "")  # raises: no project branch
+    project_id, _ = _require_branch(conversation)
     acting = agent_id or conversation.agent_id
     if acting is not None:
         agent = store.agents.get(acting)
-        if conversation.project_id not in agent.project_ids:
-            raise PermissionDenied(
-                f"agent {acting} is not scoped to project {conversation.project_id}"
-            )
-    project = store.projects.get(conversation.project_id, client_id=conversation.client_id)
+        if project_id not in agent.project_ids:
+            raise PermissionDenied(f"agent {acting} is not scoped to project {project_id}")
+    project = store.projects.get(project_id, client_id=conversation.client_id)
     return workspace_spec(settings, conversation, project.repository, project.default_branch)

@@ -118,3 +118,31 @@ async def sleep(data: dict[str, Any]) -> dict[str, Any]:
 def echo(data: dict[str, Any]) -> dict[str, Any]:
     """Return the task's input unchanged."""
     return dict(data.get("input") or {})
+
+
+@library_callable
+def render_code_index(data: dict[str, Any]) -> dict[str, str]:
+    """``code_index``'s last step: the ``repo.index`` answer (``previous``) and the tool specs as
+    ``system_context`` — a map of what exists, fetched on demand with the tools (seed 001)."""
+    index = data.get("previous") or {}
+    lines: list[str] = []
+    if index.get("available"):
+        lines.append(
+            f"You work on branch {index['branch']} of project {index['project_id']} "
+            f"(merged into {index['default_branch']} only when the user asks)."
+        )
+        files = index.get("files") or []
+        more = " (more not shown)" if index.get("files_truncated") else ""
+        lines.append(f"Files{more}: " + (", ".join(files) if files else "(none yet)"))
+        commits = index.get("commits") or []
+        if commits:
+            lines.append("Recent commits:")
+            lines += [f"- {c['commit']} {c['subject']}" for c in commits]
+        artifacts = index.get("artifacts") or []
+        if artifacts:
+            lines.append("Project artifacts (read them with artifact_read):")
+            lines += [f"- {a['path']}: {a['title']}" for a in artifacts]
+    tools = (data.get("input") or {}).get("tools") or []
+    if tools:
+        lines.append("Tools: " + "; ".join(f"{t['name']}: {t['description']}" for t in tools))
+    return {"system_context": "\n".join(lines)}

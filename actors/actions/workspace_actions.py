@@ -9,16 +9,24 @@ the worktree; leaving it is a ``PERMISSION_DENIED`` tool error. Parameters come 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 from actors.actions import ActionContext, JsonObject, action
+from core.artifacts import ArtifactRepository
 from core.domain import Persona
-from core.errors import InvalidInput, NonRetryableError, NotFound
+from core.errors import InvalidInput, NonRetryableError, NotFound, PermissionDenied
+from core.git import GitRepository
 from core.ports import Workspaces
 from core.workspaces import SandboxPolicy, WorkspaceSpec, workspace_for
 
+INDEX_FILES = 200
+INDEX_COMMITS = 10
+INDEX_ARTIFACTS = 50
+
 MAX_WRITE_BYTES = 1_000_000
 MAX_COMMAND_CHARS = 20_000
+ACTION_MARGIN_S = 5.0
 
 
 def _param(params: JsonObject, data: JsonObject, name: str, default: Any = None) -> Any:
@@ -80,9 +88,11 @@ async def shell_exec(params: JsonObject, data: JsonObject, ctx: ActionContext) -
     timeout = _param(params, data, "timeout_s", settings.shell_timeout_s)
     if not isinstance(timeout, int | float) or not 0 < timeout <= 3600:
         raise InvalidInput("timeout_s must be a number of seconds from 0 to 3600")
+    # The command must end (killed if need be) before the executor's limit on the whole action.
+    timeout = min(float(timeout), max(1.0, settings.action_timeout_s - ACTION_MARGIN_S))
     workspaces, spec = await _workspace(ctx)
     policy = SandboxPolicy.of(settings, await asyncio.to_thread(_persona, ctx))
-    result = await workspaces.exec(spec, command, float(timeout), policy)
+    result = await workspaces.exec(spec, command, timeout, policy)
     return result.model_dump()
 
 
@@ -146,3 +156,43 @@ async def repo_commit(params: JsonObject, data: JsonObject, ctx: ActionContext) 
         raise InvalidInput("message must be 1 to 10000 characters")
     workspaces, spec = await _workspace(ctx)
     return (await workspaces.commit(spec, message, ctx.agent_id)).model_dump()
+
+
+def _artifact_titles(repository: str, limit: int) -> list[dict[str, str]]:
+    artifacts = ArtifactRepository(Path(repository))
+    titles = []
+    for path in artifacts.paths()[:limit]:
+        first = next(
+            (line for line in artifacts.read(path).content.splitlines() if line.strip()), ""
+        )
+        titles.append({"path": path, "title": first.strip().lstrip("#").strip()[:200] or path})
+    return titles
+
+
+@action("repo.index")
+async def repo_index(params: JsonObject, data: JsonObject, ctx: ActionContext) -> Any:
+    """The conversation's code index (seed 001 "Indices"): pointers, not content — the file tree,
+    the branch's recent commits, the project's artifact titles. ``{"available": false}`` when the
+    conversation has no project branch (context assembly then simply has no index)."""
+    try:
+        workspaces, spec = await _workspace(ctx)
+    except (InvalidInput, PermissionDenied) as exc:
+        return {"available": False, "reason": exc.message}
+    files = _bounded(params, data, "max_files", INDEX_FILES, 2000)
+    tree = await workspaces.tree(spec, "", files)
+    repo = GitRepository(Path(spec.repository))
+    commits = await asyncio.to_thread(repo.log, spec.branch, INDEX_COMMITS)
+    project = await asyncio.to_thread(ctx.services.store.projects.get, spec.project_id)
+    titles = await asyncio.to_thread(
+        _artifact_titles, project.artifacts_repository, INDEX_ARTIFACTS
+    )
+    return {
+        "available": True,
+        "project_id": spec.project_id,
+        "branch": spec.branch,
+        "default_branch": spec.default_branch,
+        "files": tree.entries,
+        "files_truncated": tree.truncated,
+        "commits": [{"commit": c["commit"][:12], "subject": c["subject"]} for c in commits],
+        "artifacts": titles,
+    }

@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 
 from cluster import wiring
+from cluster.naming import existing_actor, workspace_actor_name
+from cluster.workspaces import RayWorkspaces
 from core.conversations import create_conversation
 from core.domain import Agent, Constraints, Conversation, Persona, TaskAction, TaskDef
 from core.git import GitRepository
@@ -26,7 +28,7 @@ from core.ports import TaskContext, TaskOutcome
 from core.projects import create_project, repository_of, start_conversation_branch
 from core.store import Store
 from core.workspaces import workspace_for
-from tests.conftest import Cluster
+from tests.conftest import Cluster, wait_for
 from tests.factories import make_client
 
 
@@ -69,6 +71,14 @@ class Session:
         task = TaskDef(
             id=f"t-{kind.replace('.', '-')}", actions=[TaskAction(kind=kind, params=params)]
         )
+        return self.run_outcome(task, {})
+
+    def run_task(self, task: TaskDef, task_input: dict[str, Any]) -> Any:
+        outcome = self.run_outcome(task, task_input)
+        assert outcome.success, outcome.error
+        return outcome.result
+
+    def run_outcome(self, task: TaskDef, task_input: dict[str, Any]) -> TaskOutcome:
         context = TaskContext(
             client_id=self.conversation.client_id,
             conversation_id=self.conversation.id,
@@ -76,7 +86,7 @@ class Session:
             settings_env=self.cluster.env,
         )
         runner = wiring.task_runner(self.cluster.env)
-        return asyncio.run(runner.run(task, {}, context))
+        return asyncio.run(runner.run(task, task_input, context))
 
     def ok(self, kind: str, **params: Any) -> Any:
         outcome = self.run(kind, **params)
@@ -302,3 +312,18 @@ def test_agents_touch_only_their_projects(ray_cluster: Cluster) -> None:
     code, message = Session(ray_cluster, plain, outsider.id).error("shell.exec", command="true")
     assert code == "INVALID_INPUT" and "no project branch" in message
     assert GitRepository(Path(project.repository)).has_branch(conversation.branch or "")
+
+
+def test_an_idle_workspace_actor_exits_and_comes_back_with_its_files(
+    project_pair: tuple[Session, Session, Store, str], ray_cluster: Cluster
+) -> None:
+    one, _, store, _ = project_pair
+    spec = workspace_for(store, ray_cluster.settings, one.conversation.id, one.agent_id)
+    quick = RayWorkspaces(idle_ttl_s=1.0)  # this adapter creates actors that idle out in 1 s
+    name = workspace_actor_name(spec.workspace_id)
+    asyncio.run(quick.write(spec, "draft.txt", "uncommitted work\n"))
+    assert existing_actor(name) is not None
+    wait_for(lambda: existing_actor(name) is None, timeout=30, interval=0.2)
+    again = asyncio.run(quick.read(spec, "draft.txt", 1000))  # re-created on the same worktree
+    assert again.content == "uncommitted work\n"
+    assert asyncio.run(quick.status(spec)).changed_files == ["draft.txt"]
