@@ -40,6 +40,8 @@ logger = logging.getLogger("wonder.gateway")
 
 router = APIRouter()
 
+SUBSCRIBE_WAIT_S = 0.1
+
 CLOSE_CODES = {
     "UNAUTHORIZED": 4401,
     "NOT_FOUND": 4404,
@@ -188,8 +190,12 @@ class StreamSession:
 
     async def post(self, frame: ClientMessageFrame) -> dict[str, Any]:
         await run_in_threadpool(get_guard(self.websocket).admit_turn, self.client_id)
-        # Posted at once, even before the subscription is live (the actor may still be starting):
-        # a subscriber that registers mid-reply is handed the tokens streamed so far.
+        # A ready actor registers the subscription in a few ms: wait for it, so a fast reply's
+        # tokens reach this client. One still starting (a second or more) does not hold the
+        # acknowledgement: the message is posted after SUBSCRIBE_WAIT_S, and the late subscriber
+        # is handed the tokens streamed so far (a reply already complete arrives as its message).
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.subscribed.wait(), SUBSCRIBE_WAIT_S)
         accepted = await self.context.conversations.post_message(
             self.conversation.id,
             frame.content,

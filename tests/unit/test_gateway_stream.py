@@ -118,10 +118,19 @@ def test_forwards_tokens_and_acks(store: Store) -> None:
     assert access.subscribed_after == [0]
 
 
-def test_messages_do_not_wait_for_the_subscription(store: Store) -> None:
+def test_messages_wait_briefly_for_the_subscription(store: Store) -> None:
+    client, access, key, conv = connect(store, [[0.05, event(1)]])
+    with client.websocket_connect(f"/v1/conversations/{conv}/stream?api_key={key}") as ws:
+        ws.send_json({"type": "message", "content": "early"})
+        frames = receive(ws, 2)
+    assert [f["type"] for f in frames] == ["message", "ack"]
+    assert access.yielded_before_post == [1]  # posted once the subscription was live
+
+
+def test_a_late_subscription_does_not_hold_the_acknowledgement(store: Store) -> None:
     """A conversation whose actor is still starting subscribes late; the message is acknowledged
-    at once (the actor hands a late subscriber the tokens streamed so far)."""
-    client, access, key, conv = connect(store, [[0.5, event(1)]])
+    after SUBSCRIBE_WAIT_S (the actor hands a late subscriber the tokens streamed so far)."""
+    client, access, key, conv = connect(store, [[1.0, event(1)]])
     with client.websocket_connect(f"/v1/conversations/{conv}/stream?api_key={key}") as ws:
         ws.send_json({"type": "message", "content": "early"})
         frames = receive(ws, 2)
