@@ -21,6 +21,7 @@ import ray
 from actors.conversation.actor import ConversationActor
 from actors.conversation.directory import ConversationDirectory
 from actors.conversation.ports import ConversationPorts
+from cluster import placement
 from cluster.naming import (
     DIRECTORY_NAME,
     as_wonder_error,
@@ -39,6 +40,7 @@ from core.ports import (
     TurnOutcome,
 )
 from core.retry import ACTOR_CALL, STREAM_RESUME, with_retries
+from core.settings import settings_from_env
 
 log = logging.getLogger("wonder.cluster")
 
@@ -69,6 +71,7 @@ class RayActorHost:
             conversation_id,
             factory,
             max_task_retries=0,
+            **placement.conversation_options(settings_from_env(self.settings_env)),
         )
 
     async def try_hibernate(self, handle: Any) -> bool:
@@ -114,7 +117,12 @@ def directory_handle(settings_env: dict[str, str], max_resident: int, ports: Por
     key = tuple(sorted(settings_env.items()))
     if key not in _directories:
         _directories[key] = named_detached(
-            ConversationDirectoryActor, DIRECTORY_NAME, max_resident, settings_env, ports
+            ConversationDirectoryActor,
+            DIRECTORY_NAME,
+            max_resident,
+            settings_env,
+            ports,
+            **placement.singleton_options(),
         )
     return _directories[key]
 

@@ -15,7 +15,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,12 +84,14 @@ def build_embedder_app(
     model_name: str = DEFAULT_MODEL_NAME,
     num_replicas: int = 1,
     num_cpus: float = 0,
+    placement: Mapping[str, Any] | None = None,
 ) -> Application:
     """The embedder as a Serve application (``num_cpus=0`` by default: a Ray Data job may take
-    every CPU and the embedder must still answer conversations)."""
+    every CPU and the embedder must still answer conversations). ``placement``: extra
+    ``ray_actor_options`` (resources, label selector) chosen by whoever deploys it."""
     deployment: Any = EmbedderDeployment
     configured = deployment.options(
-        num_replicas=num_replicas, ray_actor_options={"num_cpus": num_cpus}
+        num_replicas=num_replicas, ray_actor_options={"num_cpus": num_cpus, **(placement or {})}
     )
     app: Application = configured.bind(model_path, model_name)
     return app
