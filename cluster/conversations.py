@@ -27,6 +27,7 @@ from actors.conversation.actor import ConversationActor
 from actors.conversation.directory import ConversationDirectory
 from actors.conversation.intake import Intake
 from actors.conversation.ports import ConversationPorts
+from cluster import placement
 from cluster.naming import (
     DIRECTORY_NAME,
     as_wonder_error,
@@ -77,6 +78,7 @@ class RayActorHost:
             conversation_id,
             factory,
             max_task_retries=0,
+            **placement.conversation_options(settings_from_env(self.settings_env)),
         )
 
     async def ready(self, handle: Any) -> None:
@@ -133,7 +135,12 @@ def directory_handle(settings_env: dict[str, str], max_resident: int, ports: Por
     key = tuple(sorted(settings_env.items()))
     if key not in _directories:
         _directories[key] = named_detached(
-            ConversationDirectoryActor, DIRECTORY_NAME, max_resident, settings_env, ports
+            ConversationDirectoryActor,
+            DIRECTORY_NAME,
+            max_resident,
+            settings_env,
+            ports,
+            **placement.singleton_options(),
         )
     return _directories[key]
 

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from ray import serve
 from ray.serve import Application
 
-from cluster import wiring
+from cluster import placement, wiring
 from cluster.models import ProcessMemory, ServedEmbedders
 from core.settings import settings_from_env, wonder_env
 from core.store import store_for_settings
@@ -44,8 +44,8 @@ class Gateway:
 def build_gateway_app(settings_env: dict[str, str]) -> Application:
     """The gateway as a Serve application; run it with ``serve.run(app, name="gateway")``."""
     deployment: Any = Gateway
-    configured = deployment.options(
-        ray_actor_options={"num_cpus": 0, "runtime_env": {"env_vars": wonder_env(settings_env)}}
-    )
+    options = {"num_cpus": 0, "runtime_env": {"env_vars": wonder_env(settings_env)}}
+    placed = placement.gateway_actor_options(settings_from_env(settings_env))
+    configured = deployment.options(ray_actor_options=placement.merged(options, placed))
     app: Application = configured.bind(settings_env)
     return app

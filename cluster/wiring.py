@@ -18,6 +18,7 @@ from actors.conversation.intake import Intake
 from actors.conversation.ports import ConversationPorts, ToolPorts
 from actors.workflow_coordinator.ports import CoordinatorPorts
 from actors.workflow_coordinator.runs import WorkflowRunService
+from cluster import placement
 from cluster.async_operations import RayAsyncOperations, runner_handle
 from cluster.conversations import RayConversations, directory_handle
 from cluster.executor import RayTaskRunner
@@ -75,7 +76,8 @@ def workflows(settings_env: dict[str, str]) -> WorkflowRunService:
 
 
 def task_runner(settings_env: dict[str, str]) -> RayTaskRunner:
-    return RayTaskRunner(executor_services)
+    options = placement.executor_options(settings_from_env(settings_env))
+    return RayTaskRunner(executor_services, **options)
 
 
 # --------------------------------------------------------------------------- per kind of process

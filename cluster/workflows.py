@@ -16,6 +16,7 @@ import ray
 from actors.workflow_coordinator.actor import WorkflowCoordinator
 from actors.workflow_coordinator.ports import CoordinatorPorts
 from actors.workflow_coordinator.reserve import CoordinatorReserve
+from cluster import placement
 from cluster.naming import (
     RESERVE_NAME,
     as_wonder_error,
@@ -23,6 +24,7 @@ from cluster.naming import (
     named_detached,
     workflow_actor_name,
 )
+from core.settings import settings_from_env
 
 PortsFactory = Callable[[], CoordinatorPorts]
 RAY_ERRORS = (ray.exceptions.RayError, ray.exceptions.ActorUnavailableError)
@@ -33,14 +35,16 @@ def reserve_size() -> int:
     return max(0, int(os.environ.get("WONDER_WORKFLOW_RESERVE", "2")))
 
 
-def coordinator(run_id: str, ports: PortsFactory) -> Any:
-    """Get or create the named detached coordinator of ``run_id``."""
+def coordinator(run_id: str, ports: PortsFactory, settings_env: dict[str, str]) -> Any:
+    """Get or create the named detached coordinator of ``run_id`` (placed per
+    ``cluster.placement.coordinator_options``)."""
     return named_detached(
         WorkflowCoordinator,
         workflow_actor_name(run_id),
         run_id,
         ports,
         max_restarts=0,  # a restarted coordinator would not have its tokens back
+        **placement.coordinator_options(settings_from_env(settings_env)),
     )
 
 
@@ -49,7 +53,7 @@ class ReserveActor(CoordinatorReserve):
 
     def __init__(self, size: int, settings_env: dict[str, str], ports: PortsFactory) -> None:
         async def start(run_id: str) -> object:
-            ready: object = await coordinator(run_id, ports).ready.remote()
+            ready: object = await coordinator(run_id, ports, settings_env).ready.remote()
             return ready
 
         super().__init__(size, settings_env, start)
@@ -65,7 +69,7 @@ class RayCoordinators:
 
     async def launch(self, run_id: str) -> None:
         try:
-            await coordinator(run_id, self._ports).start.remote()
+            await coordinator(run_id, self._ports, self.settings_env).start.remote()
         except RAY_ERRORS as exc:
             raise as_wonder_error(exc, f"the coordinator of {run_id}") from None
 
@@ -95,7 +99,12 @@ class RayCoordinators:
         if reserve_size() == 0 or "waking" in self._reserve:
             return
         handle = named_detached(
-            ReserveActor, RESERVE_NAME, reserve_size(), self.settings_env, self._ports
+            ReserveActor,
+            RESERVE_NAME,
+            reserve_size(),
+            self.settings_env,
+            self._ports,
+            **placement.singleton_options(),
         )
         self._reserve["waking"] = handle
         ref = handle.wake.remote()

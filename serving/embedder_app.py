@@ -9,6 +9,7 @@ are folded into one ``encode`` call by ``@serve.batch``. It has no HTTP route: c
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 from ray import serve
@@ -66,12 +67,14 @@ def build_embedder_app(
     model_name: str = DEFAULT_MODEL_NAME,
     num_replicas: int = 1,
     num_cpus: float = 0,
+    placement: Mapping[str, Any] | None = None,
 ) -> Application:
     """The embedder as a Serve application (``num_cpus=0`` by default: a Ray Data job may take
-    every CPU and the embedder must still answer conversations)."""
+    every CPU and the embedder must still answer conversations). ``placement``: extra
+    ``ray_actor_options`` (resources, label selector) chosen by whoever deploys it."""
     deployment: Any = EmbedderDeployment
     configured = deployment.options(
-        num_replicas=num_replicas, ray_actor_options={"num_cpus": num_cpus}
+        num_replicas=num_replicas, ray_actor_options={"num_cpus": num_cpus, **(placement or {})}
     )
     app: Application = configured.bind(model_path, model_name)
     return app

@@ -1,0 +1,91 @@
+"""``Metrics`` on Ray: ``ray.util.metrics`` counters, histograms and gauges.
+
+Each process creates the metric objects once (``ray_metrics()``); Ray exports them from every node
+at its ``--metrics-export-port`` in Prometheus format (names get the ``ray_`` prefix), which the
+dashboard's Grafana panels and ``deploy/grafana-dashboard.json`` read. Labels are bounded: turn
+outcome and a failure reason's first word, never ids.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from ray.util.metrics import Counter, Gauge, Histogram
+
+LATENCY_BOUNDARIES_S = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300]
+
+
+class RayMetrics:
+    """Wonder's measurements as Ray metrics (one instance per process)."""
+
+    def __init__(self) -> None:
+        self._turns_started = Counter("wonder_turns_started", "Turns started")
+        self._turns_ended = Counter(
+            "wonder_turns_ended",
+            "Turns ended, by outcome (completed|failed) and failure reason",
+            tag_keys=("outcome", "reason"),
+        )
+        self._turn_latency = Histogram(
+            "wonder_turn_latency_seconds",
+            "From turn.started to turn.completed/failed",
+            boundaries=LATENCY_BOUNDARIES_S,
+            tag_keys=("outcome",),
+        )
+        self._first_token = Histogram(
+            "wonder_first_token_latency_seconds",
+            "From turn.started to the turn's first streamed token",
+            boundaries=LATENCY_BOUNDARIES_S,
+        )
+        self._tokens = Counter("wonder_tokens_streamed", "Token deltas streamed to subscribers")
+        self._resident = Gauge("wonder_resident_conversations", "Resident conversation actors")
+        self._activating = Gauge(
+            "wonder_activating_conversations", "Conversation activations in progress"
+        )
+        self._activations = Counter("wonder_conversation_activations", "Actors activated")
+        self._evictions = Counter("wonder_conversation_evictions", "Actors evicted to make room")
+        self._workflow_runs = Counter("wonder_workflow_runs_started", "Workflow runs launched")
+        self._pending = Gauge("wonder_pending_async_operations", "Async operations running")
+        self._memory_search = Histogram(
+            "wonder_memory_search_latency_seconds",
+            "memory.search, embedding included",
+            boundaries=[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5],
+        )
+
+    def turn_started(self) -> None:
+        self._turns_started.inc()
+
+    def turn_ended(self, outcome: str, reason: str, latency_s: float | None) -> None:
+        self._turns_ended.inc(tags={"outcome": outcome, "reason": reason or "none"})
+        if latency_s is not None:
+            self._turn_latency.observe(latency_s, tags={"outcome": outcome})
+
+    def first_token(self, latency_s: float) -> None:
+        self._first_token.observe(latency_s)
+
+    def tokens_streamed(self, count: int) -> None:
+        self._tokens.inc(count)
+
+    def resident_conversations(self, resident: int, activating: int) -> None:
+        self._resident.set(resident)
+        self._activating.set(activating)
+
+    def conversation_activated(self) -> None:
+        self._activations.inc()
+
+    def conversation_evicted(self) -> None:
+        self._evictions.inc()
+
+    def workflow_run_started(self) -> None:
+        self._workflow_runs.inc()
+
+    def pending_operations(self, count: int) -> None:
+        self._pending.set(count)
+
+    def memory_search(self, latency_s: float) -> None:
+        self._memory_search.observe(latency_s)
+
+
+@functools.cache
+def ray_metrics() -> RayMetrics:
+    """This process's metrics (created on first use, inside a Ray worker or driver)."""
+    return RayMetrics()

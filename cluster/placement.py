@@ -1,0 +1,161 @@
+"""Where each Wonder process runs on a multi-node Ray cluster: pure decisions from the settings.
+
+Node groups (``ray-cluster.yaml`` and ``deploy/rayservice.yaml`` start nodes this way):
+
+- **head**: the GCS, Serve's controller and HTTP proxy, and Wonder's two singletons, the
+  conversation directory and the async-operations runner. They are pinned to the head
+  (``node:__internal_head__``, the resource Ray gives the head node; Serve pins its controller
+  the same way) because losing the head loses the GCS and with it every detached actor anyway:
+  singletons there share the cluster's fate instead of adding a worker's. Both hold no state that
+  the store lacks, so a restart re-reads it.
+- **cpu** workers: conversation actors, workflow coordinators, executor tasks, gateway replicas
+  and (by default) the embedder. Conversation actors and coordinators are scheduled with
+  ``SPREAD`` so that activations go round the nodes rather than packing the node that asked;
+  executor tasks use Ray's default (the caller's node while it has room), so a conversation's
+  tools run beside it.
+- **accelerator** workers carry the custom resource ``settings.accelerator_resource`` (one unit
+  per vLLM replica) and the node label ``wonder.io/node-group=accelerator``. The vLLM deployment
+  requires the resource; everything else requires the label *not* to be ``accelerator`` (Ray
+  has no "avoid this resource" rule, labels have negation), unless
+  ``WONDER_ACTORS_ON_ACCELERATOR_NODES`` says otherwise. A node with the resource but without
+  the label would take CPU work: ``wonder up`` refuses such a cluster (``check_nodes``).
+
+On one machine (``make up``) there is only the head: nothing requires the accelerator resource
+unless ``llm_placement`` asks for it (``auto``: only with ``llm_device=cuda``), so everything runs
+there, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from core.settings import Settings
+
+HEAD_RESOURCE = "node:__internal_head__"
+NODE_GROUP_LABEL = "wonder.io/node-group"
+ACCELERATOR_GROUP = "accelerator"
+CPU_GROUP = "cpu"
+# A sliver of the head's own resource pins an actor there without using up anything.
+PIN = 0.001
+
+Options = dict[str, Any]
+
+
+def _off_accelerators(settings: Settings) -> Options:
+    if settings.actors_on_accelerator_nodes:
+        return {}
+    return {"label_selector": {NODE_GROUP_LABEL: f"!{ACCELERATOR_GROUP}"}}
+
+
+def conversation_options(settings: Settings) -> Options:
+    """Conversation actors: spread over the non-accelerator nodes."""
+    return {"scheduling_strategy": "SPREAD", **_off_accelerators(settings)}
+
+
+def coordinator_options(settings: Settings) -> Options:
+    """Workflow coordinators: as conversation actors."""
+    return {"scheduling_strategy": "SPREAD", **_off_accelerators(settings)}
+
+
+def executor_options(settings: Settings) -> Options:
+    """Executor tasks: Ray's default (beside the caller), never on an accelerator node."""
+    return _off_accelerators(settings)
+
+
+def singleton_options() -> Options:
+    """The directory and the async-operations runner: on the head node."""
+    return {"resources": {HEAD_RESOURCE: PIN}}
+
+
+def gateway_actor_options(settings: Settings) -> Options:
+    """Gateway replicas (Serve ``ray_actor_options``): off accelerator nodes."""
+    return _off_accelerators(settings)
+
+
+def llm_on_accelerators(settings: Settings) -> bool:
+    if settings.llm_placement == "auto":
+        return settings.llm_device == "cuda"
+    return settings.llm_placement == "accelerator"
+
+
+def llm_actor_options(settings: Settings) -> Options:
+    """vLLM replicas (merged into Serve ``ray_actor_options``): one accelerator unit each."""
+    if not llm_on_accelerators(settings):
+        return {}
+    return {"resources": {settings.accelerator_resource: 1}}
+
+
+def embedder_actor_options(settings: Settings) -> Options:
+    """Embedder replicas: ``cpu`` (off accelerator nodes), ``accelerator`` or ``any``."""
+    match settings.embedder_placement:
+        case "cpu":
+            return {"label_selector": {NODE_GROUP_LABEL: f"!{ACCELERATOR_GROUP}"}}
+        case "accelerator":
+            return {"label_selector": {NODE_GROUP_LABEL: ACCELERATOR_GROUP}}
+        case "any":
+            return {}
+
+
+def merged(base: Mapping[str, Any], extra: Mapping[str, Any]) -> Options:
+    """``base`` actor options with ``extra`` on top (``resources`` and ``label_selector`` merge)."""
+    out: Options = {**base, **extra}
+    for key in ("resources", "label_selector"):
+        if key in base and key in extra:
+            out[key] = {**base[key], **extra[key]}
+    return out
+
+
+def accelerator_node_labels() -> dict[str, str]:
+    """The labels an accelerator node starts with (``ray start --labels``)."""
+    return {NODE_GROUP_LABEL: ACCELERATOR_GROUP}
+
+
+def cpu_node_labels() -> dict[str, str]:
+    return {NODE_GROUP_LABEL: CPU_GROUP}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """What placement needs to know of a live node (from ``ray.nodes()``)."""
+
+    node_id: str
+    resources: Mapping[str, float]
+    labels: Mapping[str, str]
+
+
+def check_nodes(settings: Settings, nodes: Iterable[NodeView]) -> list[str]:
+    """Problems that would make placement wrong or impossible, as sentences naming the setting.
+
+    Empty when the cluster can run what the settings ask for.
+    """
+    alive = list(nodes)
+    problems: list[str] = []
+    resource = settings.accelerator_resource
+    carrying = [n for n in alive if n.resources.get(resource, 0) > 0]
+    for node in carrying:
+        if node.labels.get(NODE_GROUP_LABEL) != ACCELERATOR_GROUP:
+            problems.append(
+                f"node {node.node_id[:12]} advertises the accelerator resource '{resource}' "
+                f"(WONDER_ACCELERATOR_RESOURCE) but not the label "
+                f"{NODE_GROUP_LABEL}={ACCELERATOR_GROUP}: start it with "
+                f"`ray start --labels {NODE_GROUP_LABEL}={ACCELERATOR_GROUP}` so that "
+                "conversations stay off it"
+            )
+    if llm_on_accelerators(settings):
+        units = sum(n.resources.get(resource, 0) for n in carrying)
+        if units < settings.llm_num_replicas:
+            problems.append(
+                f"the vLLM deployment needs {settings.llm_num_replicas} unit(s) of the "
+                f"accelerator resource '{resource}' (WONDER_ACCELERATOR_RESOURCE, "
+                f"WONDER_LLM_PLACEMENT={settings.llm_placement}, "
+                f"WONDER_LLM_DEVICE={settings.llm_device}, WONDER_LLM_NUM_REPLICAS="
+                f"{settings.llm_num_replicas}) but the cluster's nodes offer {units:g}"
+            )
+    if not settings.actors_on_accelerator_nodes and alive and len(carrying) == len(alive):
+        problems.append(
+            "every node is an accelerator node: conversation actors have nowhere to run "
+            "(add a CPU node, or set WONDER_ACTORS_ON_ACCELERATOR_NODES=true)"
+        )
+    return problems

@@ -1,0 +1,59 @@
+"""Serve applications as a cluster deploys them: the model deployments with their placement.
+
+``serving`` builds the deployments; here they get the node placement that ``cluster.placement``
+decides from the settings (vLLM replicas on accelerator nodes, the embedder where the settings
+say), so ``serving`` stays unaware of node groups.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.serve import Application
+
+from cluster import placement
+from cluster.gateway import build_gateway_app
+from core.settings import Settings, load_settings, wonder_env
+
+
+def placed_llm_app(settings: Settings) -> Application:
+    """The vLLM application (``serving.llm``) with ``placement.llm_actor_options`` merged in."""
+    from serving.llm import LLMServer, engine_spec, replica_options
+
+    spec = engine_spec(settings)
+    options = replica_options(spec, settings)
+    actor_options = placement.merged(
+        options["ray_actor_options"],
+        placement.llm_actor_options(settings),
+    )
+    deployment: Any = LLMServer
+    app: Application = deployment.options(**{**options, "ray_actor_options": actor_options}).bind(
+        spec
+    )
+    return app
+
+
+def placed_embedder_app(settings: Settings, **kwargs: Any) -> Application:
+    """The embedder application with ``placement.embedder_actor_options``."""
+    from serving.embedder_app import build_embedder_app
+
+    return build_embedder_app(placement=placement.embedder_actor_options(settings), **kwargs)
+
+
+# Builders for a Serve config file (KubeRay's ``serveConfigV2``, ``serve deploy``): each reads
+# the WONDER_* settings of the replica's environment, as ``wonder up`` would pass them.
+
+
+def gateway_from_env(args: dict[str, str]) -> Application:
+    """``import_path: cluster.serve_apps:gateway_from_env``."""
+    return build_gateway_app(wonder_env())
+
+
+def llm_from_env(args: dict[str, str]) -> Application:
+    """``import_path: cluster.serve_apps:llm_from_env``."""
+    return placed_llm_app(load_settings())
+
+
+def embedder_from_env(args: dict[str, str]) -> Application:
+    """``import_path: cluster.serve_apps:embedder_from_env``."""
+    return placed_embedder_app(load_settings())

@@ -1,0 +1,95 @@
+"""Placement decisions (cluster/placement.py): pure functions of the settings and the nodes."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster import placement
+from cluster.placement import NodeView
+from core.settings import Settings
+
+OFF_ACCELERATORS = {"wonder.io/node-group": "!accelerator"}
+
+
+def settings(**values: object) -> Settings:
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+def test_actors_and_tasks_stay_off_accelerator_nodes_unless_told() -> None:
+    default = settings()
+    assert placement.conversation_options(default) == {
+        "scheduling_strategy": "SPREAD",
+        "label_selector": OFF_ACCELERATORS,
+    }
+    assert placement.coordinator_options(default)["label_selector"] == OFF_ACCELERATORS
+    assert placement.executor_options(default) == {"label_selector": OFF_ACCELERATORS}
+    allowed = settings(actors_on_accelerator_nodes=True)
+    assert "label_selector" not in placement.conversation_options(allowed)
+    assert placement.executor_options(allowed) == {}
+
+
+def test_singletons_go_to_the_head() -> None:
+    assert placement.singleton_options() == {"resources": {"node:__internal_head__": 0.001}}
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({}, {}),  # cpu device, auto: anywhere (one machine has no accelerator node)
+        ({"llm_device": "cuda"}, {"resources": {"wonder_accelerator": 1}}),
+        ({"llm_placement": "accelerator"}, {"resources": {"wonder_accelerator": 1}}),
+        ({"llm_device": "cuda", "llm_placement": "any"}, {}),
+        (
+            {"llm_placement": "accelerator", "accelerator_resource": "gpu_pool"},
+            {"resources": {"gpu_pool": 1}},
+        ),
+    ],
+)
+def test_llm_replicas_need_an_accelerator_unit(values: dict[str, object], expected: dict) -> None:  # type: ignore[type-arg]
+    assert placement.llm_actor_options(settings(**values)) == expected
+
+
+def test_embedder_goes_where_the_settings_say() -> None:
+    assert placement.embedder_actor_options(settings()) == {"label_selector": OFF_ACCELERATORS}
+    assert placement.embedder_actor_options(settings(embedder_placement="accelerator")) == {
+        "label_selector": {"wonder.io/node-group": "accelerator"}
+    }
+    assert placement.embedder_actor_options(settings(embedder_placement="any")) == {}
+
+
+def test_merged_keeps_both_resources() -> None:
+    base = {"num_cpus": 1, "resources": {"a": 1}}
+    assert placement.merged(base, {"resources": {"b": 2}}) == {
+        "num_cpus": 1,
+        "resources": {"a": 1, "b": 2},
+    }
+
+
+HEAD = NodeView("head" * 4, {"CPU": 2, "node:__internal_head__": 1}, {})
+CPU = NodeView("cpu0" * 4, {"CPU": 2}, {"wonder.io/node-group": "cpu"})
+GPU = NodeView(
+    "gpu0" * 4, {"CPU": 2, "wonder_accelerator": 1}, {"wonder.io/node-group": "accelerator"}
+)
+UNLABELLED_GPU = NodeView("gpu1" * 4, {"CPU": 2, "wonder_accelerator": 1}, {})
+
+
+def test_a_well_formed_cluster_has_no_problems() -> None:
+    assert placement.check_nodes(settings(llm_placement="accelerator"), [HEAD, CPU, GPU]) == []
+    assert placement.check_nodes(settings(), [HEAD]) == []
+
+
+def test_missing_accelerator_names_the_settings() -> None:
+    [problem] = placement.check_nodes(settings(llm_device="cuda", llm_num_replicas=2), [HEAD, GPU])
+    assert "WONDER_ACCELERATOR_RESOURCE" in problem and "WONDER_LLM_NUM_REPLICAS=2" in problem
+    assert "offer 1" in problem
+
+
+def test_an_unlabelled_accelerator_node_is_refused() -> None:
+    [problem] = placement.check_nodes(settings(), [HEAD, UNLABELLED_GPU])
+    assert "wonder.io/node-group=accelerator" in problem
+
+
+def test_only_accelerator_nodes_leave_actors_nowhere() -> None:
+    [problem] = placement.check_nodes(settings(), [GPU])
+    assert "WONDER_ACTORS_ON_ACCELERATOR_NODES" in problem
+    assert placement.check_nodes(settings(actors_on_accelerator_nodes=True), [GPU]) == []
