@@ -33,9 +33,9 @@ from ray.serve.experimental.consistent_hash_router import ConsistentHashRouter
 # A module, not its objects: Serve pickles this module's router class *by value* (its globals
 # copied into every process), so the process-wide route log is reached through its own module.
 from serving import llm_routes
-from serving.llm_routes import last_route
+from serving.llm_routes import in_flight, last_route
 
-__all__ = ["ConversationAffinityRouter", "affinity_ranks", "last_route"]
+__all__ = ["ConversationAffinityRouter", "affinity_ranks", "in_flight", "last_route"]
 
 DEFAULT_AFFINITY_LIMIT = 32
 
@@ -74,10 +74,6 @@ class ConversationAffinityRouter(ConsistentHashRouter):
         super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]  # Ray: untyped
         self._affinity_limit = DEFAULT_AFFINITY_LIMIT
         self._sessions = llm_routes.RouteLog()
-        # This process's requests in flight per replica: exact, where Serve's queue-length cache
-        # is a sample (a replica's acceptance reply reports its load before the new request).
-        self._in_flight: dict[str, str] = {}  # internal request id → replica unique id
-        self._counts: dict[str, int] = {}
 
     def initialize_state(self, **kwargs: Any) -> None:
         """Serve passes ``request_router_kwargs`` here after construction."""
@@ -103,8 +99,10 @@ class ConversationAffinityRouter(ConsistentHashRouter):
         return [[by_id[unique_id] for unique_id in rank] for rank in ranks]
 
     def _load(self, unique_id: str, replica: RunningReplica) -> int | None:
+        # This process's own count is exact; Serve's queue-length cache is a sample, reset by
+        # each acceptance reply, which reports the replica's load before the new request.
         cached = self._replica_queue_len_cache.get(replica.replica_id)
-        mine = self._counts.get(unique_id, 0)
+        mine = llm_routes.IN_FLIGHT.count(unique_id)
         return max(cached, mine) if cached is not None else (mine or None)
 
     def _preferred(self, session: str) -> str | None:
@@ -122,23 +120,12 @@ class ConversationAffinityRouter(ConsistentHashRouter):
         # The one place where a request and its replica meet, whatever rank it came from.
         unique_id = replica.replica_id.unique_id
         if request_metadata is not None:
-            self._forget(request_metadata.internal_request_id)  # a retry after a rejection
-            self._in_flight[request_metadata.internal_request_id] = unique_id
-            self._counts[unique_id] = self._counts.get(unique_id, 0) + 1
+            llm_routes.IN_FLIGHT.started(request_metadata.internal_request_id, unique_id)
             if request_metadata.session_id:
                 self._sessions.record(request_metadata.session_id, unique_id)
                 llm_routes.ROUTES.record(request_metadata.session_id, unique_id)
         super()._fulfill_next_pending_request(replica, request_metadata)
 
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
-        self._forget(internal_request_id)
+        llm_routes.IN_FLIGHT.finished(internal_request_id)
         super().on_request_completed(replica_id, internal_request_id)
-
-    def _forget(self, internal_request_id: str) -> None:
-        unique_id = self._in_flight.pop(internal_request_id, None)
-        if unique_id is not None:
-            left = self._counts.get(unique_id, 0) - 1
-            if left > 0:
-                self._counts[unique_id] = left
-            else:
-                self._counts.pop(unique_id, None)

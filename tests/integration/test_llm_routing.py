@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from serving.llm_config import ROUTER_CLASS
-from serving.llm_routing import last_route
-from tests.conftest import Cluster
+from serving.llm_routing import in_flight, last_route
+from tests.conftest import Cluster, async_wait_for
 from tests.integration.test_gateway import unique
 
 
@@ -62,9 +62,11 @@ async def test_each_session_stays_on_one_replica_and_sessions_spread(app: Any) -
 async def test_a_busy_replica_hands_the_conversation_to_the_least_loaded(app: Any) -> None:
     handle = app.options(session_id="busy-conversation")
     home = await handle.remote()
-    held = handle.remote(hold_s=2.0)  # in flight on `home`: at the limit of 1
-    await asyncio.sleep(0.3)
+    await async_wait_for(lambda: in_flight(home) == 0)  # its completion reached the router
+    held = handle.remote(hold_s=3.0)
+    await async_wait_for(lambda: in_flight(home) == 1)  # in flight on `home`: at the limit of 1
     moved = await handle.remote()
     assert moved != home and last_route("busy-conversation") == moved
     assert await held == home
+    await async_wait_for(lambda: in_flight(home) == 0 and in_flight(moved) == 0)
     assert await handle.remote() == moved  # the new replica is now the conversation's

@@ -9,7 +9,7 @@ import pytest
 
 from serving.llm_client import conversation_key
 from serving.llm_metrics import EngineMetrics, EngineTotals, step_stats
-from serving.llm_routes import RouteLog
+from serving.llm_routes import InFlight, RouteLog
 from serving.llm_routing import affinity_ranks
 
 REPLICAS = ["a", "b", "c"]
@@ -120,3 +120,15 @@ def test_engine_metrics_accumulate_vllm_stats() -> None:
 def test_step_stats_without_scheduler_stats_keeps_the_gauges() -> None:
     step = step_stats(None, IterationStats(5, 2))
     assert step.waiting is None and (step.prompt_tokens, step.generation_tokens) == (5, 2)
+
+
+def test_in_flight_counts_each_request_once_where_it_went() -> None:
+    counts = InFlight()
+    counts.started("r1", "a")
+    counts.started("r2", "a")
+    counts.started("r2", "b")  # r2 was rejected by a and routed again to b
+    assert (counts.count("a"), counts.count("b")) == (1, 1)
+    counts.finished("r1")
+    counts.finished("r2")
+    counts.finished("r2")  # a late second completion changes nothing
+    assert (counts.count("a"), counts.count("b")) == (0, 0)
