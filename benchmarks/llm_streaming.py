@@ -23,6 +23,10 @@ token); per level: aggregate tokens/s (all tokens ÷ wall time).
 Prints progress, then ONE JSON object as the last line with ``throughput_ratio`` (whole ÷ direct
 aggregate tokens/s at the highest level) and ``added_ttft_ms`` (whole minus direct TTFT at one
 stream), each the median over rounds of the paired per-round figures.
+
+``--case replicas`` (two replicas, prefix-cache hit rate and TTFT with and without conversation
+affinity in the same run) and ``--case autoscale`` (a burst scales 1 → 2 → 1 replicas, no stream
+cut) measure the deployment at cluster scale instead: see ``benchmarks/llm_scale.py``.
 """
 
 from __future__ import annotations
@@ -363,6 +367,16 @@ def main() -> None:
     parser.add_argument("--levels", default="1,8,16", help="concurrent streams, comma-separated")
     parser.add_argument("--rounds", type=int, default=5, help="rounds per level (medians kept)")
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--case", choices=("paths", "replicas", "autoscale"), default="paths")
+    parser.add_argument("--streams", type=int, default=8, help="replicas: concurrent streams")
+    parser.add_argument("--conversations", type=int, default=6, help="replicas: per mode")
+    parser.add_argument("--turns", type=int, default=4, help="replicas: turns per conversation")
+    parser.add_argument("--prefix-max-tokens", type=int, default=16)
+    parser.add_argument("--burst", type=int, default=6, help="autoscale: streams in the burst")
+    parser.add_argument("--long-tokens", type=int, default=1500, help="autoscale: burst stream")
+    parser.add_argument("--tail-tokens", type=int, default=3000, help="autoscale: tail stream")
+    parser.add_argument("--downscale-delay-s", type=float, default=10.0)
+    parser.add_argument("--settle-s", type=float, default=300.0, help="autoscale: after")
     args = parser.parse_args()
     args.levels = [int(x) for x in args.levels.split(",")]
 
@@ -404,6 +418,9 @@ def main() -> None:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         from serving.llm import LLM_APP_NAME, LLM_ROUTE_PREFIX, build_llm_app
 
+        if args.case != "paths":
+            print(json.dumps(run_scale_case(args, env)))
+            return
         t0 = time.perf_counter()
         serve.run(build_llm_app(settings), name=LLM_APP_NAME, route_prefix=LLM_ROUTE_PREFIX)
         ready_s = time.perf_counter() - t0
@@ -416,6 +433,26 @@ def main() -> None:
         shutil.rmtree(data_dir, ignore_errors=True)
         shutil.rmtree(ray_tmp, ignore_errors=True)
     print(json.dumps(summary(results, ready_s, args.levels)))
+
+
+def run_scale_case(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
+    from ray import serve
+
+    import benchmarks.llm_scale as scale
+    from core.settings import settings_from_env
+    from serving.llm import LLM_APP_NAME, LLM_ROUTE_PREFIX, build_llm_app
+
+    def deploy(overrides: dict[str, str]) -> float:
+        t0 = time.perf_counter()
+        app = build_llm_app(settings_from_env({**env, **overrides}))
+        serve.run(app, name=LLM_APP_NAME, route_prefix=LLM_ROUTE_PREFIX)
+        progress(f"LLM deployment {overrides} ready in {time.perf_counter() - t0:.1f} s")
+        return time.perf_counter() - t0
+
+    if args.case == "replicas":
+        return scale.run_replicas(args, deploy)
+    ready = deploy(scale.autoscale_env(args))
+    return {"ready_s": round(ready, 1), **asyncio.run(scale.autoscale(args))}
 
 
 if __name__ == "__main__":  # vLLM and Ray spawn processes: nothing runs on import

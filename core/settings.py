@@ -12,8 +12,27 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class LlmModelSettings(BaseModel):
+    """One more model served beside the primary one (``WONDER_LLM_MODELS``, a JSON list).
+
+    Each runs as its own deployment of the ``llm`` application and answers to ``name`` (and to
+    its LoRA adapters' names); profiles pick it with ``model: <name>``.
+    """
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    model_dir: str = Field(description="Local Hugging Face directory or s3:// prefix")
+    num_replicas: int = Field(1, ge=1)
+    min_replicas: int | None = Field(None, ge=0, description="Autoscaling floor (0 allowed here)")
+    max_replicas: int | None = Field(None, ge=1, description="Set to autoscale")
+    tensor_parallel: int = Field(1, ge=1)
+    pipeline_parallel: int = Field(1, ge=1)
+    max_model_len: int | None = None
+    lora_modules: dict[str, str] = Field(default_factory=dict, description="adapter name → dir")
+    max_lora_rank: int = Field(16, ge=1)
 
 
 class Settings(BaseSettings):
@@ -106,6 +125,31 @@ class Settings(BaseSettings):
     llm_accelerator_type: str | None = Field(
         None, description="Ray accelerator_type for vLLM replicas on cuda (e.g. A10G, H100)"
     )
+    llm_min_replicas: int | None = Field(None, ge=0, description="Autoscaling floor")
+    llm_max_replicas: int | None = Field(None, ge=1, description="Autoscaling ceiling")
+    llm_target_ongoing_requests: float = Field(8.0, gt=0, description="Streams per replica")
+    llm_upscale_delay_s: float = Field(10.0, ge=0)
+    llm_downscale_delay_s: float = Field(120.0, ge=0)
+    llm_allow_scale_to_zero: bool = Field(
+        False, description="Let the primary model scale to 0 (a first message then waits)"
+    )
+    llm_graceful_shutdown_s: float = Field(
+        300.0, gt=0, description="How long a replica being removed may drain its open streams"
+    )
+    llm_max_ongoing_requests: int = Field(64, ge=1, description="Streams one replica takes at once")
+    llm_tensor_parallel: int = Field(1, ge=1, description="GPUs per model copy (tensor parallel)")
+    llm_pipeline_parallel: int = Field(1, ge=1, description="Pipeline stages per model copy")
+    llm_prefix_routing: bool = Field(True, description="Keep a conversation on one replica")
+    llm_affinity_max_ongoing: int = Field(
+        32, ge=1, description="Above this many streams a replica loses its conversations' affinity"
+    )
+    llm_lora_modules: dict[str, str] = Field(
+        default_factory=dict, description="LoRA adapters of the primary model: name → directory"
+    )
+    llm_max_lora_rank: int = Field(16, ge=1)
+    llm_models: list[LlmModelSettings] = Field(
+        default_factory=list, description="More models served side by side (JSON list)"
+    )
 
     # Placement on a multi-node cluster (cluster/placement.py decides from these).
     accelerator_resource: str = Field(
@@ -140,7 +184,7 @@ class Settings(BaseSettings):
         """These settings as ``WONDER_*`` variables, for Ray runtime environments."""
         out: dict[str, str] = {}
         for name, value in self.model_dump(exclude_none=True).items():
-            if isinstance(value, list):
+            if isinstance(value, list | dict):
                 out[f"WONDER_{name.upper()}"] = json.dumps(value)
             else:
                 out[f"WONDER_{name.upper()}"] = str(value)
@@ -176,7 +220,7 @@ def _settings_kwargs(env: dict[str, str]) -> dict[str, Any]:
         name = key.removeprefix("WONDER_").lower()
         if name not in Settings.model_fields:
             continue
-        out[name] = json.loads(value) if value.startswith("[") else value
+        out[name] = json.loads(value) if value.startswith(("[", "{")) else value
     return out
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 

@@ -42,27 +42,39 @@ from serving.llm_client import (
     LLM_APP_NAME,
     LLM_DEPLOYMENT_NAME,
     LLM_ROUTE_PREFIX,
+    conversation_key,
 )
+from serving.llm_config import (
+    BUNDLED_MODEL_NAME,
+    ModelPlan,
+    deployment_options,
+    engine_args,
+    model_plans,
+)
+from serving.llm_metrics import EngineTotals, stat_logger_factory
 
 logger = logging.getLogger(__name__)
 
-BUNDLED_MODEL_NAME = "SmolLM2-135M-Instruct"
 TOOL_CALL_PARSER = "hermes"
 """Needed for vLLM to accept ``tools`` at all; named/required tool choice is grammar-constrained and
 works with any parser, and ``auto`` only works for models trained on this format."""
 
 
 __all__ = [
+    "BUNDLED_MODEL_NAME",
     "DEFAULT_MODEL_ALIAS",
     "LLM_APP_NAME",
     "LLM_DEPLOYMENT_NAME",
     "LLM_ROUTE_PREFIX",
     "EngineSpec",
+    "LLMModelServer",
     "LLMServer",
     "LocalEngine",
+    "ModelReplica",
     "build_llm_app",
     "deploy_llm",
     "engine_spec",
+    "engine_spec_for",
 ]
 
 
@@ -83,6 +95,7 @@ class EngineSpec:
     extra_args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     settings_env: dict[str, str] = field(default_factory=dict)
+    deployment_name: str = LLM_DEPLOYMENT_NAME
 
     def cli_args(self) -> list[str]:
         """The arguments ``vllm serve`` would take for this engine."""
@@ -90,7 +103,7 @@ class EngineSpec:
             raise ValueError("model_dir is unresolved: use EngineSpec.resolved() first")
         args = ["--model", self.model_dir, "--served-model-name", *self.served_names]
         args += ["--enable-auto-tool-choice", "--tool-call-parser", TOOL_CALL_PARSER]
-        args += ["--disable-log-stats", "--disable-uvicorn-access-log"]
+        args += ["--disable-uvicorn-access-log"]
         if self.enforce_eager:
             args.append("--enforce-eager")
         if self.max_model_len:
@@ -109,27 +122,35 @@ class EngineSpec:
 
 
 def engine_spec(settings: Settings, model_dir: Path | None = None) -> EngineSpec:
-    """The engine configured from settings (device, names, vLLM env); ``model_dir`` None lets
-    the replica prepare the model on its node."""
+    """The primary model's engine configured from settings (device, names, vLLM env);
+    ``model_dir`` None lets the replica prepare the model on its node."""
+    return engine_spec_for(model_plans(settings)[0], settings, model_dir)
+
+
+def engine_spec_for(
+    plan: ModelPlan, settings: Settings, model_dir: Path | None = None
+) -> EngineSpec:
+    """The engine of one served model (``serving.llm_config.model_plans``)."""
     device = settings.llm_device.lower()
     if device not in ("cpu", "cuda"):
         raise ValueError(f"WONDER_LLM_DEVICE must be cpu or cuda, not {settings.llm_device!r}")
-    source = settings.llm_model_dir
-    name = settings.llm_model_name or (
-        Path(source.rstrip("/")).name if source else BUNDLED_MODEL_NAME
-    )
-    names = (name,) if name == DEFAULT_MODEL_ALIAS else (name, DEFAULT_MODEL_ALIAS)
     env = {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}  # never fork a Ray worker (threads, sockets)
     if device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(settings.llm_cpu_kvcache_gb)
+    settings_env = settings.env()
+    if not plan.primary and plan.model_dir:
+        # The replica prepares this model, not the primary one, on its own node.
+        settings_env["WONDER_LLM_MODEL_DIR"] = plan.model_dir
     return EngineSpec(
         model_dir=str(model_dir) if model_dir is not None else None,
-        served_names=names,
+        served_names=plan.served_names,
         device=device,
         enforce_eager=settings.llm_enforce_eager,
-        max_model_len=settings.llm_max_model_len,
+        max_model_len=plan.max_model_len,
+        extra_args=tuple(engine_args(plan, device)),
         env=env,
-        settings_env=settings.env(),
+        settings_env=settings_env,
+        deployment_name=plan.deployment_name,
     )
 
 
@@ -148,7 +169,8 @@ class LocalEngine:
         self.spec = spec
 
     @classmethod
-    async def start(cls, spec: EngineSpec) -> LocalEngine:
+    async def start(cls, spec: EngineSpec, stat_loggers: list[Any] | None = None) -> LocalEngine:
+        """Start vLLM; ``stat_loggers`` (vLLM stat logger factories) turn engine stats on."""
         os.environ.update(spec.env)
         from starlette.datastructures import State
         from vllm.engine.arg_utils import AsyncEngineArgs
@@ -167,7 +189,9 @@ class LocalEngine:
         args = make_arg_parser(parser).parse_args(spec.cli_args())
         validate_parsed_serve_args(args)
         config = AsyncEngineArgs.from_cli_args(args).create_engine_config()
-        engine = AsyncLLM.from_vllm_config(config, disable_log_stats=True)
+        engine = AsyncLLM.from_vllm_config(
+            config, stat_loggers=stat_loggers, disable_log_stats=not stat_loggers
+        )
         state = State()
         tasks = await engine.get_supported_tasks()
         await init_app_state(engine, state, args, supported_tasks=tasks)
@@ -208,11 +232,28 @@ class LocalEngine:
                 if line.startswith("data: ") and line != "data: [DONE]":
                     yield line[6:]
 
+    async def http_events(self, body: JsonObject) -> AsyncIterator[str]:
+        """The HTTP answer as strings, for a server that forwards a request here: first
+        ``{"status", "stream"}``, then the SSE events (stream) or the JSON body."""
+        result = await self.create(body)
+        if hasattr(result, "__aiter__"):
+            yield json.dumps({"status": 200, "stream": True})
+            async for event in result:
+                yield event
+            return
+        yield json.dumps({"status": _status_of(result), "stream": False})
+        yield json.dumps(result.model_dump())
+
     async def check_health(self) -> None:
         await self._engine.check_health()
 
     def shutdown(self) -> None:
         self._engine.shutdown()
+
+
+def _status_of(result: Any) -> int:
+    error = getattr(result, "error", None)
+    return int(getattr(error, "code", 200) or 200) if error is not None else 200
 
 
 def _check_platform(device: str) -> None:
@@ -267,39 +308,57 @@ async def coalesce(source: AsyncIterator[str]) -> AsyncIterator[list[str]]:
 
 # --------------------------------------------------------------------------- the Serve deployment
 
+# Defined before the class: Serve pickles the deployment class (with the module globals it
+# uses, as they are then) when the decorator runs.
+
+
+def _replica_id() -> str:
+    """This Serve replica's unique id ("" outside Serve, e.g. a benchmark's in-process engine)."""
+    try:
+        return str(serve.get_replica_context().replica_id.unique_id)
+    except RuntimeError:
+        return ""
+
+
+def _openai_error(status: int, message: str) -> JSONResponse:
+    body = {"error": {"message": message, "type": "BadRequestError", "code": status}}
+    return JSONResponse(body, status_code=status)
+
+
 api = FastAPI(title="Wonder local model (vLLM)", docs_url=None, redoc_url=None)
 
 
-@serve.deployment(name=LLM_DEPLOYMENT_NAME, max_ongoing_requests=64, health_check_period_s=30)
-@serve.ingress(api)
-class LLMServer:
-    """A vLLM engine as a Serve replica: OpenAI HTTP routes plus ``chat_stream`` for handles."""
+class ModelReplica:
+    """A vLLM engine as a Serve replica, reached through handles: ``chat_stream`` for actors,
+    ``models``/``http_events`` for the primary deployment's HTTP door, ``engine_stats``."""
 
     # Serve awaits an async constructor; mypy insists `__init__` returns None.
     async def __init__(self, spec: EngineSpec) -> None:  # type: ignore[misc]
-        self._engine = await LocalEngine.start(spec)
+        self._replica = _replica_id()
+        self._deployment = spec.deployment_name
+        self._totals = EngineTotals()
+        tags = {"deployment": spec.deployment_name, "replica": self._replica}
+        tags["model"] = spec.served_names[0]
+        loggers = [stat_logger_factory(self._totals, tags if self._replica else None)]
+        self._engine = await LocalEngine.start(spec, stat_loggers=loggers)
 
-    @api.get("/v1/models")
-    async def list_models(self) -> JSONResponse:
-        return JSONResponse(await self._engine.models())
+    async def models(self) -> JsonObject:
+        """This deployment's ``/v1/models`` listing (for the primary's merged listing)."""
+        return await self._engine.models()
 
-    @api.post("/v1/chat/completions")
-    async def chat_completions(self, request: Request) -> Response:
-        try:
-            body = await request.json()
-        except json.JSONDecodeError as exc:
-            return _openai_error(400, f"body is not JSON: {exc}")
-        result = await self._engine.create(body)
-        if hasattr(result, "__aiter__"):
-            return StreamingResponse(result, media_type="text/event-stream")
-        error = getattr(result, "error", None)
-        status = int(getattr(error, "code", 200) or 200) if error is not None else 200
-        return JSONResponse(result.model_dump(), status_code=status)
+    async def http_events(self, body: JsonObject) -> AsyncIterator[str]:
+        """A forwarded HTTP request (``LocalEngine.http_events``)."""
+        async for event in self._engine.http_events(body):
+            yield event
 
     async def chat_stream(self, body: JsonObject) -> AsyncIterator[list[str]]:
         """For deployment handles (``options(stream=True)``): batches of chunk payloads."""
         async for batch in coalesce(self._engine.stream_payloads(body)):
             yield batch
+
+    async def engine_stats(self) -> dict[str, Any]:
+        """This replica's engine statistics (also Ray metrics: ``serving.llm_metrics``)."""
+        return {"replica": self._replica, "deployment": self._deployment, **self._totals.snapshot()}
 
     async def check_health(self) -> None:
         await self._engine.check_health()
@@ -311,22 +370,70 @@ class LLMServer:
                 engine.shutdown()
 
 
-def _openai_error(status: int, message: str) -> JSONResponse:
-    body = {"error": {"message": message, "type": "BadRequestError", "code": status}}
-    return JSONResponse(body, status_code=status)
+# An application has one HTTP ingress: the extra models' deployments are plain replicas.
+LLMModelServer = serve.deployment(
+    ModelReplica, name="LLMModelServer", max_ongoing_requests=64, health_check_period_s=30
+)
+
+
+@serve.deployment(name=LLM_DEPLOYMENT_NAME, max_ongoing_requests=64, health_check_period_s=30)
+@serve.ingress(api)
+class LLMServer(ModelReplica):
+    """The primary model's replica, and the app's HTTP door: OpenAI routes plus the handle methods.
+
+    Requests for a model another deployment serves (``names``: model or adapter name →
+    deployment) are forwarded to it, and ``/v1/models`` lists them all. Handles reach each
+    deployment directly.
+    """
+
+    async def __init__(  # type: ignore[misc]
+        self,
+        spec: EngineSpec,
+        others: Mapping[str, Any] | None = None,
+        names: Mapping[str, str] | None = None,
+    ) -> None:
+        await super().__init__(spec)
+        self._others = dict(others or {})  # deployment name → its handle
+        self._names = dict(names or {})
+
+    @api.get("/v1/models")
+    async def list_models(self) -> JSONResponse:
+        listing = await self._engine.models()
+        for handle in self._others.values():
+            other = await handle.models.remote()
+            listing["data"] = [*listing.get("data", []), *other.get("data", [])]
+        return JSONResponse(listing)
+
+    @api.post("/v1/chat/completions")
+    async def chat_completions(self, request: Request) -> Response:
+        try:
+            body = await request.json()
+        except json.JSONDecodeError as exc:
+            return _openai_error(400, f"body is not JSON: {exc}")
+        target = self._names.get(str(body.get("model"))) if isinstance(body, dict) else None
+        if target is not None and target in self._others:
+            return await self._forward(target, body, request.headers.get("x-session-id"))
+        result = await self._engine.create(body)
+        if hasattr(result, "__aiter__"):
+            return StreamingResponse(result, media_type="text/event-stream")
+        return JSONResponse(result.model_dump(), status_code=_status_of(result))
+
+    async def _forward(self, deployment: str, body: JsonObject, session: str | None) -> Response:
+        handle = self._others[deployment].options(stream=True)
+        session = session or conversation_key(body)
+        if session:
+            handle = handle.options(session_id=session)
+        events = handle.http_events.remote(body)
+        head = json.loads(await anext(events))
+        if head["stream"]:
+            return StreamingResponse(events, media_type="text/event-stream")
+        payload = json.loads(await anext(events))
+        return JSONResponse(payload, status_code=int(head["status"]))
 
 
 def replica_options(spec: EngineSpec, settings: Settings) -> JsonObject:
-    """Ray resources for one replica: a GPU when serving on CUDA, else one logical CPU."""
-    options: JsonObject = {"num_cpus": 1, "runtime_env": {"env_vars": dict(spec.env)}}
-    if spec.device == "cuda":
-        options["num_gpus"] = 1
-        if settings.llm_accelerator_type:
-            options["accelerator_type"] = settings.llm_accelerator_type
-    return {
-        "ray_actor_options": options,
-        "num_replicas": settings.llm_num_replicas,
-    }
+    """Serve options of the primary model's deployment (``serving.llm_config``)."""
+    return deployment_options(model_plans(settings)[0], settings, dict(spec.env))
 
 
 def build_llm_app(
@@ -335,17 +442,30 @@ def build_llm_app(
     """The LLM Serve application; run it with ``serve.run(app, name=LLM_APP_NAME,
     route_prefix=LLM_ROUTE_PREFIX)``.
 
-    Without ``model_dir`` each replica prepares the model on its own node (a no-op when that
-    node's cache has it; ``wonder model setup`` fills the cache ahead of time). ``settings`` may
-    also be ``Settings.env()``-style ``WONDER_*`` variables.
+    One deployment per model (``serving.llm_config.model_plans``): the primary model's
+    ``LLMServer``, which also takes the HTTP routes, and one ``LLMServer-<name>`` per entry of
+    ``WONDER_LLM_MODELS``. Without ``model_dir`` each replica prepares its model on its own node (a
+    no-op when that node's cache has it; ``wonder model setup`` fills the cache ahead of time).
+    ``settings`` may also be ``Settings.env()``-style ``WONDER_*`` variables.
     """
     if not isinstance(settings, Settings):
         from core.settings import settings_from_env
 
         settings = settings_from_env(dict(settings))
-    spec = engine_spec(settings, model_dir)
     deployment: Deployment = LLMServer  # type: ignore[assignment]  # the class decorators make it one
-    return deployment.options(**replica_options(spec, settings)).bind(spec)
+    extra_deployment: Deployment = LLMModelServer  # type: ignore[assignment]  # Serve overloads
+    primary, *extras = model_plans(settings)
+    others: dict[str, Application] = {}
+    names: dict[str, str] = {}
+    for plan in extras:
+        spec = engine_spec_for(plan, settings)
+        options = deployment_options(plan, settings, dict(spec.env))
+        others[plan.deployment_name] = extra_deployment.options(**options).bind(spec)
+        for name in (*plan.served_names, *(adapter for adapter, _ in plan.lora_modules)):
+            names[name] = plan.deployment_name
+    spec = engine_spec_for(primary, settings, model_dir)
+    options = deployment_options(primary, settings, dict(spec.env))
+    return deployment.options(**options).bind(spec, others, names)
 
 
 def deploy_llm(settings: Settings, model_dir: Path | None = None) -> None:

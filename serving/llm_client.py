@@ -9,6 +9,7 @@ calling follows the request's mode (``core.llm.constrained``).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ from core.jsontypes import JsonObject
 from core.llm.constrained import stream_chat
 from core.llm.openai_http import StreamTranslator
 from core.llm.protocol import ChatChunk, ChatRequest
+from core.settings import settings_from_env, wonder_env
+from serving.llm_config import deployment_for_model
 
 # Where the deployment lives (serving.llm re-exports these). Kept here so that an actor calling
 # the model imports neither FastAPI nor vLLM: only ``ray.serve``, when it first needs a handle.
@@ -30,11 +33,33 @@ DEFAULT_MODEL_ALIAS = "default"
 """Every deployment also answers to this name, so a profile need not know which model is served."""
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=16)
 def _handle(app_name: str, deployment_name: str) -> Any:
     from ray import serve
 
     return serve.get_deployment_handle(deployment_name, app_name=app_name).options(stream=True)
+
+
+@lru_cache(maxsize=64)
+def _deployment_for(settings_items: tuple[tuple[str, str], ...], model: str) -> str:
+    return deployment_for_model(settings_from_env(dict(settings_items)), model)
+
+
+def conversation_key(body: JsonObject) -> str | None:
+    """The affinity key of a chat body: its ``prompt_cache_key``, else a digest of the model and
+    the first user message (the same for every call of a conversation's recent window, including
+    the constrained mode's chooser and argument calls)."""
+    explicit = body.get("prompt_cache_key")
+    if explicit:
+        return str(explicit)
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return None
+    for message in messages:
+        if isinstance(message, dict) and message.get("role") == "user":
+            seed = json.dumps([body.get("model"), message.get("content")], sort_keys=True)
+            return "p-" + hashlib.sha256(seed.encode()).hexdigest()[:24]
+    return None
 
 
 def prewarm(app_name: str = LLM_APP_NAME, deployment_name: str = LLM_DEPLOYMENT_NAME) -> None:
@@ -49,7 +74,18 @@ class VllmHandleModel:
 
     model: str = "default"
     app_name: str = LLM_APP_NAME
-    deployment_name: str = LLM_DEPLOYMENT_NAME
+    deployment_name: str | None = None
+    """None: the deployment that serves ``model`` according to this process's settings
+    (``WONDER_LLM_MODELS``), the primary one for ``default``."""
+    affinity: bool = True
+    """Send the conversation key as the Serve session id (the router keeps it on one replica)."""
+
+    def target(self, model: str) -> str:
+        if self.deployment_name is not None:
+            return self.deployment_name
+        if model in (DEFAULT_MODEL_ALIAS, ""):
+            return LLM_DEPLOYMENT_NAME
+        return _deployment_for(tuple(sorted(wonder_env().items())), model)
 
     def stream(self, request: ChatRequest) -> AsyncIterator[ChatChunk]:
         return stream_chat(self, request)
@@ -57,8 +93,10 @@ class VllmHandleModel:
     async def stream_body(self, body: JsonObject, timeout_s: float) -> AsyncIterator[ChatChunk]:
         """Stream one raw chat-completions body through the deployment handle."""
         body = {**body, "model": _model_name(body.get("model"), self.model), "stream": True}
+        key = conversation_key(body) if self.affinity else None
+        body.pop("prompt_cache_key", None)  # routing only: vLLM would log it as unknown
         translator = StreamTranslator()
-        batches = self._payload_batches(body)
+        batches = self._payload_batches(body, key)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         try:
@@ -79,9 +117,14 @@ class VllmHandleModel:
         for chunk in translator.finish():
             yield chunk
 
-    async def _payload_batches(self, body: JsonObject) -> AsyncGenerator[list[str], None]:
+    async def _payload_batches(
+        self, body: JsonObject, session: str | None
+    ) -> AsyncGenerator[list[str], None]:
         try:
-            response = _handle(self.app_name, self.deployment_name).chat_stream.remote(body)
+            handle = _handle(self.app_name, self.target(str(body["model"])))
+            if session:
+                handle = handle.options(session_id=session)
+            response = handle.chat_stream.remote(body)
         except Exception as exc:
             raise _infrastructure_error(exc) from exc
         done = False

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from actors.conversation.context import (
     assemble_context,
@@ -200,7 +201,8 @@ class TurnSteps:
             text: list[str] = []
             calls: list[ToolCallRequested] = []
             finished = ModelFinished()
-            async for chunk in model.stream(request):
+            keyed = replace(request, cache_key=request.cache_key or self.conversation_id)
+            async for chunk in model.stream(keyed):  # the key keeps it on one model replica
                 match chunk:
                     case TextDelta(text=delta):
                         text.append(delta)

@@ -182,7 +182,7 @@ def arguments_body(request: ChatRequest, tool: ToolSpec) -> JsonObject:
 
 
 def _base_body(request: ChatRequest, messages: list[JsonObject]) -> JsonObject:
-    return {
+    body: JsonObject = {
         "model": request.model,
         "messages": messages,
         "temperature": request.temperature,
@@ -190,6 +190,9 @@ def _base_body(request: ChatRequest, messages: list[JsonObject]) -> JsonObject:
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    if request.cache_key:
+        body["prompt_cache_key"] = request.cache_key
+    return body
 
 
 # --------------------------------------------------------------------------- prompts

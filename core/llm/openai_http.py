@@ -45,6 +45,8 @@ class OpenAIHttpModel:
     async def stream_body(self, body: JsonObject, timeout_s: float) -> AsyncIterator[ChatChunk]:
         """Stream any chat-completions body and translate it into chunks."""
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        if body.get("prompt_cache_key"):  # Ray Serve routes a session to one replica by this
+            headers["x-session-id"] = str(body["prompt_cache_key"])
         url = self.base_url.rstrip("/") + "/chat/completions"
         translator = StreamTranslator()
         try:
