@@ -82,8 +82,6 @@ def cli_audit(
     store: Any, action: str, target: str, details: dict[str, Any], subject: str | None
 ) -> None:
     """Record a change made from this command line (actor ``cli:<OS user>``)."""
-    import getpass
-
     from core.ids import new_id, utc_now
     from core.store.audit import AuditEntry
 
@@ -91,13 +89,22 @@ def cli_audit(
         AuditEntry(
             id=new_id("audit"),
             at=utc_now(),
-            actor=f"cli:{getpass.getuser()}",
+            actor=f"cli:{_os_user()}",
             action=action,
             target=target,
             subject_client_id=subject,
             details=details,
         )
     )
+
+
+def _os_user() -> str:
+    import getpass
+
+    try:
+        return str(getpass.getuser())
+    except (KeyError, OSError):  # no USER variable and no passwd entry (some containers)
+        return f"uid-{os.getuid()}"
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:

@@ -34,7 +34,7 @@ DESCRIPTION = """\
 LLM agents as an actor cluster. Authenticate with `Authorization: Bearer <api key>`
 (`wonder keys create NAME`). Errors are `{"error": {"code", "message", "retriable"}}`.
 Follow a conversation on the WebSocket `/v1/conversations/{id}/stream?after_seq=N`
-(see docs/api.md).
+(see docs/api.md). Limits, quotas (429 with `Retry-After`) and the audit trail: docs/security.md.
 """
 
 ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
