@@ -107,6 +107,9 @@ def test_chat_over_the_socket_and_bad_frames(gateway_url: str, api: httpx.Client
     agent_id = scripted_agent(api, [{"reply": "echo {{last_user}}"}])
     conv_id = api.post("/v1/conversations", json={"agent_id": agent_id}).json()["id"]
     with open_stream(gateway_url, conv_id, key) as ws:
+        # A client that wants every token of a fast reply sends once it is subscribed (a message
+        # sent earlier is acknowledged at once, and its reply may arrive whole, as its message).
+        read_until(ws, {"subscribed"})
         ws.send("this is not json")
         error = read_until(ws, {"error"})[-1]
         assert error["error"]["code"] == "INVALID_INPUT" and error["seq"] is None

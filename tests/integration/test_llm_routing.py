@@ -52,7 +52,11 @@ async def test_each_session_stays_on_one_replica_and_sessions_spread(app: Any) -
     seen: dict[str, set[str]] = {s: set() for s in sessions}
     for _ in range(4):
         for session in sessions:
-            seen[session].add(await app.options(session_id=session).remote())
+            replica = await app.options(session_id=session).remote()
+            seen[session].add(replica)
+            # At the limit of 1 in flight, the next request waits until this completion reached
+            # the router (else it would rightly move to the least loaded replica).
+            await async_wait_for(lambda replica=replica: in_flight(replica) == 0)
     assert all(len(replicas) == 1 for replicas in seen.values()), seen
     assert {s: last_route(s) for s in sessions} == {s: next(iter(r)) for s, r in seen.items()}
     anonymous = {await app.remote() for _ in range(24)}  # no session: least loaded, ties shuffled
