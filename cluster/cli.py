@@ -6,6 +6,8 @@
     wonder chat AGENT_ID           chat in the terminal, tokens streamed over the WebSocket
     wonder library apply DIR       load DIR/<kind>/*.yaml into the store as new versions
     wonder keys create NAME        a new client and its API key (--admin: an operator key)
+    wonder keys list [CLIENT_ID]   keys (id, client, scope, status), never their secrets
+    wonder keys revoke KEY_ID      stop a key at once (its open streams close)
     wonder quota set CLIENT ...    a client's quotas (docs/security.md); `quota show CLIENT`
     wonder job ...                 batch jobs (embed, consolidate), when installed
 
@@ -74,7 +76,7 @@ def create_client_key(store: Any, name: str) -> tuple[str, str]:
     client = Client(id=new_id("client"), name=name, created_at=utc_now())
     store.clients.insert(client)
     key = f"wk_{secrets.token_urlsafe(32)}"
-    store.clients.add_api_key(client.id, key, utc_now())
+    store.keys.add(client.id, key, utc_now(), name=name)  # a client's first key: admin scope
     return client.id, key
 
 
@@ -118,6 +120,41 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
     cli_audit(store, "key.create", f"client:{client_id}", details, client_id)
     print(f"client: {client_id}\napi key: {key}" + ("  (admin)" if args.admin else ""))
     print("Keep the key secret: it is shown once. Send it as 'Authorization: Bearer <key>'.")
+    return 0
+
+
+def cmd_keys_list(args: argparse.Namespace) -> int:
+    from core.ids import utc_now
+
+    store = open_settings_store(load_settings())
+    found = store.keys.list(args.client_id)
+    now = utc_now()
+    if args.json:
+        rows = [{**k.model_dump(mode="json"), "status": k.status(now).value} for k in found]
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'KEY':<28} {'CLIENT':<34} {'SCOPE':<6} {'STATUS':<8} {'EXPIRES':<20} NAME")
+    for k in found:
+        expires = f"{k.expires_at:%Y-%m-%dT%H:%M:%SZ}" if k.expires_at else "-"
+        status, name = k.status(now).value, k.name or ""
+        print(f"{k.id:<28} {k.client_id:<34} {k.scope.value:<6} {status:<8} {expires:<20} {name}")
+    return 0
+
+
+def cmd_keys_revoke(args: argparse.Namespace) -> int:
+    from core.errors import NotFound
+    from core.ids import utc_now
+
+    store = open_settings_store(load_settings())
+    try:
+        key = store.keys.get(args.key_id)
+    except NotFound as exc:
+        return fail(exc.message)
+    if key.revoked_at is None:
+        key = store.keys.revoke(key.id, utc_now())
+        details = {"key_id": key.id, "name": key.name}
+        cli_audit(store, "key.revoke", f"key:{key.id}", details, key.client_id)
+    print(f"{key.id} revoked at {key.revoked_at:%Y-%m-%dT%H:%M:%SZ} (client {key.client_id})")
     return 0
 
 
@@ -234,7 +271,8 @@ def first_client(settings: Settings, store: Any) -> dict[str, Any]:
 
     path = _state_path(settings, FIRST_CLIENT_FILE)
     known = _read_json(path)
-    if known.get("api_key") and store.clients.client_for_key(known["api_key"]):
+    remembered = store.keys.find(known["api_key"]) if known.get("api_key") else None
+    if remembered is not None and remembered.refusal(utc_now()) is None:
         return known
     client_id, key = create_client_key(store, "local")
     agent = Agent(
@@ -678,6 +716,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--admin", action="store_true", help="an operator key: may set quotas and read all audit"
     )
     create.set_defaults(func=cmd_keys_create)
+    listing = keys_sub.add_parser(
+        "list",
+        help="list keys (never their secrets)",
+        description="Every key, or CLIENT_ID's: id, client, scope (admin: manages keys and the "
+        "library; app: the rest), status (active, expired, revoked), expiry, name.",
+    )
+    listing.add_argument("client_id", metavar="CLIENT_ID", nargs="?", help="only this client's")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.set_defaults(func=cmd_keys_list)
+    revoke = keys_sub.add_parser(
+        "revoke",
+        help="revoke a key at once",
+        description="KEY_ID (key_..., from `wonder keys list`) stops working at once: requests "
+        "with it get 401 and its open WebSockets close (within a second on every replica).",
+    )
+    revoke.add_argument("key_id", metavar="KEY_ID")
+    revoke.set_defaults(func=cmd_keys_revoke)
 
     quota = sub.add_parser("quota", help="per-client quotas (docs/security.md)")
     quota_sub = quota.add_subparsers(dest="quota_command", required=True, metavar="ACTION")

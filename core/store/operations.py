@@ -36,6 +36,7 @@ from core.errors import NotFound
 from core.store import schema
 from core.store.audit import AuditOps
 from core.store.database import Database, PoolLimits
+from core.store.keys import KeyOps
 from core.store.projects import ProjectOps
 from core.store.quotas import AdminKeyOps, QuotaOps
 from core.store.workflow_runs import WorkflowRunOps
@@ -582,6 +583,7 @@ class Store:
         self.quotas = QuotaOps(db)
         self.admin_keys = AdminKeyOps(db)
         self.audit = AuditOps(db)
+        self.keys = KeyOps(db)
 
     @classmethod
     def open(cls, url: str, pool: PoolLimits | None = None) -> Store:

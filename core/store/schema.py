@@ -41,6 +41,12 @@ api_keys = Table(
     Column("key_hash", String(128), primary_key=True),
     Column("client_id", String(64), nullable=False, index=True),
     Column("created_at", String(40), nullable=False),
+    # Issue 13 (added to existing databases by ``columns.add_missing_columns``): a key's name, its
+    # scope (admin | app; none = a key made before scopes: admin), expiry and revocation.
+    Column("name", String(100), nullable=True),
+    Column("scope", String(16), nullable=True),
+    Column("expires_at", String(40), nullable=True),
+    Column("revoked_at", String(40), nullable=True),
 )
 
 # Versioned library objects: personas, model profiles, tools, tasks, workflows.

@@ -15,6 +15,7 @@ from serving.gateway import (
     console,
     conversation_control,
     conversations,
+    keys,
     library,
     memories,
     messages,
@@ -74,6 +75,7 @@ def create_api(context: GatewayContext) -> FastAPI:
         projects.router,
         workspaces.router,
         admin.router,
+        keys.router,
     ):
         api.include_router(router, responses=ERROR_RESPONSES)
     return api

@@ -23,7 +23,7 @@ from core.store.audit import changed_fields
 from core.store.operations import LibraryOps
 from core.workflows import WorkflowDef
 from serving.gateway.admin import record
-from serving.gateway.auth import ClientId, Context
+from serving.gateway.auth import ClientId, Context, KeyAdmin
 from serving.gateway.protocol import (
     Items,
     ModelProfileBody,
@@ -84,8 +84,9 @@ def _routes_for(router: APIRouter, kind: LibraryKind) -> None:
         obj_id: ObjectId,
         body: Annotated[body_model, Body()],  # type: ignore[valid-type]
         context: Context,
-        client_id: ClientId,
+        key: KeyAdmin,
     ) -> Any:
+        client_id = key.client_id
         obj = allowed(stored_object(kind, obj_id, body), context.settings)
         try:
             before = ops(context).get(obj_id)
