@@ -4,7 +4,7 @@
     wonder down                    stop what `wonder up` started (by PID, never `ray stop`)
     wonder status                  what is running, and whether the gateway answers
     wonder chat AGENT_ID           chat in the terminal, tokens streamed over the WebSocket
-    wonder library apply DIR       load DIR/<kind>/*.yaml into the store as new versions
+    wonder library apply DIR       load DIR/<kind>/*.yaml as new versions (--client ID: a client's)
     wonder keys create NAME        a new client and its API key (--admin: an operator key)
     wonder keys list [CLIENT_ID]   keys (id, client, scope, status), never their secrets
     wonder keys revoke KEY_ID      stop a key at once (its open streams close)
@@ -207,15 +207,24 @@ def cmd_quota_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def apply_library_dir(store: Any, directory: Path, out: TextIO | None = None) -> int:
-    """Apply ``directory`` to ``store``, printing one line per object; 1 on invalid files."""
+def apply_library_dir(
+    store: Any, directory: Path, out: TextIO | None = None, owner: str | None = None
+) -> int:
+    """Apply ``directory`` to ``store`` (into ``owner``'s library: a client id, or the system's
+    when None), printing one line per object; 1 on invalid files."""
     out = out or sys.stdout
-    from core.errors import InvalidInput
+    from core.errors import InvalidInput, NotFound
     from core.ids import utc_now
     from core.library_files import apply_library
+    from core.store.library import SYSTEM
 
+    if owner is not None:
+        try:
+            store.clients.get(owner)
+        except NotFound as exc:
+            return fail(f"--client: {exc.message}")
     try:
-        report = apply_library(store, directory, utc_now())
+        report = apply_library(store, directory, utc_now(), owner=owner or SYSTEM)
     except InvalidInput as exc:
         print(f"wonder: library {directory} was not applied:\n{exc.message}", file=sys.stderr)
         return 1
@@ -225,9 +234,10 @@ def apply_library_dir(store: Any, directory: Path, out: TextIO | None = None) ->
                 "kind": item.kind,
                 "id": item.id,
                 "version": item.version,
+                "owner": owner or SYSTEM,
                 "from": str(directory),
             }
-            cli_audit(store, "library.put", f"{item.kind}:{item.id}", details, None)
+            cli_audit(store, "library.put", f"{item.kind}:{item.id}", details, owner)
         state = "new version" if item.changed else "unchanged"
         print(f"  {item.kind[:-1]:<14} {item.id:<28} v{item.version} ({state})", file=out)
     for warning in report.warnings:
@@ -239,7 +249,8 @@ def apply_library_dir(store: Any, directory: Path, out: TextIO | None = None) ->
 
 def cmd_library_apply(args: argparse.Namespace) -> int:
     settings = load_settings()
-    return apply_library_dir(open_settings_store(settings), Path(args.directory))
+    store = open_settings_store(settings)
+    return apply_library_dir(store, Path(args.directory), owner=args.client_id)
 
 
 # --------------------------------------------------------------------------- up / down / status
@@ -702,10 +713,25 @@ def build_parser() -> argparse.ArgumentParser:
         "apply",
         help="load DIR/<kind>/*.yaml into the store",
         description="Validate every personas/, model_profiles/, tools/, tasks/ and workflows/ "
-        "YAML file under DIR, then store each as a new version (unchanged ones are kept). "
-        "Nothing is stored if any file is invalid.",
+        "YAML file under DIR, then store each as a new version (unchanged ones are kept) in "
+        "the system library (every client reads it, none may change it) or, with --client, in "
+        "one client's library. Nothing is stored if any file is invalid.",
     )
     apply.add_argument("directory", metavar="DIR", help="library directory, e.g. library/")
+    into = apply.add_mutually_exclusive_group()
+    into.add_argument(
+        "--client",
+        dest="client_id",
+        metavar="CLIENT_ID",
+        help="into this client's library (ids the system library holds are refused)",
+    )
+    into.add_argument(
+        "--system",
+        dest="client_id",
+        action="store_const",
+        const=None,
+        help="into the system library, read-only to every client (the default)",
+    )
     apply.set_defaults(func=cmd_library_apply)
 
     keys = sub.add_parser("keys", help="manage API keys")

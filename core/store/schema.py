@@ -207,3 +207,16 @@ audit_log = Table(
     Column("subject_client_id", String(64), nullable=True, index=True),
     Column("data", Text, nullable=False),
 )
+
+# Issue 13: each client's own library objects (the ``library_objects`` table above is the system
+# library, shipped with Wonder and read-only to clients). Same shape, plus the owning client.
+client_library_objects = Table(
+    "client_library_objects",
+    metadata,
+    Column("client_id", String(64), primary_key=True),
+    Column("kind", String(32), primary_key=True),
+    Column("id", String(128), primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("data", Text, nullable=False),
+    Column("created_at", String(40), nullable=False),
+)

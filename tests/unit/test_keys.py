@@ -109,3 +109,36 @@ def test_keys_help(argv: list[str], expected: str, capsys: pytest.CaptureFixture
     with pytest.raises(SystemExit):
         cli.main([*argv, "--help"])
     assert expected in capsys.readouterr().out
+
+
+def test_library_apply_into_a_client_or_the_system(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``wonder library apply DIR [--client ID | --system]`` (issue 13)."""
+    from core.store.library import SYSTEM
+
+    store = Store.open(f"sqlite:///{data_dir / 'wonder.db'}")
+    lib = tmp_path / "lib"
+    (lib / "personas").mkdir(parents=True)
+    (lib / "personas" / "shared.yaml").write_text("system_prompt: shipped\n")
+    assert cli.main(["library", "apply", str(lib)]) == 0
+    assert store.personas.find("shared").owner == SYSTEM
+
+    assert cli.main(["keys", "create", "app"]) == 0
+    client_id = capsys.readouterr().out.split("client: ")[1].split()[0]
+    # The system's ids are refused in a client's library, and nothing is stored.
+    (lib / "personas" / "mine.yaml").write_text("system_prompt: mine\n")
+    assert cli.main(["library", "apply", str(lib), "--client", client_id]) == 1
+    assert "personas/shared.yaml: persona 'shared' belongs to the system library" in (
+        capsys.readouterr().err
+    )
+    assert store.personas.owner_of("mine", client_id) is None
+    (lib / "personas" / "shared.yaml").unlink()
+    assert cli.main(["library", "apply", str(lib), "--client", client_id]) == 0
+    assert store.personas.find("mine", client_id=client_id).owner == client_id
+    assert store.personas.owner_of("mine", None) is None  # not in the system library
+    assert store.personas.owner_of("mine", "client_other") is None
+    assert cli.main(["library", "apply", str(lib), "--client", "client_nobody"]) == 1
+    assert "client client_nobody not found" in capsys.readouterr().err
+    assert cli.main(["library", "apply", str(lib), "--system"]) == 0
+    assert store.personas.find("mine").owner == SYSTEM
