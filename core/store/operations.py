@@ -38,6 +38,7 @@ from core.store.audit import AuditOps
 from core.store.database import Database, PoolLimits
 from core.store.keys import KeyOps
 from core.store.library import LibraryOps
+from core.store.members import MemberOps
 from core.store.projects import ProjectOps
 from core.store.quotas import AdminKeyOps, QuotaOps
 from core.store.workflow_runs import WorkflowRunOps
@@ -181,10 +182,17 @@ class ConversationOps(_Ops):
         parent_id: str | None = None,
         limit: int = 50,
         after: tuple[str, str] | None = None,
+        member: str | None = None,
     ) -> list[Conversation]:
-        """Conversations ordered by (created_at, id), after an optional cursor."""
+        """Conversations ordered by (created_at, id), after an optional cursor; with ``member``,
+        only those that user is a member of."""
         t = schema.conversations
         query = select(t.c.data).where(t.c.client_id == client_id)
+        if member is not None:
+            members = schema.conversation_members
+            query = query.where(
+                t.c.id.in_(select(members.c.conversation_id).where(members.c.user_id == member))
+            )
         if parent_id is not None:
             query = query.where(t.c.started_by_conversation_id == parent_id)
         elif ancestry == "roots":
@@ -506,6 +514,7 @@ class Store:
         self.admin_keys = AdminKeyOps(db)
         self.audit = AuditOps(db)
         self.keys = KeyOps(db)
+        self.members = MemberOps(db)
 
     @classmethod
     def open(cls, url: str, pool: PoolLimits | None = None) -> Store:
@@ -550,6 +559,7 @@ class Store:
                 schema.events,
                 schema.context_entries,
                 schema.async_operations,
+                schema.conversation_members,
             ):
                 c.execute(delete(table).where(table.c.conversation_id.in_(doomed)))
             c.execute(delete(schema.conversations).where(schema.conversations.c.id.in_(doomed)))

@@ -220,3 +220,15 @@ client_library_objects = Table(
     Column("data", Text, nullable=False),
     Column("created_at", String(40), nullable=False),
 )
+
+# Issue 13: users' access to a conversation (seed 003's memberships): one row per member.
+conversation_members = Table(
+    "conversation_members",
+    metadata,
+    Column("conversation_id", String(64), primary_key=True),
+    Column("user_id", String(200), primary_key=True),
+    Column("level", String(16), nullable=False),
+    Column("granted_at", String(40), nullable=False),
+    Column("granted_by", String(200), nullable=True),
+    Index("ix_conversation_members_user", "user_id", "conversation_id"),
+)

@@ -17,6 +17,7 @@ from serving.gateway import (
     conversations,
     keys,
     library,
+    members,
     memories,
     messages,
     projects,
@@ -76,6 +77,9 @@ def create_api(context: GatewayContext) -> FastAPI:
         workspaces.router,
         admin.router,
         keys.router,
+        members.router,
     ):
-        api.include_router(router, responses=ERROR_RESPONSES)
+        # members.MemberAccess: with an acting user (X-Wonder-User), a conversation's routes
+        # check that user's level there (core/access.py).
+        api.include_router(router, responses=ERROR_RESPONSES, dependencies=[members.MemberAccess])
     return api

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -26,6 +27,7 @@ from fastapi.encoders import jsonable_encoder
 from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
+from core.access import Action
 from core.domain import Conversation
 from core.errors import InvalidInput, Unauthorized, WonderError
 from core.keys import hash_key
@@ -35,6 +37,7 @@ from serving.gateway.conversations import owned_conversation
 from serving.gateway.errors import as_wonder_error
 from serving.gateway.key_watch import get_key_watch
 from serving.gateway.limits import MAX_FRAME_BYTES
+from serving.gateway.members import USER_HEADER, USER_PATTERN, check, level_of
 from serving.gateway.protocol import ClientMessageFrame
 from serving.gateway.quota_checks import get_guard
 from serving.gateway.translation import SeqTracker, error_frame, event_frame, parse_client_frame
@@ -51,6 +54,14 @@ CLOSE_CODES = {
     "INVALID_INPUT": 4400,
     "QUOTA_EXCEEDED": 4429,
 }
+
+
+def websocket_user(websocket: WebSocket) -> str | None:
+    """The acting user: the ``X-Wonder-User`` header, else ``?user_id=`` (browsers)."""
+    user = websocket.headers.get(USER_HEADER) or websocket.query_params.get("user_id")
+    if user is not None and not re.match(USER_PATTERN, user):
+        raise InvalidInput(f"{USER_HEADER}: a user id of 1-200 letters, digits and _.:@+-")
+    return user
 
 
 def parse_after_seq(raw: str | None) -> int:
@@ -73,12 +84,14 @@ class StreamSession:
         client_id: str,
         after_seq: int,
         secret: str = "",
+        user: str | None = None,
     ) -> None:
         self.websocket = websocket
         self.context = context
         self.conversation = conversation
         self.client_id = client_id
         self.secret = secret
+        self.user = user
         self.seen = SeqTracker(last_seq=after_seq)
         self.subscribed = asyncio.Event()
         self._send_lock = asyncio.Lock()
@@ -198,6 +211,11 @@ class StreamSession:
     async def post(self, frame: ClientMessageFrame) -> dict[str, Any]:
         # The key may have been revoked since the stream opened: never start a turn on it.
         await run_in_threadpool(authenticate, self.context, self.secret)
+        if self.user is not None:  # a member may have lost its level since the stream opened
+            level = await run_in_threadpool(
+                level_of, self.context, self.client_id, self.conversation.id, self.user
+            )
+            check(level, Action.WRITE, self.user, self.conversation.id)
         await run_in_threadpool(get_guard(self.websocket).admit_turn, self.client_id)
         # A ready actor registers the subscription in a few ms: wait for it, so a fast reply's
         # tokens reach this client. One still starting (a second or more) does not hold the
@@ -208,7 +226,7 @@ class StreamSession:
         accepted = await self.context.conversations.post_message(
             self.conversation.id,
             frame.content,
-            frame.user_id or self.client_id,
+            frame.user_id or self.user or self.client_id,
             reply_to_message_id=frame.reply_to_message_id,
         )
         ack = {
@@ -265,6 +283,9 @@ async def stream(websocket: WebSocket, conversation_id: str) -> None:
             owned_conversation, context, client_id, conversation_id
         )
         after_seq = parse_after_seq(websocket.query_params.get("after_seq"))
+        user = websocket_user(websocket)
+        if user is not None:  # a user who is not a member: as if there were no conversation
+            await run_in_threadpool(level_of, context, client_id, conversation_id, user)
     except WonderError as exc:
         await refuse(websocket, exc)
         return
@@ -275,7 +296,7 @@ async def stream(websocket: WebSocket, conversation_id: str) -> None:
             await refuse(websocket, exc)
             return
         session = StreamSession(
-            websocket, context, conversation, client_id, after_seq, secret or ""
+            websocket, context, conversation, client_id, after_seq, secret or "", user
         )
         held.enter_context(
             get_key_watch(websocket).watching(key, hash_key(secret or ""), session.key_refused)
