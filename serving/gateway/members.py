@@ -18,7 +18,7 @@ import re
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Depends, Header, Path, Request
 from pydantic import Field
 from sqlalchemy import Connection
 from starlette.concurrency import run_in_threadpool
@@ -48,9 +48,17 @@ class MemberGrant(WireModel):
     )
 
 
-def acting_user(request: Request) -> str | None:
+def acting_user(
+    user: Annotated[
+        str | None,
+        Header(
+            alias=USER_HEADER,
+            description="The acting user of your app (docs/api.md, Access); "
+            "omit to act as the client",
+        ),
+    ] = None,
+) -> str | None:
     """The user named by ``X-Wonder-User`` (None: the client itself); 400 when malformed."""
-    user = request.headers.get(USER_HEADER)
     if user is None:
         return None
     if not re.match(USER_PATTERN, user):
@@ -95,9 +103,13 @@ def check(level: Level, action: Action, user: str, conversation_id: str) -> None
         )
 
 
-def member_access(request: Request, context: Context, client_id: ClientId) -> None:
+def member_access(
+    request: Request,
+    context: Context,
+    client_id: ClientId,
+    user: Annotated[str | None, Depends(acting_user)],
+) -> None:
     """Dependency of every route: with an acting user, a conversation route checks its level."""
-    user = acting_user(request)
     conversation_id = request.path_params.get("conversation_id")
     if user is None or conversation_id is None:
         return
