@@ -36,6 +36,7 @@ from core.errors import NotFound
 from core.store import schema
 from core.store.audit import AuditOps
 from core.store.database import Database, PoolLimits
+from core.store.forks import ForkOps
 from core.store.projects import ProjectOps
 from core.store.quotas import AdminKeyOps, QuotaOps
 from core.store.workflow_runs import WorkflowRunOps
@@ -577,6 +578,7 @@ class Store:
         self.context = ContextOps(db)
         self.async_operations = AsyncOperationOps(db)
         self.sessions = SessionOps(db)
+        self.forks = ForkOps(db)
         self.workflow_runs = WorkflowRunOps(db)
         self.projects = ProjectOps(db)
         self.quotas = QuotaOps(db)
@@ -626,6 +628,7 @@ class Store:
                 schema.events,
                 schema.context_entries,
                 schema.async_operations,
+                schema.forks,
             ):
                 c.execute(delete(table).where(table.c.conversation_id.in_(doomed)))
             c.execute(delete(schema.conversations).where(schema.conversations.c.id.in_(doomed)))

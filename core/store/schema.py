@@ -201,3 +201,16 @@ audit_log = Table(
     Column("subject_client_id", String(64), nullable=True, index=True),
     Column("data", Text, nullable=False),
 )
+
+# Issue 11: forks (seed 003). One row per fork: its source, the turn it forks at, and its lineage —
+# the (conversation, last turn, last seq) segments whose entries it inherits, root first.
+forks = Table(
+    "forks",
+    metadata,
+    Column("conversation_id", String(64), primary_key=True),
+    Column("client_id", String(64), nullable=False),
+    Column("source_conversation_id", String(64), nullable=False, index=True),
+    Column("forked_at_turn_id", String(64), nullable=False),
+    Column("created_at", String(40), nullable=False),
+    Column("lineage", Text, nullable=False),
+)

@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from core.conversations import create_conversation
 from core.domain import Conversation
-from core.errors import InvalidInput, NotFound
+from core.errors import Conflict, InvalidInput, NotFound
 from core.ids import new_id
 from core.projects import project_for_conversation, start_conversation_branch
 from serving.gateway.auth import ClientId, Context, Guard
@@ -122,12 +122,16 @@ async def complete(conversation_id: str, context: Context, client_id: ClientId) 
 @router.delete(
     "/{conversation_id}",
     response_model=Deleted,
-    summary="Delete a conversation and every child conversation it started",
+    summary="Delete a conversation and every child conversation it started (409 while a fork "
+    "inherits from any of them)",
 )
 async def delete(conversation_id: str, context: Context, client_id: ClientId) -> Deleted:
     await run_in_threadpool(owned_conversation, context, client_id, conversation_id)
     # Live actors stop first (their turns are cancelled), so nothing writes rows for a deleted one.
     tree = await run_in_threadpool(context.store.conversation_tree, conversation_id)
+    forks = await run_in_threadpool(context.store.forks.dependents, tree)
+    if forks:  # a fork reads its inherited history from its source's rows (core.forks)
+        raise Conflict(f"conversation {conversation_id} has forks; delete them first: {forks}")
     await context.conversations.stop_conversations(tree)
     deleted = await run_in_threadpool(context.store.delete_conversation_tree, conversation_id)
     return Deleted(deleted=deleted)

@@ -7,15 +7,24 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 
-from core.domain import ConversationStatus, Message
+from core.domain import ConversationStatus
 from core.errors import Conflict
 from serving.gateway.auth import ClientId, Context, Guard
 from serving.gateway.conversations import owned_conversation
-from serving.gateway.protocol import Items, MessageAccepted, MessageCreate
+from serving.gateway.history import (
+    AfterSeq,
+    BeforeSeq,
+    MessageOut,
+    SeqPage,
+    Tail,
+    message_page,
+    seq_window,
+)
+from serving.gateway.protocol import MessageAccepted, MessageCreate
 
 router = APIRouter(prefix="/v1/conversations/{conversation_id}/messages", tags=["messages"])
 
-MessageList = Items[Message]
+MessagePage = SeqPage[MessageOut]
 
 
 @router.post(
@@ -42,14 +51,21 @@ async def post_message(
     )
 
 
-@router.get("", response_model=MessageList, summary="List messages in conversation order")
+@router.get(
+    "",
+    response_model=MessagePage,
+    summary="List messages in conversation order, forward (after_seq) or backward (before_seq, "
+    "tail); a fork's inherited messages included",
+)
 def list_messages(
     conversation_id: str,
     context: Context,
     client_id: ClientId,
-    after_seq: Annotated[int, Query(ge=0)] = 0,
+    after_seq: AfterSeq = None,
+    before_seq: BeforeSeq = None,
+    tail: Tail = False,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-) -> MessageList:
+) -> MessagePage:
+    window = seq_window(after_seq, before_seq, tail, limit)
     owned_conversation(context, client_id, conversation_id)
-    found = context.store.messages.list(conversation_id, after_seq=after_seq, limit=limit)
-    return MessageList(items=found)
+    return message_page(context.store, conversation_id, window)

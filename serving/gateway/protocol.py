@@ -153,6 +153,9 @@ class MessageAccepted(WireModel):
 
 class TurnDetail(Turn):
     moves: list[Move]
+    inherited_from: str | None = Field(
+        None, description="For a fork: the conversation this inherited turn ran in"
+    )
 
 
 class EventOut(BaseModel):

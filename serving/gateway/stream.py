@@ -31,10 +31,11 @@ from serving.gateway.auth import client_for_key, websocket_key
 from serving.gateway.context import GatewayContext, get_context
 from serving.gateway.conversations import owned_conversation
 from serving.gateway.errors import as_wonder_error
+from serving.gateway.history import visible_events
 from serving.gateway.limits import MAX_FRAME_BYTES
 from serving.gateway.protocol import ClientMessageFrame
 from serving.gateway.quota_checks import get_guard
-from serving.gateway.translation import SeqTracker, error_frame, event_frame, parse_client_frame
+from serving.gateway.translation import SeqTracker, error_frame, parse_client_frame
 
 logger = logging.getLogger("wonder.gateway")
 
@@ -145,10 +146,9 @@ class StreamSession:
         gap = self.seen.missing_before(event)
         if not gap:
             return []
-        stored = await run_in_threadpool(
-            self.context.store.events.list, self.conversation.id, gap.start - 1, len(gap)
+        return await run_in_threadpool(  # a fork's inherited events fill its seqs' start
+            visible_events, self.context.store, self.conversation.id, gap.start - 1, gap.stop
         )
-        return [event_frame(e) for e in stored]
 
     # ------------------------------------------------------------------ client → server
 
