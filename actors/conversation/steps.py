@@ -55,6 +55,7 @@ from core.llm.protocol import (
     TextDelta,
     ToolCallRequested,
 )
+from core.model_override import turn_profile
 from core.retry import CONTEXT_ASSEMBLY, LLM_CALL, MEMORY_EXTRACTION, with_retries
 
 Publish = Callable[[JsonObject], None]
@@ -98,6 +99,8 @@ class TurnSteps:
         persona's hook assembles from it (``core.context_contract``). Raises ``WonderError`` if
         the agent's setup cannot be loaded."""
         setup = self.load_setup(agent_id)
+        # A message may override its turn's model (seed 004): applied and recorded here.
+        setup = replace(setup, profile=turn_profile(self.store, turn_id, setup.profile))
         turn = self.store.turns.get(turn_id)
         history = self._recent_history(turn_id, setup.persona.recent_turns_limit)
         pending = self.store.async_operations.list(self.conversation_id, statuses=WAITING)

@@ -134,14 +134,45 @@ class ForkOps:
         """Forks outside ``conversation_ids`` that inherit from any of them."""
         t = schema.forks
         inside = set(conversation_ids)
+        if not inside:
+            return []
+        query = select(t.c.conversation_id, t.c.lineage).where(
+            or_(*(t.c.lineage.contains(f'"{c}"') for c in inside))
+        )
         with self.db.connect() as conn:
-            rows = conn.execute(select(t.c.conversation_id, t.c.lineage)).all()
+            rows = conn.execute(query).all()
         return sorted(
             row.conversation_id
             for row in rows
             if row.conversation_id not in inside
             and any(s.conversation_id in inside for s in LINEAGE.validate_json(row.lineage))
         )
+
+    def inheriting(self, conversation_id: str, turn_id: str) -> list[str]:
+        """Forks that see ``turn_id`` of ``conversation_id`` (through any depth of forking)."""
+        t = schema.forks
+        query = select(t.c.conversation_id, t.c.lineage).where(
+            t.c.lineage.contains(f'"{conversation_id}"')
+        )
+        with self.db.connect() as conn:
+            rows = conn.execute(query).all()
+        return [
+            row.conversation_id
+            for row in rows
+            if any(
+                s.conversation_id == conversation_id and turn_id <= s.last_turn_id
+                for s in LINEAGE.validate_json(row.lineage)
+            )
+        ]
+
+    def made_at(self, turn_id: str) -> bool:
+        """Whether a fork was made at ``turn_id``."""
+        t = schema.forks
+        with self.db.connect() as conn:
+            found = conn.execute(
+                select(t.c.conversation_id).where(t.c.forked_at_turn_id == turn_id).limit(1)
+            ).first()
+        return found is not None
 
     def delete(self, conversation_ids: Sequence[str], conn: Connection) -> None:
         t = schema.forks

@@ -39,6 +39,8 @@ from core.store.database import Database, PoolLimits
 from core.store.forks import ForkOps
 from core.store.projects import ProjectOps
 from core.store.quotas import AdminKeyOps, QuotaOps
+from core.store.secrets import SecretOps
+from core.store.turn_models import TurnModelOps
 from core.store.workflow_runs import WorkflowRunOps
 from core.workflows import WorkflowDef
 
@@ -579,6 +581,8 @@ class Store:
         self.async_operations = AsyncOperationOps(db)
         self.sessions = SessionOps(db)
         self.forks = ForkOps(db)
+        self.secrets = SecretOps(db)
+        self.turn_models = TurnModelOps(db)
         self.workflow_runs = WorkflowRunOps(db)
         self.projects = ProjectOps(db)
         self.quotas = QuotaOps(db)

@@ -214,3 +214,21 @@ forks = Table(
     Column("created_at", String(40), nullable=False),
     Column("lineage", Text, nullable=False),
 )
+
+# Issue 11: secrets the server generates once and every process shares (the page-cursor key).
+server_secrets = Table(
+    "server_secrets",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", String(128), nullable=False),
+)
+
+# Issue 11: a message's per-turn model override (seed 004), written with the message by the
+# gateway, and the model its turn actually used, recorded when the turn's context is assembled.
+turn_models = Table(
+    "turn_models",
+    metadata,
+    Column("message_id", String(64), primary_key=True),
+    Column("turn_id", String(64), nullable=True, index=True),
+    Column("data", Text, nullable=False),
+)

@@ -15,6 +15,7 @@ from core.ids import new_id
 from core.projects import project_for_conversation, start_conversation_branch
 from serving.gateway.auth import ClientId, Context, Guard
 from serving.gateway.context import GatewayContext
+from serving.gateway.cursors import cursor_key
 from serving.gateway.protocol import ConversationCreate, Deleted, Page
 from serving.gateway.translation import decode_cursor, encode_cursor
 
@@ -35,11 +36,13 @@ def owned_conversation(
 def _page(
     context: GatewayContext, client_id: str, limit: int, after_cursor: str | None, **filters: str
 ) -> ConversationPage:
-    after = decode_cursor(after_cursor) if after_cursor else None
+    key = cursor_key(context)
+    after = decode_cursor(after_cursor, key) if after_cursor else None
     found = context.store.conversations.list(client_id, limit=limit + 1, after=after, **filters)
     items = found[:limit]
     more = len(found) > limit
-    return ConversationPage(items=items, next_cursor=encode_cursor(items[-1]) if more else None)
+    cursor = encode_cursor(items[-1], key) if more else None
+    return ConversationPage(items=items, next_cursor=cursor)
 
 
 @router.post("", status_code=201, response_model=Conversation, summary="Start a conversation")

@@ -13,6 +13,7 @@ from core.domain import Conversation
 from core.forks import fork_conversation
 from serving.gateway.auth import ClientId, Context, Guard
 from serving.gateway.conversations import ConversationPage, Cursor, Limit, owned_conversation
+from serving.gateway.cursors import cursor_key
 from serving.gateway.protocol import WireModel
 from serving.gateway.translation import decode_cursor, encode_cursor
 
@@ -58,8 +59,10 @@ def list_forks(
     after_cursor: Cursor = None,
 ) -> ConversationPage:
     owned_conversation(context, client_id, conversation_id)
-    after = decode_cursor(after_cursor) if after_cursor else None
+    key = cursor_key(context)
+    after = decode_cursor(after_cursor, key) if after_cursor else None
     found = context.store.forks.forks_of(conversation_id, client_id, limit=limit + 1, after=after)
     items = found[:limit]
     more = len(found) > limit
-    return ConversationPage(items=items, next_cursor=encode_cursor(items[-1]) if more else None)
+    cursor = encode_cursor(items[-1], key) if more else None
+    return ConversationPage(items=items, next_cursor=cursor)

@@ -18,6 +18,7 @@ from core.domain import Message, Turn
 from core.errors import InvalidInput
 from core.store import Store
 from core.store.forks import Seen
+from core.turn_model import TurnModel
 from serving.gateway.protocol import WireModel
 from serving.gateway.translation import event_frame
 
@@ -44,6 +45,9 @@ class MessageOut(Message):
 class TurnOut(Turn):
     inherited_from: str | None = Field(
         None, description="For a fork: the conversation this inherited turn ran in"
+    )
+    model: TurnModel | None = Field(
+        None, description="The message's model override and the profile the turn used (if any)"
     )
 
 
@@ -142,9 +146,16 @@ def visible_events(
 
 
 def turn_list(store: Store, conversation_id: str) -> list[TurnOut]:
+    found = store.forks.turns(conversation_id)
+    models = store.turn_models.for_turns([turn.id for turn, _seen in found])
     return [
         TurnOut.model_validate(
-            {**turn.model_dump(), "conversation_id": conversation_id, **_inherited(seen)}
+            {
+                **turn.model_dump(),
+                "conversation_id": conversation_id,
+                "model": models.get(turn.id),
+                **_inherited(seen),
+            }
         )
-        for turn, seen in store.forks.turns(conversation_id)
+        for turn, seen in found
     ]

@@ -9,6 +9,9 @@ from starlette.concurrency import run_in_threadpool
 
 from core.domain import ConversationStatus
 from core.errors import Conflict
+from core.ids import new_id
+from core.model_override import check_override
+from core.turn_model import TurnModel
 from serving.gateway.auth import ClientId, Context, Guard
 from serving.gateway.conversations import owned_conversation
 from serving.gateway.history import (
@@ -40,11 +43,19 @@ async def post_message(
     if conversation.status == ConversationStatus.COMPLETED:
         raise Conflict(f"conversation {conversation_id} is completed")
     await run_in_threadpool(guard.admit_turn, client_id)
+    message_id = None
+    if body.model is not None:  # recorded before the message, so its turn finds it
+        await run_in_threadpool(check_override, context.store, body.model)
+        message_id = new_id("msg")
+        record = TurnModel(message_id=message_id, override=body.model)
+        await run_in_threadpool(context.store.turn_models.save, record)
     accepted = await context.conversations.post_message(
         conversation_id,
         body.content,
         body.user_id or client_id,
+        source=body.source,
         reply_to_message_id=body.reply_to_message_id,
+        message_id=message_id,
     )
     return MessageAccepted(
         turn_id=accepted.turn_id, message_id=accepted.message_id, seq=accepted.seq

@@ -200,6 +200,7 @@ class StreamSession:
             self.conversation.id,
             frame.content,
             frame.user_id or self.client_id,
+            source=frame.source,
             reply_to_message_id=frame.reply_to_message_id,
         )
         ack = {

@@ -48,7 +48,12 @@ def get_turn(conversation_id: str, turn_id: str, context: Context, client_id: Cl
     turn, seen = found
     moves = context.store.moves.list(turn_id)
     return TurnDetail.model_validate(
-        {**turn.model_dump(), "moves": moves, "inherited_from": seen.inherited_from}
+        {
+            **turn.model_dump(),
+            "moves": moves,
+            "inherited_from": seen.inherited_from,
+            "model": context.store.turn_models.for_turns([turn_id]).get(turn_id),
+        }
     )
 
 

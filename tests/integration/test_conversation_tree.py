@@ -1,5 +1,6 @@
-"""Forks (seed 003) over real HTTP and WebSocket on the session's Ray, answered by a scripted model
-whose reply shows the history context assembly gave it (``{{history}}``)."""
+"""The conversation tree over real HTTP and WebSocket on the session's Ray: forks (seed 003), turn
+parents and threads (seed 004). The model is scripted; its reply shows the history context assembly
+gave it (``{{history}}``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from tests.conftest import Cluster, wait_for
 from tests.factories import make_client
-from tests.integration.test_gateway import deploy_gateway, error_of, http_client
+from tests.integration.test_gateway import deploy_gateway, error_of, http_client, unique
 from tests.integration.test_gateway_stream import open_stream, scripted_agent
 
 ECHO = [{"reply": "saw: {{history}}"}]
@@ -174,3 +175,132 @@ def test_fork_refusals_and_isolation(api: httpx.Client, stranger: httpx.Client) 
     spec = api.get("/openapi.json").json()["paths"]["/v1/conversations/{conversation_id}/forks"]
     assert {"201", "400", "404", "409", "422"} <= set(spec["post"]["responses"])
     assert {"200", "404"} <= set(spec["get"]["responses"])
+
+
+def test_parent_turns_and_threads(api: httpx.Client, stranger: httpx.Client) -> None:
+    agent_id = scripted_agent(api, [{"reply": "ok"}])
+    conv = api.post("/v1/conversations", json={"agent_id": agent_id}).json()["id"]
+    first = say(api, conv, "one")
+    t1 = first["turn_id"]
+    t2 = say(api, conv, "two")["turn_id"]
+    t3 = say(api, conv, "three", reply_to_message_id=first["message_id"])["turn_id"]
+    turns = {t["id"]: t for t in api.get(f"/v1/conversations/{conv}/turns").json()["items"]}
+    assert [turns[t]["parent_turn_id"] for t in (t1, t2, t3)] == [None, t1, t1]
+
+    thread = api.get(f"/v1/threads/{t3}").json()
+    assert thread["ancestry"] == [t1, t3] and thread["depth"] == 2
+    assert [m["content"] for m in thread["messages"]] == ["one", "ok", "three", "ok"]
+    assert thread["total_tokens"] == sum(
+        turns[t]["usage"]["prompt_tokens"] + turns[t]["usage"]["completion_tokens"]
+        for t in (t1, t3)
+    )
+    assert thread["total_tokens"] > 0
+    assert thread["has_children"] is False and thread["persona"]["system_prompt"]
+    assert api.get(f"/v1/threads/{t1}").json()["has_children"] is True  # t2 and t3 continue it
+    assert api.get(f"/v1/threads/{t2}").json()["has_children"] is False
+
+    # A fork's turn: its thread crosses into the source; the fork turn now has children.
+    fid = fork(api, conv, t2)["id"]
+    assert api.get(f"/v1/threads/{t2}").json()["has_children"] is True
+    t4 = say(api, fid, "four")["turn_id"]
+    crossing = api.get(f"/v1/threads/{t4}").json()
+    assert crossing["ancestry"] == [t1, t2, t4] and crossing["depth"] == 3
+    assert crossing["ancestry_conversations"] == [conv, conv, fid]
+    assert [m["content"] for m in crossing["messages"] if m["role"] == "user"] == [
+        "one",
+        "two",
+        "four",
+    ]
+
+    assert api.get("/v1/threads/turn_01NOPE").status_code == 404
+    assert stranger.get(f"/v1/threads/{t4}").status_code == 404
+    spec = api.get("/openapi.json").json()["paths"]["/v1/threads/{turn_id}"]["get"]
+    assert {"200", "401", "404"} <= set(spec["responses"])
+
+
+def test_backward_paging_and_cursors(api: httpx.Client) -> None:
+    agent_id = scripted_agent(api, [{"reply": "ok"}])
+    conv = api.post("/v1/conversations", json={"agent_id": agent_id}).json()["id"]
+    for word in ("one", "two", "three"):
+        say(api, conv, word)
+    for kind, limit in (("messages", 2), ("events", 3)):
+        path = f"/v1/conversations/{conv}/{kind}"
+        forward = [e["seq"] for e in api.get(path).json()["items"]]
+        page = api.get(path, params={"tail": "true", "limit": limit}).json()
+        backward = [[e["seq"] for e in page["items"]]]
+        while page["older_before_seq"] is not None:
+            page = api.get(path, params={"before_seq": page["older_before_seq"], "limit": limit})
+            page = page.json()
+            backward.append([e["seq"] for e in page["items"]])
+        assert all(len(p) == limit for p in backward[:-1]) and backward[0] == forward[-limit:]
+        assert [seq for p in reversed(backward) for seq in p] == forward
+        for params in ({"after_seq": 0, "before_seq": 5}, {"after_seq": 1, "tail": "true"}):
+            mixed = api.get(path, params=params)
+            assert mixed.status_code == 400 and "pick one" in error_of(mixed)["message"]
+        both = api.get(path, params={"before_seq": 5, "tail": "true"})
+        assert both.status_code == 400
+
+    for _ in range(2):
+        assert api.post("/v1/conversations", json={}).status_code == 201
+    first = api.get("/v1/conversations", params={"limit": 1}).json()
+    assert first["next_cursor"] is not None
+    follow = api.get("/v1/conversations", params={"limit": 1, "after_cursor": first["next_cursor"]})
+    assert follow.status_code == 200 and follow.json()["items"] != first["items"]
+    body = first["next_cursor"].split(".")[0]
+    for forged in (body, f"{body}.AAAAAAAAAAAAAAAAAAAAAA"):
+        refused = api.get("/v1/conversations", params={"after_cursor": forged})
+        assert refused.status_code == 400 and "after_cursor" in error_of(refused)["message"]
+    spec = api.get("/openapi.json").json()["paths"]["/v1/conversations/{conversation_id}/messages"]
+    assert {"before_seq", "tail", "after_seq"} <= {p["name"] for p in spec["get"]["parameters"]}
+
+
+def test_message_source_and_model_override(gateway_url: str, api: httpx.Client, key: str) -> None:
+    agent_id = scripted_agent(api, [{"reply": "from the persona's model"}])
+    other = unique("scripted")
+    profile = {"provider": "scripted", "model": "other", "script": [{"reply": "from the other"}]}
+    assert api.put(f"/v1/model-profiles/{other}", json=profile).status_code == 200
+    conv = api.post("/v1/conversations", json={"agent_id": agent_id}).json()["id"]
+
+    override = {"model_profile_id": other, "temperature": 0.5, "max_tokens": 7}
+    first = say(api, conv, "hi", source="cron", model=override)
+    plain = say(api, conv, "again")
+    found = messages(api, conv)
+    assert [(m["role"], m["source"], m["content"]) for m in found] == [
+        ("user", "cron", "hi"),
+        ("agent", "agent", "from the other"),
+        ("user", "human", "again"),
+        ("agent", "agent", "from the persona's model"),
+    ]
+    turn = api.get(f"/v1/conversations/{conv}/turns/{first['turn_id']}").json()
+    assert turn["source"] == "cron"
+    assert turn["model"]["override"] == override
+    used = turn["model"]["used"]
+    assert (used["model_profile_id"], used["model"], used["temperature"], used["max_tokens"]) == (
+        other,
+        "other",
+        0.5,
+        7,
+    )
+    listed = {t["id"]: t for t in api.get(f"/v1/conversations/{conv}/turns").json()["items"]}
+    assert listed[first["turn_id"]]["model"]["used"]["model_profile_id"] == other
+    assert listed[plain["turn_id"]]["model"] is None
+
+    with open_stream(gateway_url, conv, key) as ws:
+        ws.send(json.dumps({"type": "message", "content": "hook", "source": "webhook"}))
+        frames = [json.loads(ws.recv(timeout=30))]
+        while frames[-1]["type"] != "ack":
+            frames.append(json.loads(ws.recv(timeout=30)))
+        turn_id = frames[-1]["turn_id"]
+        while not (frames[-1]["type"] == "turn.completed" and frames[-1]["turn_id"] == turn_id):
+            frames.append(json.loads(ws.recv(timeout=30)))
+    assert messages(api, conv, tail="true", limit=2)[0]["source"] == "webhook"
+
+    for body, status, fragment in (
+        ({"content": "x", "source": "agent"}, 422, "body.source"),
+        ({"content": "x", "model": {"model_profile_id": "no-such-profile"}}, 400, "not found"),
+        ({"content": "x", "model": {"temperature": 5}}, 422, "body.model.temperature"),
+        ({"content": "x", "model": {"top_k": 5}}, 422, "body.model.top_k"),
+    ):
+        refused = api.post(f"/v1/conversations/{conv}/messages", json=body)
+        assert refused.status_code == status, refused.text
+        assert fragment in error_of(refused)["message"]
