@@ -141,6 +141,13 @@ class Intake:
             active = store.turns.list(conversation_id, status=TurnStatus.ACTIVE, conn=conn)
             if any(t.id != turn.id for t in active):
                 raise ConversationBusy(conversation_id)
+            # Another turn stored since the parent was read (it already ended): the message must
+            # continue from that one (a session's queued messages never fork off each other).
+            if reply_to_message_id is None:
+                others = store.turns.list(conversation_id, last=2, conn=conn)
+                previous = [t.id for t in others if t.id != turn.id]
+                if previous and previous[-1] != turn.parent_turn_id:
+                    raise ConversationBusy(conversation_id)
 
         log = ConversationLog(store, conversation_id, lambda _event: None)
         try:

@@ -37,9 +37,12 @@ from core.store import schema
 from core.store.audit import AuditOps
 from core.store.database import Database, PoolLimits
 from core.store.forks import ForkOps
+from core.store.hooks import HookOps
 from core.store.projects import ProjectOps
 from core.store.quotas import AdminKeyOps, QuotaOps
 from core.store.secrets import SecretOps
+from core.store.session_labels import SessionLabelOps
+from core.store.triggers import TriggerOps
 from core.store.turn_models import TurnModelOps
 from core.store.workflow_runs import WorkflowRunOps
 from core.workflows import WorkflowDef
@@ -582,6 +585,9 @@ class Store:
         self.sessions = SessionOps(db)
         self.forks = ForkOps(db)
         self.secrets = SecretOps(db)
+        self.session_labels = SessionLabelOps(db)
+        self.hooks = HookOps(db)
+        self.triggers = TriggerOps(db)
         self.turn_models = TurnModelOps(db)
         self.workflow_runs = WorkflowRunOps(db)
         self.projects = ProjectOps(db)
@@ -633,6 +639,7 @@ class Store:
                 schema.context_entries,
                 schema.async_operations,
                 schema.forks,
+                schema.sessions,
             ):
                 c.execute(delete(table).where(table.c.conversation_id.in_(doomed)))
             c.execute(delete(schema.conversations).where(schema.conversations.c.id.in_(doomed)))

@@ -232,3 +232,30 @@ turn_models = Table(
     Column("turn_id", String(64), nullable=True, index=True),
     Column("data", Text, nullable=False),
 )
+
+# Issue 11: webhooks — a signing secret per hook and the routing rule its messages follow.
+hooks = Table(
+    "hooks",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("client_id", String(64), nullable=False, index=True),
+    Column("data", Text, nullable=False),
+)
+
+# Issue 11: cron triggers, and one row per (trigger, due time) fired: the scheduler claims a due
+# time by inserting it, so a due time fires at most once, across scheduler restarts too.
+cron_triggers = Table(
+    "cron_triggers",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("client_id", String(64), nullable=False, index=True),
+    Column("next_due", String(40), nullable=False, index=True),
+    Column("data", Text, nullable=False),
+)
+
+trigger_fires = Table(
+    "trigger_fires",
+    metadata,
+    Column("trigger_id", String(64), primary_key=True),
+    Column("due_at", String(40), primary_key=True),
+)

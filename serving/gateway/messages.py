@@ -13,6 +13,7 @@ from core.ids import new_id
 from core.model_override import check_override
 from core.turn_model import TurnModel
 from serving.gateway.auth import ClientId, Context, Guard
+from serving.gateway.context import GatewayContext
 from serving.gateway.conversations import owned_conversation
 from serving.gateway.history import (
     AfterSeq,
@@ -43,6 +44,13 @@ async def post_message(
     if conversation.status == ConversationStatus.COMPLETED:
         raise Conflict(f"conversation {conversation_id} is completed")
     await run_in_threadpool(guard.admit_turn, client_id)
+    return await accept_message(context, client_id, conversation_id, body)
+
+
+async def accept_message(
+    context: GatewayContext, client_id: str, conversation_id: str, body: MessageCreate
+) -> MessageAccepted:
+    """Post an admitted message to the conversation (its model override recorded first)."""
     message_id = None
     if body.model is not None:  # recorded before the message, so its turn finds it
         await run_in_threadpool(check_override, context.store, body.model)

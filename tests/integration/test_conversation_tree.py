@@ -4,8 +4,13 @@ gave it (``{{history}}``)."""
 
 from __future__ import annotations
 
+import hmac
 import json
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+from hashlib import sha256
 from typing import Any
 
 import httpx
@@ -304,3 +309,211 @@ def test_message_source_and_model_override(gateway_url: str, api: httpx.Client, 
         refused = api.post(f"/v1/conversations/{conv}/messages", json=body)
         assert refused.status_code == status, refused.text
         assert fragment in error_of(refused)["message"]
+
+
+def test_sessions_and_routing(api: httpx.Client, stranger: httpx.Client) -> None:
+    profile_id, persona_id = unique("scripted"), unique("persona")
+    profile = {"provider": "scripted", "model": "s", "script": [{"reply": "ok"}]}
+    assert api.put(f"/v1/model-profiles/{profile_id}", json=profile).status_code == 200
+    persona = {"system_prompt": "You are a test agent.", "model_profile_id": profile_id}
+    assert api.put(f"/v1/personas/{persona_id}", json=persona).status_code == 200
+    main = f"{persona_id}:main"
+
+    def send(to: dict[str, str], content: str = "hi") -> dict[str, Any]:
+        sent = api.post("/v1/messages", json={"content": content, "to": to})
+        assert sent.status_code == 202, sent.text
+        return dict(sent.json())
+
+    first = send({"persona": persona_id})
+    assert first["session"] == main and first["forked"] is False
+    conv = first["conversation_id"]
+    assert send({"persona": persona_id})["conversation_id"] == conv  # made once, then reused
+
+    # Messages queued for one session all land on its head, in order, never forking.
+    with ThreadPoolExecutor(4) as pool:
+        acks = list(pool.map(lambda n: send({"session": main}, f"queued {n}"), range(4)))
+    assert {a["conversation_id"] for a in acks} == {conv}
+    wait_for(
+        lambda: all(
+            t["status"] != "active"
+            for t in api.get(f"/v1/conversations/{conv}/turns").json()["items"]
+        ),
+        timeout=60,
+    )
+    turns = api.get(f"/v1/conversations/{conv}/turns").json()["items"]
+    assert [t["parent_turn_id"] for t in turns] == [None] + [t["id"] for t in turns[:-1]]
+    session = api.get(f"/v1/sessions/{main}").json()
+    assert session["conversation_id"] == conv and session["head_turn_id"] == turns[-1]["id"]
+
+    # To a thread: its conversation's tip appends; an earlier turn forks.
+    tip = send({"thread": turns[-1]["id"]})
+    assert (tip["conversation_id"], tip["forked"]) == (conv, False)
+    wait_for(lambda: api.get(f"/v1/sessions/{main}").json()["head_turn_id"] == tip["turn_id"])
+    branched = send({"thread": turns[1]["id"]})
+    assert branched["forked"] is True and branched["conversation_id"] != conv
+    fork_row = api.get(f"/v1/conversations/{branched['conversation_id']}").json()
+    assert fork_row["forked_at_turn_id"] == turns[1]["id"]
+    turn = api.get(f"/v1/conversations/{branched['conversation_id']}/turns/{branched['turn_id']}")
+    assert turn.json()["parent_turn_id"] == turns[1]["id"]
+
+    # Labels: create for a conversation or with an agent, list, delete (the conversation stays).
+    made = api.put("/v1/sessions/notes", json={"conversation_id": conv})
+    assert made.status_code == 201 and made.json()["conversation_id"] == conv
+    assert api.put("/v1/sessions/notes", json={"conversation_id": conv}).status_code == 409
+    agent_id = api.get("/v1/agents").json()["items"][0]["id"]
+    fresh = api.put("/v1/sessions/work", json={"agent_id": agent_id})
+    assert fresh.status_code == 201 and fresh.json()["head_turn_id"] is None
+    assert api.put("/v1/sessions/x", json={}).status_code == 400
+    labels = [s["label"] for s in api.get("/v1/sessions").json()["items"]]
+    assert labels == sorted([main, "notes", "work"])
+    page = api.get("/v1/sessions", params={"limit": 1}).json()
+    assert [s["label"] for s in page["items"]] == [labels[0]] and page["next_after"] == labels[0]
+    assert api.delete("/v1/sessions/notes").json() == {"deleted": ["notes"]}
+    assert api.get("/v1/sessions/notes").status_code == 404
+    assert api.get(f"/v1/conversations/{conv}").status_code == 200
+
+    for to, status in (
+        ({}, 422),
+        ({"thread": "t", "session": "s"}, 422),
+        ({"persona": "nope"}, 400),
+    ):
+        refused = api.post("/v1/messages", json={"content": "x", "to": to})
+        assert refused.status_code == status, refused.text
+
+    # Another client: 404 for this client's sessions and threads; its own persona session.
+    assert stranger.get(f"/v1/sessions/{main}").status_code == 404
+    assert stranger.delete(f"/v1/sessions/{main}").status_code == 404
+    for to in ({"session": main}, {"thread": turns[0]["id"]}):
+        assert stranger.post("/v1/messages", json={"content": "x", "to": to}).status_code == 404
+    theirs = stranger.post("/v1/messages", json={"content": "x", "to": {"persona": persona_id}})
+    assert theirs.status_code == 202 and theirs.json()["conversation_id"] != conv
+
+    paths = api.get("/openapi.json").json()["paths"]
+    assert {"201", "400", "409", "422"} <= set(paths["/v1/sessions/{label}"]["put"]["responses"])
+    assert {"202", "400", "404", "422"} <= set(paths["/v1/messages"]["post"]["responses"])
+
+
+def scripted_persona(api: httpx.Client) -> str:
+    profile_id, persona_id = unique("scripted"), unique("persona")
+    profile = {"provider": "scripted", "model": "s", "script": [{"reply": "ok"}]}
+    assert api.put(f"/v1/model-profiles/{profile_id}", json=profile).status_code == 200
+    persona = {"system_prompt": "You are a test agent.", "model_profile_id": profile_id}
+    assert api.put(f"/v1/personas/{persona_id}", json=persona).status_code == 200
+    return persona_id
+
+
+def test_webhooks_are_signed_and_routed(
+    gateway_url: str, api: httpx.Client, stranger: httpx.Client
+) -> None:
+    persona_id = scripted_persona(api)
+    made = api.post("/v1/hooks", json={"route": {"persona": persona_id}, "title": "ci"})
+    assert made.status_code == 201, made.text
+    hook = made.json()
+    secret, hook_id = hook["secret"], hook["id"]
+    assert hook["route"] == {"kind": "persona", "target": persona_id}
+    assert "secret" not in api.get(f"/v1/hooks/{hook_id}").json()
+    assert [h["id"] for h in api.get("/v1/hooks").json()["items"]] == [hook_id]
+
+    def deliver(body: bytes, at: float | None = None, key: str = secret, **headers: str) -> Any:
+        stamp = str(int(time.time() if at is None else at))
+        signed = "sha256=" + hmac.new(key.encode(), f"{stamp}.".encode() + body, sha256).hexdigest()
+        sent = {"X-Wonder-Timestamp": stamp, "X-Wonder-Signature": signed, **headers}
+        with httpx.Client(base_url=gateway_url, trust_env=False, timeout=30) as anonymous:
+            return anonymous.post(f"/v1/hooks/{hook_id}", content=body, headers=sent)
+
+    accepted = deliver(b'{"content": "build 42 failed"}')
+    assert accepted.status_code == 202, accepted.text
+    routed = accepted.json()
+    assert routed["session"] == f"{persona_id}:main" and routed["forked"] is False
+    stored = messages(api, routed["conversation_id"])
+    assert (stored[0]["content"], stored[0]["source"], stored[0]["author"]) == (
+        "build 42 failed",
+        "webhook",
+        f"hook:{hook_id}",
+    )
+    assert deliver(b"plain text").status_code == 202  # a non-JSON body is the message itself
+
+    for response, fragment in (
+        (deliver(b"x", key="0" * 64), "does not match"),
+        (deliver(b"x", at=time.time() - 3600), "replay window"),
+        (deliver(b"x", at=time.time() + 3600), "replay window"),
+        (deliver(b"x", **{"X-Wonder-Signature": "sha256=00"}), "does not match"),
+    ):
+        assert response.status_code == 401 and fragment in error_of(response)["message"]
+    with httpx.Client(base_url=gateway_url, trust_env=False) as anonymous:
+        unsigned = anonymous.post(f"/v1/hooks/{hook_id}", content=b"x")
+        assert unsigned.status_code == 401
+        assert anonymous.post("/v1/hooks/hook_01NOPE", content=b"x").status_code == 404
+
+    assert stranger.get(f"/v1/hooks/{hook_id}").status_code == 404
+    assert stranger.delete(f"/v1/hooks/{hook_id}").status_code == 404
+    assert stranger.get("/v1/hooks").json()["items"] == []
+    assert api.delete(f"/v1/hooks/{hook_id}").json() == {"deleted": [hook_id]}
+    assert deliver(b"x").status_code == 404
+    paths = api.get("/openapi.json").json()["paths"]
+    assert {"202", "401", "404"} <= set(paths["/v1/hooks/{hook_id}"]["post"]["responses"])
+
+
+def test_cron_trigger_fires_once_per_due_time_across_scheduler_restarts(
+    api: httpx.Client, stranger: httpx.Client, ray_cluster: Cluster
+) -> None:
+    import ray
+
+    from cluster.naming import NAMESPACE, SCHEDULER_NAME
+    from core.ids import utc_now
+
+    persona_id = scripted_persona(api)
+    body = {
+        "schedule": "0 3 * * *",
+        "template": "tick {{due_at}}",
+        "route": {"persona": persona_id},
+    }
+    made = api.post("/v1/triggers", json=body)
+    assert made.status_code == 201, made.text
+    trigger_id = made.json()["id"]
+    assert made.json()["next_due"] > utc_now().isoformat()
+    store = ray_cluster.store
+    stored = store.triggers.get(trigger_id)
+
+    def make_due(seconds_ago: int) -> str:
+        """Its time has come (as if the clock had reached it): due ``seconds_ago``."""
+        due = utc_now().replace(microsecond=0) - timedelta(seconds=seconds_ago)
+        store.triggers.save(stored.model_copy(update={"next_due": due}))
+        return due.isoformat()
+
+    def sent() -> list[tuple[str, str]]:
+        session = api.get(f"/v1/sessions/{persona_id}:main").json()
+        if "conversation_id" not in session:
+            return []
+        found = messages(api, session["conversation_id"])
+        return [(m["content"], m["source"]) for m in found if m["role"] == "user"]
+
+    first = make_due(1)
+    wait_for(lambda: store.triggers.fired(trigger_id) == [first], timeout=30)
+    wait_for(lambda: sent() == [(f"tick {first}", "cron")], timeout=30)  # posted after the claim
+
+    # Kill the scheduler; Ray restarts it. Even if the trigger is found due at the time already
+    # fired (as if the move to its next time had been lost), the restarted one does not fire it
+    # again; it moves on, and fires the next due time once.
+    ray.kill(ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE), no_restart=False)
+    make_due_again = stored.model_copy(update={"next_due": datetime.fromisoformat(first)})
+    store.triggers.save(make_due_again)
+    wait_for(lambda: store.triggers.get(trigger_id).next_due.isoformat() != first, timeout=60)
+    assert store.triggers.fired(trigger_id) == [first]
+    second = make_due(2)
+    wait_for(lambda: store.triggers.fired(trigger_id) == [first, second], timeout=60)
+
+    expected = [(f"tick {first}", "cron"), (f"tick {second}", "cron")]
+    try:
+        wait_for(lambda: sent() == expected, timeout=30)
+    except AssertionError:
+        scheduler = ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE)
+        raise AssertionError(ray.get(scheduler.status.remote())) from None
+    assert api.get(f"/v1/triggers/{trigger_id}").json()["fired"] == [first, second]
+
+    bad = api.post("/v1/triggers", json={**body, "schedule": "61 * * * *"})
+    assert bad.status_code == 400 and "minute" in error_of(bad)["message"]
+    assert stranger.get(f"/v1/triggers/{trigger_id}").status_code == 404
+    assert stranger.delete(f"/v1/triggers/{trigger_id}").status_code == 404
+    assert api.delete(f"/v1/triggers/{trigger_id}").json() == {"deleted": [trigger_id]}
+    assert api.get(f"/v1/triggers/{trigger_id}").status_code == 404
