@@ -13,6 +13,7 @@ from ray.serve import Application
 
 from cluster import placement, wiring
 from cluster.models import ProcessMemory, ServedEmbedders
+from cluster.scheduler import scheduler_handle
 from core.settings import settings_from_env, wonder_env
 from core.store import store_for_settings
 from serving.gateway.app import create_api
@@ -36,6 +37,7 @@ class Gateway:
             settings_env=settings_env,
             workspaces=wiring.workspaces(settings_env),
         )
+        scheduler_handle(settings_env)  # cron triggers fire while a gateway is up (idempotent)
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         return create_api(self._context)

@@ -18,6 +18,7 @@ NAMESPACE = "wonder"
 DIRECTORY_NAME = "conversation-directory"
 RUNNER_NAME = "async-operations"
 RESERVE_NAME = "workflow-reserve"
+SCHEDULER_NAME = "cron-scheduler"
 
 
 def conversation_actor_name(conversation_id: str) -> str:

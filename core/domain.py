@@ -359,6 +359,9 @@ class Message(Model):
     author: str
     content: str
     seq: int = 0
+    source: MessageSource | None = Field(
+        None, description="Who or what initiated it (seed 004): an agent's own words are 'agent'"
+    )
     created_at: datetime
 
 

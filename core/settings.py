@@ -12,7 +12,7 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -58,6 +58,15 @@ class Settings(BaseSettings):
 
     gateway_host: str = "127.0.0.1"
     gateway_port: int = 8000
+    scheduler_tick_s: float = Field(
+        5.0, gt=0, le=60, description="How often the cron scheduler looks for due triggers"
+    )
+    hook_replay_window_s: float = Field(
+        300.0, gt=0, description="How old (or early) a signed webhook delivery may be"
+    )
+    cursor_secret: SecretStr | None = Field(
+        None, description="Signs page cursors; default: a secret the store makes once (shared)"
+    )
     dashboard_port: int = 8265
 
     conversation_idle_ttl_s: float = Field(600.0, gt=0)

@@ -156,6 +156,7 @@ def ray_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         **_session_database_env(request),
         "WONDER_DATA_DIR": str(data_dir),
         "WONDER_CONVERSATION_IDLE_TTL_S": "600",
+        "WONDER_SCHEDULER_TICK_S": "1",
         "WONDER_MAX_RESIDENT_CONVERSATIONS": "64",
         "WONDER_HTTP_ALLOWED_HOSTS": '["127.0.0.1"]',
         "WONDER_ALLOW_TEST_DOUBLES": "true",

@@ -33,6 +33,7 @@ from actors.conversation.planning import plan
 from actors.conversation.records import BatchWriter
 from core.domain import Event, MessageSource, TurnStatus, UserCaller
 from core.errors import Conflict, ErrorCode, InvalidInput, NonRetryableError, NotFound
+from core.forks import latest_turn_id
 from core.ids import new_id, utc_now
 from core.ports import MessageAck
 from core.store import Store
@@ -71,17 +72,17 @@ def existing_ack(store: Store, conversation_id: str, message_id: str) -> Message
 
 
 def parent_turn(store: Store, conversation_id: str, reply_to_message_id: str | None) -> str | None:
-    """The turn a new one follows: the replied-to message's, else the conversation's latest."""
+    """The turn a new one follows: the replied-to message's (inherited ones of a fork too), else
+    the conversation's latest (a fresh fork's: the turn it forks at)."""
     if reply_to_message_id is not None:
         try:
             replied = store.messages.get(reply_to_message_id)
         except NotFound:
             replied = None
-        if replied is None or replied.conversation_id != conversation_id:
+        if replied is None or store.forks.turn(conversation_id, replied.turn_id) is None:
             raise NotFound(f"message {reply_to_message_id} not found in this conversation")
         return replied.turn_id
-    latest = store.turns.list(conversation_id, last=1)
-    return latest[-1].id if latest else None
+    return latest_turn_id(store, conversation_id)
 
 
 class ConversationBusy(Exception):
@@ -140,6 +141,13 @@ class Intake:
             active = store.turns.list(conversation_id, status=TurnStatus.ACTIVE, conn=conn)
             if any(t.id != turn.id for t in active):
                 raise ConversationBusy(conversation_id)
+            # Another turn stored since the parent was read (it already ended): the message must
+            # continue from that one (a session's queued messages never fork off each other).
+            if reply_to_message_id is None:
+                others = store.turns.list(conversation_id, last=2, conn=conn)
+                previous = [t.id for t in others if t.id != turn.id]
+                if previous and previous[-1] != turn.parent_turn_id:
+                    raise ConversationBusy(conversation_id)
 
         log = ConversationLog(store, conversation_id, lambda _event: None)
         try:

@@ -168,6 +168,7 @@ def create_child_conversation(
         role=MessageRole.USER,
         author=caller.agent_id,
         content=content,
+        source="agent",
         seq=3,
         created_at=at,
     )

@@ -270,6 +270,7 @@ def _new_turn(
         role=MessageRole.USER,
         author=event.author,
         content=event.content,
+        source=event.source,
         created_at=event.at,
     )
     return turn, message

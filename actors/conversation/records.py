@@ -324,6 +324,7 @@ class BatchWriter:
                 role=MessageRole.AGENT,
                 author=decision.agent_id,
                 content=decision.content,
+                source="agent",
                 seq=events[-1].seq,
                 created_at=decision.at,
             )

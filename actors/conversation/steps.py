@@ -45,6 +45,7 @@ from actors.conversation.tool_dispatch import ToolDispatcher
 from core.context_contract import CONTEXT_CONTRACT, parse_hook_answer
 from core.domain import AsyncOperation, Message, ToolError, ToolResult, Turn, Usage
 from core.errors import NotFound, WonderError
+from core.forks import messages_of_turns, recent_turn_ids_visible
 from core.ids import new_id, utc_now
 from core.jsontypes import JsonObject
 from core.llm.protocol import (
@@ -54,6 +55,7 @@ from core.llm.protocol import (
     TextDelta,
     ToolCallRequested,
 )
+from core.model_override import turn_profile
 from core.retry import CONTEXT_ASSEMBLY, LLM_CALL, MEMORY_EXTRACTION, with_retries
 
 Publish = Callable[[JsonObject], None]
@@ -102,6 +104,8 @@ class TurnSteps:
         persona's hook assembles from it (``core.context_contract``). Raises ``WonderError`` if
         the agent's setup cannot be loaded."""
         setup = self.load_setup(agent_id)
+        # A message may override its turn's model (seed 004): applied and recorded here.
+        setup = replace(setup, profile=turn_profile(self.store, turn_id, setup.profile))
         turn = self.store.turns.get(turn_id)
         history = self._recent_history(turn_id, setup.persona.recent_turns_limit)
         pending = self.store.async_operations.list(self.conversation_id, statuses=WAITING)
@@ -155,9 +159,10 @@ class TurnSteps:
         return ContextAssembled(turn_id, setup, base)
 
     def _recent_history(self, turn_id: str, limit: int) -> list[Message]:
-        turn_ids = [t.id for t in self.store.turns.list(self.conversation_id, last=limit + 1)]
+        # A fork's inherited turns count as its own (core.forks).
+        turn_ids = recent_turn_ids_visible(self.store, self.conversation_id, last=limit + 1)
         wanted = recent_turn_ids(turn_ids, turn_id, limit)
-        return self.store.messages.list(self.conversation_id, turn_ids=wanted)
+        return messages_of_turns(self.store, self.conversation_id, wanted)
 
     def _hook_input(
         self,

@@ -36,11 +36,17 @@ from core.errors import NotFound
 from core.store import schema
 from core.store.audit import AuditOps
 from core.store.database import Database, PoolLimits
+from core.store.forks import ForkOps
+from core.store.hooks import HookOps
 from core.store.keys import KeyOps
 from core.store.library import LibraryOps
 from core.store.members import MemberOps
 from core.store.projects import ProjectOps
 from core.store.quotas import AdminKeyOps, QuotaOps
+from core.store.secrets import SecretOps
+from core.store.session_labels import SessionLabelOps
+from core.store.triggers import TriggerOps
+from core.store.turn_models import TurnModelOps
 from core.store.workflow_runs import WorkflowRunOps
 from core.workflows import WorkflowDef
 
@@ -508,6 +514,12 @@ class Store:
         self.context = ContextOps(db)
         self.async_operations = AsyncOperationOps(db)
         self.sessions = SessionOps(db)
+        self.forks = ForkOps(db)
+        self.secrets = SecretOps(db)
+        self.session_labels = SessionLabelOps(db)
+        self.hooks = HookOps(db)
+        self.triggers = TriggerOps(db)
+        self.turn_models = TurnModelOps(db)
         self.workflow_runs = WorkflowRunOps(db)
         self.projects = ProjectOps(db)
         self.quotas = QuotaOps(db)
@@ -560,6 +572,8 @@ class Store:
                 schema.context_entries,
                 schema.async_operations,
                 schema.conversation_members,
+                schema.forks,
+                schema.sessions,
             ):
                 c.execute(delete(table).where(table.c.conversation_id.in_(doomed)))
             c.execute(delete(schema.conversations).where(schema.conversations.c.id.in_(doomed)))

@@ -232,3 +232,61 @@ conversation_members = Table(
     Column("granted_by", String(200), nullable=True),
     Index("ix_conversation_members_user", "user_id", "conversation_id"),
 )
+
+# Issue 11: forks (seed 003). One row per fork: its source, the turn it forks at, and its lineage —
+# the (conversation, last turn, last seq) segments whose entries it inherits, root first.
+forks = Table(
+    "forks",
+    metadata,
+    Column("conversation_id", String(64), primary_key=True),
+    Column("client_id", String(64), nullable=False),
+    Column("source_conversation_id", String(64), nullable=False, index=True),
+    Column("forked_at_turn_id", String(64), nullable=False),
+    Column("created_at", String(40), nullable=False),
+    Column("lineage", Text, nullable=False),
+)
+
+# Issue 11: secrets the server generates once and every process shares (the page-cursor key).
+server_secrets = Table(
+    "server_secrets",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", String(128), nullable=False),
+)
+
+# Issue 11: a message's per-turn model override (seed 004), written with the message by the
+# gateway, and the model its turn actually used, recorded when the turn's context is assembled.
+turn_models = Table(
+    "turn_models",
+    metadata,
+    Column("message_id", String(64), primary_key=True),
+    Column("turn_id", String(64), nullable=True, index=True),
+    Column("data", Text, nullable=False),
+)
+
+# Issue 11: webhooks — a signing secret per hook and the routing rule its messages follow.
+hooks = Table(
+    "hooks",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("client_id", String(64), nullable=False, index=True),
+    Column("data", Text, nullable=False),
+)
+
+# Issue 11: cron triggers, and one row per (trigger, due time) fired: the scheduler claims a due
+# time by inserting it, so a due time fires at most once, across scheduler restarts too.
+cron_triggers = Table(
+    "cron_triggers",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("client_id", String(64), nullable=False, index=True),
+    Column("next_due", String(40), nullable=False, index=True),
+    Column("data", Text, nullable=False),
+)
+
+trigger_fires = Table(
+    "trigger_fires",
+    metadata,
+    Column("trigger_id", String(64), primary_key=True),
+    Column("due_at", String(40), primary_key=True),
+)

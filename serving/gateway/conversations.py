@@ -10,11 +10,12 @@ from starlette.concurrency import run_in_threadpool
 
 from core.conversations import create_conversation
 from core.domain import Conversation
-from core.errors import InvalidInput, NotFound
+from core.errors import Conflict, InvalidInput, NotFound
 from core.ids import new_id
 from core.projects import project_for_conversation, start_conversation_branch
 from serving.gateway.auth import ClientId, Context, Guard
 from serving.gateway.context import GatewayContext
+from serving.gateway.cursors import cursor_key
 from serving.gateway.members import User, start_owner
 from serving.gateway.protocol import ConversationCreate, Deleted, Page
 from serving.gateway.translation import decode_cursor, encode_cursor
@@ -41,13 +42,15 @@ def _page(
     member: str | None = None,
     **filters: str,
 ) -> ConversationPage:
-    after = decode_cursor(after_cursor) if after_cursor else None
+    key = cursor_key(context)
+    after = decode_cursor(after_cursor, key) if after_cursor else None
     found = context.store.conversations.list(
         client_id, limit=limit + 1, after=after, member=member, **filters
     )
     items = found[:limit]
     more = len(found) > limit
-    return ConversationPage(items=items, next_cursor=encode_cursor(items[-1]) if more else None)
+    cursor = encode_cursor(items[-1], key) if more else None
+    return ConversationPage(items=items, next_cursor=cursor)
 
 
 @router.post("", status_code=201, response_model=Conversation, summary="Start a conversation")
@@ -136,12 +139,16 @@ async def complete(conversation_id: str, context: Context, client_id: ClientId) 
 @router.delete(
     "/{conversation_id}",
     response_model=Deleted,
-    summary="Delete a conversation and every child conversation it started",
+    summary="Delete a conversation and every child conversation it started (409 while a fork "
+    "inherits from any of them)",
 )
 async def delete(conversation_id: str, context: Context, client_id: ClientId) -> Deleted:
     await run_in_threadpool(owned_conversation, context, client_id, conversation_id)
     # Live actors stop first (their turns are cancelled), so nothing writes rows for a deleted one.
     tree = await run_in_threadpool(context.store.conversation_tree, conversation_id)
+    forks = await run_in_threadpool(context.store.forks.dependents, tree)
+    if forks:  # a fork reads its inherited history from its source's rows (core.forks)
+        raise Conflict(f"conversation {conversation_id} has forks; delete them first: {forks}")
     await context.conversations.stop_conversations(tree)
     deleted = await run_in_threadpool(context.store.delete_conversation_tree, conversation_id)
     return Deleted(deleted=deleted)

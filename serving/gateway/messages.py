@@ -7,16 +7,29 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 
-from core.domain import ConversationStatus, Message
+from core.domain import ConversationStatus
 from core.errors import Conflict, InvalidInput
+from core.ids import new_id
+from core.model_override import check_override
+from core.turn_model import TurnModel
 from serving.gateway.auth import ClientId, Context, Guard
+from serving.gateway.context import GatewayContext
 from serving.gateway.conversations import owned_conversation
+from serving.gateway.history import (
+    AfterSeq,
+    BeforeSeq,
+    MessageOut,
+    SeqPage,
+    Tail,
+    message_page,
+    seq_window,
+)
 from serving.gateway.members import USER_HEADER, User
-from serving.gateway.protocol import Items, MessageAccepted, MessageCreate
+from serving.gateway.protocol import MessageAccepted, MessageCreate
 
 router = APIRouter(prefix="/v1/conversations/{conversation_id}/messages", tags=["messages"])
 
-MessageList = Items[Message]
+MessagePage = SeqPage[MessageOut]
 
 
 @router.post(
@@ -39,25 +52,51 @@ async def post_message(
     if conversation.status == ConversationStatus.COMPLETED:
         raise Conflict(f"conversation {conversation_id} is completed")
     await run_in_threadpool(guard.admit_turn, client_id)
+    return await accept_message(context, client_id, conversation_id, body, user)
+
+
+async def accept_message(
+    context: GatewayContext,
+    client_id: str,
+    conversation_id: str,
+    body: MessageCreate,
+    user: str | None = None,
+) -> MessageAccepted:
+    """Post an admitted message to the conversation (its model override recorded first)."""
+    message_id = None
+    if body.model is not None:  # recorded before the message, so its turn finds it
+        await run_in_threadpool(check_override, context.store, body.model)
+        message_id = new_id("msg")
+        record = TurnModel(message_id=message_id, override=body.model)
+        await run_in_threadpool(context.store.turn_models.save, record)
     accepted = await context.conversations.post_message(
         conversation_id,
         body.content,
         body.user_id or user or client_id,
+        source=body.source,
         reply_to_message_id=body.reply_to_message_id,
+        message_id=message_id,
     )
     return MessageAccepted(
         turn_id=accepted.turn_id, message_id=accepted.message_id, seq=accepted.seq
     )
 
 
-@router.get("", response_model=MessageList, summary="List messages in conversation order")
+@router.get(
+    "",
+    response_model=MessagePage,
+    summary="List messages in conversation order, forward (after_seq) or backward (before_seq, "
+    "tail); a fork's inherited messages included",
+)
 def list_messages(
     conversation_id: str,
     context: Context,
     client_id: ClientId,
-    after_seq: Annotated[int, Query(ge=0)] = 0,
+    after_seq: AfterSeq = None,
+    before_seq: BeforeSeq = None,
+    tail: Tail = False,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-) -> MessageList:
+) -> MessagePage:
+    window = seq_window(after_seq, before_seq, tail, limit)
     owned_conversation(context, client_id, conversation_id)
-    found = context.store.messages.list(conversation_id, after_seq=after_seq, limit=limit)
-    return MessageList(items=found)
+    return message_page(context.store, conversation_id, window)

@@ -21,6 +21,7 @@ from core.domain import (
     Tool,
     Turn,
 )
+from core.turn_model import ModelOverride, TurnModel
 from core.workflows import WorkflowDef
 
 T = TypeVar("T")
@@ -143,8 +144,18 @@ class Deleted(WireModel):
     deleted: list[str] = Field(description="Ids of the conversation and the children it started")
 
 
+ClientSource = Literal["human", "trigger", "webhook", "cron", "event"]
+"""What a client may say started a message (seed 004); never ``agent``: only agents' own turns."""
+
+SOURCE_TEXT = "Who or what initiated the message; 'agent' is reserved to agents"
+
+
 class MessageCreate(WireModel):
     content: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
+    source: ClientSource = Field("human", description=SOURCE_TEXT)
+    model: ModelOverride | None = Field(
+        None, description="This turn's model: another library profile, temperature, max tokens"
+    )
     user_id: str | None = Field(
         None, pattern=USER_ID_PATTERN, description="Your app's user; default: the API client"
     )
@@ -159,6 +170,12 @@ class MessageAccepted(WireModel):
 
 class TurnDetail(Turn):
     moves: list[Move]
+    model: TurnModel | None = Field(
+        None, description="The message's model override and the profile the turn used (if any)"
+    )
+    inherited_from: str | None = Field(
+        None, description="For a fork: the conversation this inherited turn ran in"
+    )
 
 
 class EventOut(BaseModel):
@@ -178,6 +195,7 @@ class EventOut(BaseModel):
 class ClientMessageFrame(WireModel):
     type: Literal["message"]
     content: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
+    source: ClientSource = Field("human", description=SOURCE_TEXT)
     user_id: str | None = Field(None, pattern=USER_ID_PATTERN)
     reply_to_message_id: str | None = Field(None, max_length=64)
     id: str | None = Field(None, max_length=100, description="Echoed back in the ack or error")

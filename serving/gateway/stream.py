@@ -35,12 +35,13 @@ from serving.gateway.auth import authenticate, websocket_key
 from serving.gateway.context import GatewayContext, get_context
 from serving.gateway.conversations import owned_conversation
 from serving.gateway.errors import as_wonder_error
+from serving.gateway.history import visible_events
 from serving.gateway.key_watch import get_key_watch
 from serving.gateway.limits import MAX_FRAME_BYTES
 from serving.gateway.members import USER_HEADER, USER_PATTERN, check, level_of
 from serving.gateway.protocol import ClientMessageFrame
 from serving.gateway.quota_checks import get_guard
-from serving.gateway.translation import SeqTracker, error_frame, event_frame, parse_client_frame
+from serving.gateway.translation import SeqTracker, error_frame, parse_client_frame
 
 logger = logging.getLogger("wonder.gateway")
 
@@ -163,10 +164,9 @@ class StreamSession:
         gap = self.seen.missing_before(event)
         if not gap:
             return []
-        stored = await run_in_threadpool(
-            self.context.store.events.list, self.conversation.id, gap.start - 1, len(gap)
+        return await run_in_threadpool(  # a fork's inherited events fill its seqs' start
+            visible_events, self.context.store, self.conversation.id, gap.start - 1, gap.stop
         )
-        return [event_frame(e) for e in stored]
 
     # ------------------------------------------------------------------ client → server
 
@@ -227,6 +227,7 @@ class StreamSession:
             self.conversation.id,
             frame.content,
             frame.user_id or self.user or self.client_id,
+            source=frame.source,
             reply_to_message_id=frame.reply_to_message_id,
         )
         ack = {

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,18 +24,38 @@ from serving.gateway.protocol import CLIENT_FRAME, ClientMessageFrame, ClientPin
 MAX_CURSOR_CHARS = 512
 
 
-def encode_cursor(conversation: Conversation) -> str:
-    """An opaque cursor resuming a listing after ``conversation`` (ordered by created_at, id)."""
-    raw = json.dumps([conversation.created_at.isoformat(), conversation.id]).encode()
+SIGNATURE_BYTES = 16
+
+
+def _b64(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> tuple[str, str]:
-    """``(created_at, id)`` from a cursor made by ``encode_cursor``; ``InvalidInput`` otherwise."""
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _signature(key: bytes, body: str) -> bytes:
+    return hmac.new(key, body.encode(), hashlib.sha256).digest()[:SIGNATURE_BYTES]
+
+
+def encode_cursor(conversation: Conversation, key: bytes) -> str:
+    """An opaque cursor resuming a listing after ``conversation`` (ordered by created_at, id),
+    signed with ``key`` so that only cursors this API issued are accepted back."""
+    body = _b64(json.dumps([conversation.created_at.isoformat(), conversation.id]).encode())
+    return f"{body}.{_b64(_signature(key, body))}"
+
+
+def decode_cursor(cursor: str, key: bytes) -> tuple[str, str]:
+    """``(created_at, id)`` from a cursor made by ``encode_cursor`` with ``key``; ``InvalidInput``
+    otherwise (malformed, or not signed by this API: a forged or altered cursor)."""
     try:
         if len(cursor) > MAX_CURSOR_CHARS:
             raise ValueError("too long")
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        body, _, signature = cursor.partition(".")
+        if not hmac.compare_digest(_unb64(signature), _signature(key, body)):
+            raise ValueError("not signed by this API")
+        raw = _unb64(body)
         created_at, last_id = json.loads(raw)
         datetime.fromisoformat(created_at)
         if not isinstance(last_id, str):

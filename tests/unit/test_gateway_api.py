@@ -53,6 +53,8 @@ class RecordingConversations:
         *,
         source: str = "human",
         reply_to_message_id: str | None = None,
+        message_id: str | None = None,
+        agent_id: str | None = None,
     ) -> MessageAck:
         self.posted.append((conversation_id, content, author))
         return MessageAck(

@@ -22,17 +22,40 @@ from serving.gateway.errors import as_wonder_error, status_for, validation_error
 from serving.gateway.stream import parse_after_seq
 from serving.gateway.translation import SeqTracker, decode_cursor, encode_cursor
 
+KEY = b"k" * 32
+
 
 def test_cursor_round_trip() -> None:
     at = datetime(2026, 11, 22, 12, 0, 0, 123456, tzinfo=UTC)
     conv = Conversation(id="conv_1", client_id="c", created_at=at)
-    assert decode_cursor(encode_cursor(conv)) == (at.isoformat(), "conv_1")
+    assert decode_cursor(encode_cursor(conv, KEY), KEY) == (at.isoformat(), "conv_1")
 
 
-@pytest.mark.parametrize("cursor", ["zzz", "", "W10", "x" * 600, "WyJub3QgYSBkYXRlIiwgImEiXQ"])
-def test_bad_cursors_are_invalid_input(cursor: str) -> None:
+def _forged(body: list[str], key: bytes) -> str:
+    """A well-formed cursor for ``body`` (what an outsider could build), signed with ``key``."""
+    at = datetime.fromisoformat(body[0])
+    return encode_cursor(Conversation(id=body[1], client_id="c", created_at=at), key)
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        "zzz",
+        "",
+        "W10",
+        "x" * 600,
+        "WyJub3QgYSBkYXRlIiwgImEiXQ",
+        "WyIyMDI2LTExLTIyVDEyOjAwOjAwKzAwOjAwIiwgImNvbnZfMSJd",  # unsigned, well-formed body
+        _forged(["2026-11-22T12:00:00+00:00", "conv_1"], b"another key"),
+        # this API's signature of conv_1's cursor, on a body naming conv_2
+        _forged(["2026-11-22T12:00:00+00:00", "conv_2"], KEY).split(".")[0]
+        + "."
+        + _forged(["2026-11-22T12:00:00+00:00", "conv_1"], KEY).split(".")[1],
+    ],
+)
+def test_bad_and_forged_cursors_are_invalid_input(cursor: str) -> None:
     with pytest.raises(InvalidInput, match="after_cursor"):
-        decode_cursor(cursor)
+        decode_cursor(cursor, KEY)
 
 
 @pytest.mark.parametrize(

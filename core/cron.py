@@ -1,0 +1,85 @@
+"""Cron schedules: the usual five fields (minute hour day-of-month month day-of-week, UTC).
+
+Each field is ``*``, a number, a range ``a-b``, a step ``*/n`` or ``a-b/n``, or a comma list of
+those; day-of-week 0-7 (0 and 7 are Sunday). As in cron, when both day fields are restricted a
+day matching either runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from core.errors import InvalidInput
+
+BOUNDS = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
+NAMES = ("minute", "hour", "day of month", "month", "day of week")
+
+
+@dataclass(frozen=True)
+class CronSchedule:
+    minutes: frozenset[int]
+    hours: frozenset[int]
+    days: frozenset[int]
+    months: frozenset[int]
+    weekdays: frozenset[int]  # 0 = Sunday
+    any_day: bool
+    any_weekday: bool
+
+    def day_matches(self, at: datetime) -> bool:
+        weekday = (at.weekday() + 1) % 7
+        if self.any_day or self.any_weekday:
+            return at.day in self.days and weekday in self.weekdays
+        return at.day in self.days or weekday in self.weekdays
+
+
+def _field(text: str, low: int, high: int, name: str) -> frozenset[int]:
+    values: set[int] = set()
+    for part in text.split(","):
+        base, _, step_text = part.partition("/")
+        try:
+            step = int(step_text) if step_text else 1
+            if base == "*":
+                start, end = low, high
+            elif "-" in base:
+                first, last = base.split("-", 1)
+                start, end = int(first), int(last)
+            else:
+                start = end = int(base)
+        except ValueError:
+            raise InvalidInput(f"schedule: {name} field {text!r} is not a cron field") from None
+        if step < 1 or not low <= start <= end <= high:
+            raise InvalidInput(f"schedule: {name} field {text!r} is outside {low}-{high}")
+        values.update(range(start, end + 1, step))
+    return frozenset(values)
+
+
+def parse_cron(expression: str) -> CronSchedule:
+    """``InvalidInput`` naming the field that is wrong."""
+    fields = expression.split()
+    if len(fields) != 5:
+        raise InvalidInput(
+            "schedule: a cron expression has 5 fields (minute hour day month weekday)"
+        )
+    parsed = [_field(text, *BOUNDS[n], NAMES[n]) for n, text in enumerate(fields)]
+    weekdays = frozenset(d % 7 for d in parsed[4])
+    return CronSchedule(
+        parsed[0], parsed[1], parsed[2], parsed[3], weekdays, fields[2] == "*", fields[4] == "*"
+    )
+
+
+def next_due(schedule: CronSchedule, after: datetime) -> datetime:
+    """The first whole minute strictly after ``after`` that the schedule names."""
+    at = after.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    while at.year <= after.year + 8:  # every possible schedule matches within 8 years (29 Feb)
+        if at.month not in schedule.months:
+            at = (at.replace(day=1, hour=0, minute=0) + timedelta(days=32)).replace(day=1)
+        elif not schedule.day_matches(at):
+            at = at.replace(hour=0, minute=0) + timedelta(days=1)
+        elif at.hour not in schedule.hours:
+            at = at.replace(minute=0) + timedelta(hours=1)
+        elif at.minute not in schedule.minutes:
+            at += timedelta(minutes=1)
+        else:
+            return at
+    raise InvalidInput("schedule: it names no time that exists (e.g. 30 February)")

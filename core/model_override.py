@@ -1,0 +1,64 @@
+"""Per-turn model override (seed 004: model config can vary per turn).
+
+A message may ask for another model profile, temperature or max tokens for the turn it starts.
+The override is checked against the library when the message is posted (an unknown profile is an
+``InvalidInput``), stored keyed by the message, applied when the turn's context is assembled, and
+the profile actually used is recorded for the turn (``TurnModel``).
+"""
+
+from __future__ import annotations
+
+from core.domain import ModelProfile
+from core.errors import InvalidInput, NotFound
+from core.store import Store
+from core.turn_model import ModelOverride, ModelUsed
+
+
+def check_override(store: Store, override: ModelOverride) -> None:
+    """``InvalidInput`` when the override names a profile the library does not have."""
+    if override.model_profile_id is not None:
+        try:
+            store.model_profiles.get(override.model_profile_id)
+        except NotFound:
+            raise InvalidInput(
+                f"model.model_profile_id: model profile {override.model_profile_id} not found"
+            ) from None
+
+
+def overridden_profile(
+    store: Store, profile: ModelProfile, override: ModelOverride
+) -> ModelProfile:
+    """The profile a turn uses: ``profile`` (the persona's) with the override applied."""
+    chosen = (
+        store.model_profiles.get(override.model_profile_id)
+        if override.model_profile_id is not None
+        else profile
+    )
+    changes: dict[str, object] = {}
+    if override.temperature is not None:
+        changes["temperature"] = override.temperature
+    if override.max_tokens is not None:
+        changes["max_tokens"] = override.max_tokens
+    return chosen.model_copy(update=changes)
+
+
+def used(profile: ModelProfile) -> ModelUsed:
+    return ModelUsed(
+        model_profile_id=profile.id,
+        model_profile_version=profile.version,
+        provider=profile.provider,
+        model=profile.model,
+        temperature=profile.temperature,
+        max_tokens=profile.max_tokens,
+    )
+
+
+def turn_profile(store: Store, turn_id: str, profile: ModelProfile) -> ModelProfile:
+    """The profile turn ``turn_id`` runs with (its message's override applied, if any); records
+    what it used on the turn's ``TurnModel``."""
+    asked = store.turn_models.for_turn(turn_id)
+    if asked is None:
+        return profile
+    chosen = overridden_profile(store, profile, asked.override)
+    store.turn_models.save(asked.model_copy(update={"turn_id": turn_id, "used": used(chosen)}))
+    return chosen

@@ -1,0 +1,175 @@
+"""Sessions and routing (seed 004): ``/v1/sessions/{label}`` and ``POST /v1/messages`` with a
+routing target (``core.sessions`` holds the rules)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+from pydantic import Field, model_validator
+from starlette.concurrency import run_in_threadpool
+
+from core.domain import ConversationStatus
+from core.errors import Conflict
+from core.routes import RouteKind
+from core.sessions import Session, create_session, get_session, route
+from serving.gateway.auth import ClientId, Context, Guard
+from serving.gateway.context import GatewayContext
+from serving.gateway.messages import accept_message
+from serving.gateway.protocol import Deleted, MessageCreate, WireModel
+
+router = APIRouter(tags=["sessions"])
+
+LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,199}$"
+Label = Annotated[str, Path(pattern=LABEL_PATTERN, description="A session label")]
+
+
+class SessionOut(WireModel):
+    label: str
+    conversation_id: str
+    head_turn_id: str | None = Field(description="The conversation's latest turn: the tip")
+    created_at: datetime
+
+
+class SessionCreate(WireModel):
+    """Exactly one of ``conversation_id`` (an existing conversation) or ``agent_id`` (a new one)."""
+
+    conversation_id: str | None = Field(None, max_length=64)
+    agent_id: str | None = Field(None, max_length=64)
+
+
+class SessionPage(WireModel):
+    items: list[SessionOut]
+    next_after: str | None = Field(None, description="Pass as after for the next page")
+
+
+class RouteTarget(WireModel):
+    """Exactly one: a thread (turn id), a session label, or a persona (its main session)."""
+
+    thread: str | None = Field(
+        None, max_length=64, description="Turn id: append at the tip, otherwise fork from it"
+    )
+    session: str | None = Field(None, pattern=LABEL_PATTERN)
+    persona: str | None = Field(None, max_length=128, description="Its main session <persona>:main")
+
+    @model_validator(mode="after")
+    def _one(self) -> RouteTarget:
+        if sum(v is not None for v in (self.thread, self.session, self.persona)) != 1:
+            raise ValueError("give exactly one of thread, session or persona")
+        return self
+
+
+class RoutedMessageCreate(MessageCreate):
+    to: RouteTarget
+
+
+class MessageRouted(WireModel):
+    conversation_id: str
+    turn_id: str
+    message_id: str
+    seq: int | None = None
+    forked: bool = Field(
+        description="Routing to a thread that is not its conversation's tip "
+        "forked the conversation at it: conversation_id is the fork"
+    )
+    session: str | None = Field(None, description="The session it went to, if any")
+
+
+def _out(session: Session) -> SessionOut:
+    return SessionOut(
+        label=session.label,
+        conversation_id=session.conversation_id,
+        head_turn_id=session.head_turn_id,
+        created_at=session.created_at,
+    )
+
+
+@router.put(
+    "/v1/sessions/{label}",
+    status_code=201,
+    response_model=SessionOut,
+    summary="Create a session: a label for an existing conversation, or a new one with an agent",
+)
+def put_session(
+    label: Label, body: SessionCreate, context: Context, client_id: ClientId
+) -> SessionOut:
+    return _out(
+        create_session(
+            context.store,
+            client_id,
+            label,
+            conversation_id=body.conversation_id,
+            agent_id=body.agent_id,
+        )
+    )
+
+
+@router.get("/v1/sessions/{label}", response_model=SessionOut, summary="Get a session and its head")
+def read_session(label: Label, context: Context, client_id: ClientId) -> SessionOut:
+    return _out(get_session(context.store, client_id, label))
+
+
+@router.get("/v1/sessions", response_model=SessionPage, summary="List sessions by label")
+def list_sessions(
+    context: Context,
+    client_id: ClientId,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    after: Annotated[str | None, Query(pattern=LABEL_PATTERN)] = None,
+) -> SessionPage:
+    rows = context.store.session_labels.list(client_id, after=after, limit=limit + 1)
+    items = [_out(get_session(context.store, client_id, r.label)) for r in rows[:limit]]
+    return SessionPage(items=items, next_after=items[-1].label if len(rows) > limit else None)
+
+
+@router.delete(
+    "/v1/sessions/{label}",
+    response_model=Deleted,
+    summary="Delete a session label (its conversation stays)",
+)
+def delete_session(label: Label, context: Context, client_id: ClientId) -> Deleted:
+    get_session(context.store, client_id, label)
+    context.store.session_labels.delete(client_id, label)
+    return Deleted(deleted=[label])
+
+
+@router.post(
+    "/v1/messages",
+    status_code=202,
+    response_model=MessageRouted,
+    summary="Send a message routed to a thread, a session or a persona; says where it went",
+)
+async def post_routed(
+    body: RoutedMessageCreate, context: Context, client_id: ClientId, guard: Guard
+) -> MessageRouted:
+    await run_in_threadpool(guard.admit_turn, client_id)
+    target = body.to
+    kind: RouteKind
+    if target.thread is not None:
+        kind, value = "thread", target.thread
+    elif target.session is not None:
+        kind, value = "session", target.session
+    else:
+        assert target.persona is not None
+        kind, value = "persona", target.persona
+    message = MessageCreate.model_validate(body.model_dump(exclude={"to"}))
+    return await send_routed(context, client_id, kind, value, message)
+
+
+async def send_routed(
+    context: GatewayContext, client_id: str, kind: RouteKind, target: str, message: MessageCreate
+) -> MessageRouted:
+    """Resolve the target (forking, or making a main session, as needed) and post the message."""
+    destination = await run_in_threadpool(route, context.store, client_id, kind, target)
+    conversation = context.store.conversations.get(destination.conversation_id)
+    if conversation.status == ConversationStatus.COMPLETED:
+        raise Conflict(f"conversation {conversation.id} is completed")
+    accepted = await accept_message(context, client_id, conversation.id, message)
+    return MessageRouted(
+        conversation_id=conversation.id,
+        turn_id=accepted.turn_id,
+        message_id=accepted.message_id,
+        seq=accepted.seq,
+        forked=destination.forked,
+        session=destination.session,
+    )

@@ -1,0 +1,55 @@
+"""Cron triggers: ``/v1/triggers`` (``core.triggers``; fired by the ``cron-scheduler`` actor)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from pydantic import Field
+
+from core.trigger_model import CronTrigger
+from core.triggers import create_trigger
+from serving.gateway.auth import ClientId, Context
+from serving.gateway.hooks import route_of
+from serving.gateway.protocol import MAX_MESSAGE_CHARS, Deleted, Items, WireModel
+from serving.gateway.sessions import RouteTarget
+
+router = APIRouter(prefix="/v1/triggers", tags=["triggers"])
+
+
+class TriggerCreate(WireModel):
+    schedule: str = Field(max_length=200, description="Five cron fields (UTC), e.g. '0 9 * * 1-5'")
+    template: str = Field(
+        min_length=1,
+        max_length=MAX_MESSAGE_CHARS,
+        description="The message each time; {{due_at}} becomes the due time",
+    )
+    route: RouteTarget = Field(description="Where it goes: usually a persona (its main session)")
+
+
+class TriggerOut(CronTrigger):
+    fired: list[str] = Field(default_factory=list, description="Due times fired so far")
+
+
+@router.post("", status_code=201, response_model=CronTrigger, summary="Create a cron trigger")
+def create(body: TriggerCreate, context: Context, client_id: ClientId) -> CronTrigger:
+    return create_trigger(
+        context.store, client_id, body.schedule, body.template, route_of(body.route)
+    )
+
+
+@router.get("", response_model=Items[CronTrigger], summary="List your cron triggers")
+def list_triggers(context: Context, client_id: ClientId) -> Items[CronTrigger]:
+    return Items[CronTrigger](items=context.store.triggers.for_client(client_id))
+
+
+@router.get("/{trigger_id}", response_model=TriggerOut, summary="A trigger and its fired times")
+def get_trigger(trigger_id: str, context: Context, client_id: ClientId) -> TriggerOut:
+    trigger = context.store.triggers.get(trigger_id, client_id=client_id)
+    fired = context.store.triggers.fired(trigger_id)
+    return TriggerOut(**trigger.model_dump(), fired=fired)
+
+
+@router.delete("/{trigger_id}", response_model=Deleted, summary="Delete a cron trigger")
+def delete_trigger(trigger_id: str, context: Context, client_id: ClientId) -> Deleted:
+    context.store.triggers.get(trigger_id, client_id=client_id)
+    context.store.triggers.delete(trigger_id, client_id)
+    return Deleted(deleted=[trigger_id])
