@@ -12,6 +12,7 @@ from core.errors import Conflict
 from serving.gateway.auth import ClientId, Context, Guard
 from serving.gateway.conversations import owned_conversation
 from serving.gateway.protocol import Items, MessageAccepted, MessageCreate
+from serving.gateway.quota_checks import admit_turn
 
 router = APIRouter(prefix="/v1/conversations/{conversation_id}/messages", tags=["messages"])
 
@@ -30,7 +31,7 @@ async def post_message(
     conversation = await run_in_threadpool(owned_conversation, context, client_id, conversation_id)
     if conversation.status == ConversationStatus.COMPLETED:
         raise Conflict(f"conversation {conversation_id} is completed")
-    await run_in_threadpool(guard.admit_turn, client_id)
+    await admit_turn(guard, client_id)
     accepted = await context.conversations.post_message(
         conversation_id,
         body.content,

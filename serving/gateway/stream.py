@@ -33,14 +33,12 @@ from serving.gateway.conversations import owned_conversation
 from serving.gateway.errors import as_wonder_error
 from serving.gateway.limits import MAX_FRAME_BYTES
 from serving.gateway.protocol import ClientMessageFrame
-from serving.gateway.quota_checks import get_guard
+from serving.gateway.quota_checks import admit_turn, get_guard
 from serving.gateway.translation import SeqTracker, error_frame, event_frame, parse_client_frame
 
 logger = logging.getLogger("wonder.gateway")
 
 router = APIRouter()
-
-SUBSCRIBE_WAIT_S = 0.1
 
 CLOSE_CODES = {
     "UNAUTHORIZED": 4401,
@@ -189,18 +187,17 @@ class StreamSession:
             await self.send(error_frame(error.to_dict(), request_id))
 
     async def post(self, frame: ClientMessageFrame) -> dict[str, Any]:
-        await run_in_threadpool(get_guard(self.websocket).admit_turn, self.client_id)
-        # A ready actor registers the subscription in a few ms: wait for it, so a fast reply's
-        # tokens reach this client. One still starting (a second or more) does not hold the
-        # acknowledgement: the message is posted after SUBSCRIBE_WAIT_S, and the late subscriber
-        # is handed the tokens streamed so far (a reply already complete arrives as its message).
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.subscribed.wait(), SUBSCRIBE_WAIT_S)
+        await admit_turn(get_guard(self.websocket), self.client_id)
+        # A live subscription says the actor is started: it acknowledges in a few ms. Without
+        # one (the actor is starting, or the client sent before the ``subscribed`` frame) the
+        # message is acknowledged in the store at once, asking nobody; the actor picks the turn
+        # up and hands this subscriber, when it arrives, the tokens streamed so far.
         accepted = await self.context.conversations.post_message(
             self.conversation.id,
             frame.content,
             frame.user_id or self.client_id,
             reply_to_message_id=frame.reply_to_message_id,
+            actor_ready=self.subscribed.is_set(),
         )
         ack = {
             "seq": None,
