@@ -4,8 +4,10 @@
     wonder down                    stop what `wonder up` started (by PID, never `ray stop`)
     wonder status                  what is running, and whether the gateway answers
     wonder chat AGENT_ID           chat in the terminal, tokens streamed over the WebSocket
-    wonder library apply DIR       load DIR/<kind>/*.yaml into the store as new versions
+    wonder library apply DIR       load DIR/<kind>/*.yaml as new versions (--client ID: a client's)
     wonder keys create NAME        a new client and its API key (--admin: an operator key)
+    wonder keys list [CLIENT_ID]   keys (id, client, scope, status), never their secrets
+    wonder keys revoke KEY_ID      stop a key at once (its open streams close)
     wonder quota set CLIENT ...    a client's quotas (docs/security.md); `quota show CLIENT`
     wonder job ...                 batch jobs (embed, consolidate), when installed
 
@@ -74,7 +76,7 @@ def create_client_key(store: Any, name: str) -> tuple[str, str]:
     client = Client(id=new_id("client"), name=name, created_at=utc_now())
     store.clients.insert(client)
     key = f"wk_{secrets.token_urlsafe(32)}"
-    store.clients.add_api_key(client.id, key, utc_now())
+    store.keys.add(client.id, key, utc_now(), name=name)  # a client's first key: admin scope
     return client.id, key
 
 
@@ -118,6 +120,41 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
     cli_audit(store, "key.create", f"client:{client_id}", details, client_id)
     print(f"client: {client_id}\napi key: {key}" + ("  (admin)" if args.admin else ""))
     print("Keep the key secret: it is shown once. Send it as 'Authorization: Bearer <key>'.")
+    return 0
+
+
+def cmd_keys_list(args: argparse.Namespace) -> int:
+    from core.ids import utc_now
+
+    store = open_settings_store(load_settings())
+    found = store.keys.list(args.client_id)
+    now = utc_now()
+    if args.json:
+        rows = [{**k.model_dump(mode="json"), "status": k.status(now).value} for k in found]
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'KEY':<28} {'CLIENT':<34} {'SCOPE':<6} {'STATUS':<8} {'EXPIRES':<20} NAME")
+    for k in found:
+        expires = f"{k.expires_at:%Y-%m-%dT%H:%M:%SZ}" if k.expires_at else "-"
+        status, name = k.status(now).value, k.name or ""
+        print(f"{k.id:<28} {k.client_id:<34} {k.scope.value:<6} {status:<8} {expires:<20} {name}")
+    return 0
+
+
+def cmd_keys_revoke(args: argparse.Namespace) -> int:
+    from core.errors import NotFound
+    from core.ids import utc_now
+
+    store = open_settings_store(load_settings())
+    try:
+        key = store.keys.get(args.key_id)
+    except NotFound as exc:
+        return fail(exc.message)
+    if key.revoked_at is None:
+        key = store.keys.revoke(key.id, utc_now())
+        details = {"key_id": key.id, "name": key.name}
+        cli_audit(store, "key.revoke", f"key:{key.id}", details, key.client_id)
+    print(f"{key.id} revoked at {key.revoked_at:%Y-%m-%dT%H:%M:%SZ} (client {key.client_id})")
     return 0
 
 
@@ -170,15 +207,24 @@ def cmd_quota_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def apply_library_dir(store: Any, directory: Path, out: TextIO | None = None) -> int:
-    """Apply ``directory`` to ``store``, printing one line per object; 1 on invalid files."""
+def apply_library_dir(
+    store: Any, directory: Path, out: TextIO | None = None, owner: str | None = None
+) -> int:
+    """Apply ``directory`` to ``store`` (into ``owner``'s library: a client id, or the system's
+    when None), printing one line per object; 1 on invalid files."""
     out = out or sys.stdout
-    from core.errors import InvalidInput
+    from core.errors import InvalidInput, NotFound
     from core.ids import utc_now
     from core.library_files import apply_library
+    from core.store.library import SYSTEM
 
+    if owner is not None:
+        try:
+            store.clients.get(owner)
+        except NotFound as exc:
+            return fail(f"--client: {exc.message}")
     try:
-        report = apply_library(store, directory, utc_now())
+        report = apply_library(store, directory, utc_now(), owner=owner or SYSTEM)
     except InvalidInput as exc:
         print(f"wonder: library {directory} was not applied:\n{exc.message}", file=sys.stderr)
         return 1
@@ -188,9 +234,10 @@ def apply_library_dir(store: Any, directory: Path, out: TextIO | None = None) ->
                 "kind": item.kind,
                 "id": item.id,
                 "version": item.version,
+                "owner": owner or SYSTEM,
                 "from": str(directory),
             }
-            cli_audit(store, "library.put", f"{item.kind}:{item.id}", details, None)
+            cli_audit(store, "library.put", f"{item.kind}:{item.id}", details, owner)
         state = "new version" if item.changed else "unchanged"
         print(f"  {item.kind[:-1]:<14} {item.id:<28} v{item.version} ({state})", file=out)
     for warning in report.warnings:
@@ -202,7 +249,8 @@ def apply_library_dir(store: Any, directory: Path, out: TextIO | None = None) ->
 
 def cmd_library_apply(args: argparse.Namespace) -> int:
     settings = load_settings()
-    return apply_library_dir(open_settings_store(settings), Path(args.directory))
+    store = open_settings_store(settings)
+    return apply_library_dir(store, Path(args.directory), owner=args.client_id)
 
 
 # --------------------------------------------------------------------------- up / down / status
@@ -234,7 +282,8 @@ def first_client(settings: Settings, store: Any) -> dict[str, Any]:
 
     path = _state_path(settings, FIRST_CLIENT_FILE)
     known = _read_json(path)
-    if known.get("api_key") and store.clients.client_for_key(known["api_key"]):
+    remembered = store.keys.find(known["api_key"]) if known.get("api_key") else None
+    if remembered is not None and remembered.refusal(utc_now()) is None:
         return known
     client_id, key = create_client_key(store, "local")
     agent = Agent(
@@ -664,10 +713,25 @@ def build_parser() -> argparse.ArgumentParser:
         "apply",
         help="load DIR/<kind>/*.yaml into the store",
         description="Validate every personas/, model_profiles/, tools/, tasks/ and workflows/ "
-        "YAML file under DIR, then store each as a new version (unchanged ones are kept). "
-        "Nothing is stored if any file is invalid.",
+        "YAML file under DIR, then store each as a new version (unchanged ones are kept) in "
+        "the system library (every client reads it, none may change it) or, with --client, in "
+        "one client's library. Nothing is stored if any file is invalid.",
     )
     apply.add_argument("directory", metavar="DIR", help="library directory, e.g. library/")
+    into = apply.add_mutually_exclusive_group()
+    into.add_argument(
+        "--client",
+        dest="client_id",
+        metavar="CLIENT_ID",
+        help="into this client's library (ids the system library holds are refused)",
+    )
+    into.add_argument(
+        "--system",
+        dest="client_id",
+        action="store_const",
+        const=None,
+        help="into the system library, read-only to every client (the default)",
+    )
     apply.set_defaults(func=cmd_library_apply)
 
     keys = sub.add_parser("keys", help="manage API keys")
@@ -678,6 +742,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--admin", action="store_true", help="an operator key: may set quotas and read all audit"
     )
     create.set_defaults(func=cmd_keys_create)
+    listing = keys_sub.add_parser(
+        "list",
+        help="list keys (never their secrets)",
+        description="Every key, or CLIENT_ID's: id, client, scope (admin: manages keys and the "
+        "library; app: the rest), status (active, expired, revoked), expiry, name.",
+    )
+    listing.add_argument("client_id", metavar="CLIENT_ID", nargs="?", help="only this client's")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.set_defaults(func=cmd_keys_list)
+    revoke = keys_sub.add_parser(
+        "revoke",
+        help="revoke a key at once",
+        description="KEY_ID (key_..., from `wonder keys list`) stops working at once: requests "
+        "with it get 401 and its open WebSockets close (within a second on every replica).",
+    )
+    revoke.add_argument("key_id", metavar="KEY_ID")
+    revoke.set_defaults(func=cmd_keys_revoke)
 
     quota = sub.add_parser("quota", help="per-client quotas (docs/security.md)")
     quota_sub = quota.add_subparsers(dest="quota_command", required=True, metavar="ACTION")

@@ -87,4 +87,8 @@ def create_conversation(
     with store.db.begin() as conn:
         store.conversations.insert(conversation, conn=conn)
         store.events.append(started_event(conversation), conn=conn)
+        if started_by_conversation_id is not None:  # a child: the parent's users keep access
+            store.members.copy(
+                started_by_conversation_id, conversation.id, conversation.created_at, conn
+            )
     return conversation

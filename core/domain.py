@@ -208,6 +208,9 @@ class Client(Model):
 class PersonaRef(Model):
     id: str
     version: int | None = None  # None = latest at load time
+    # Whose library (issue 13): "system" or the agent's client id; None: the client's own
+    # persona with that id if it has one, else the system's (core/store/library.py).
+    owner: str | None = None
 
 
 class Agent(Model):

@@ -6,6 +6,10 @@ Every file is validated by its pydantic model before anything is stored, and eve
 reported at once with its file and field path, so a broken library changes nothing. References
 between objects (a persona's tools and model profile, a tool's task) that resolve neither in the
 directory nor in the store are reported as warnings: they may be applied later.
+
+A directory is applied into one library (issue 13): the system library (the default; what ships
+with Wonder) or a named client's. A client's library may not reuse an id the system library
+holds: such a directory is refused whole, as the gateway refuses a ``PUT`` (403).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from core.errors import InvalidInput, NotFound
 from core.library_policy import policy_problems
 from core.settings import Settings, load_settings
 from core.store import Store
+from core.store.library import SYSTEM
 
 # Applied in this order so that what is referenced exists before what references it.
 KINDS: tuple[str, ...] = ("model_profiles", "tasks", "workflows", "tools", "personas")
@@ -132,8 +137,11 @@ def _unknown_folders(directory: Path, models: dict[str, type[BaseModel]]) -> str
     return f"; ignored folders: {', '.join(others)}" if others else ""
 
 
-def unresolved_references(objects: Iterable[LibraryObject], store: Store) -> list[str]:
-    """Warnings for references that resolve neither among ``objects`` nor in ``store``."""
+def unresolved_references(
+    objects: Iterable[LibraryObject], store: Store, owner: str = SYSTEM
+) -> list[str]:
+    """Warnings for references that resolve neither among ``objects`` nor in what ``owner``'s
+    library sees in ``store`` (a client: its own and the system's)."""
     objects = list(objects)
     defined = {(o.kind, o.id) for o in objects}
 
@@ -141,7 +149,7 @@ def unresolved_references(objects: Iterable[LibraryObject], store: Store) -> lis
         if (kind, obj_id) in defined:
             return True
         try:
-            getattr(store, kind).get(obj_id)
+            getattr(store, kind).get(obj_id, client_id=None if owner == SYSTEM else owner)
         except NotFound:
             return False
         return True
@@ -180,26 +188,44 @@ def policy_refusals(objects: Iterable[LibraryObject], settings: Settings) -> lis
     ]
 
 
+def system_ids_taken(objects: Iterable[LibraryObject], store: Store, owner: str) -> list[str]:
+    """Objects a client's library may not hold: ids only the system library has."""
+    if owner == SYSTEM:
+        return []
+    return [
+        f"{item.source}: {item.kind[:-1]} {item.id!r} belongs to the system library (read-only)"
+        for item in objects
+        if getattr(store, item.kind).owner_of(item.id, owner) == SYSTEM
+    ]
+
+
 def apply_library(
-    store: Store, directory: Path, now: datetime, settings: Settings | None = None
+    store: Store,
+    directory: Path,
+    now: datetime,
+    settings: Settings | None = None,
+    owner: str = SYSTEM,
 ) -> LibraryReport:
-    """Validate everything under ``directory``, then store each object as a new version.
+    """Validate everything under ``directory``, then store each object as a new version in
+    ``owner``'s library (``SYSTEM`` or a client id).
 
     An object identical to its latest stored version is left as it is (``changed`` False). Objects
-    the policy refuses under ``settings`` (default: this process's) fail the whole directory.
+    the policy refuses under ``settings`` (default: this process's), or ids a client may not use,
+    fail the whole directory.
     """
     objects = read_library(directory, library_models(store))
     refused = policy_refusals(objects, settings or load_settings())
+    refused += system_ids_taken(objects, store, owner)
     if refused:
         raise InvalidInput("\n".join(refused))
-    report = LibraryReport(warnings=unresolved_references(objects, store))
+    report = LibraryReport(warnings=unresolved_references(objects, store, owner))
     order = {kind: n for n, kind in enumerate(KINDS)}
     for item in sorted(objects, key=lambda o: (order[o.kind], o.id)):
         ops = getattr(store, item.kind)
         try:
-            before: int | None = ops.get(item.id).version
+            before: int | None = ops.get(item.id, owner=owner).version
         except NotFound:
             before = None
-        stored = ops.put(item.obj, now)
+        stored = ops.put(item.obj, now, owner=owner)
         report.applied.append(Applied(item.kind, item.id, stored.version, stored.version != before))
     return report

@@ -41,9 +41,12 @@ def resolve_profile(params: JsonObject, ctx: ActionContext) -> ModelProfile:
         if agent is not None and agent.persona is not None:
             profile_id = agent.persona.model_profile_id
         elif agent is not None and agent.persona_ref is not None:
-            persona = store.personas.get(agent.persona_ref.id, agent.persona_ref.version)
+            ref = agent.persona_ref
+            persona = store.personas.get(
+                ref.id, ref.version, client_id=agent.client_id, owner=ref.owner
+            )
             profile_id = persona.model_profile_id
-    return store.model_profiles.get(str(profile_id or DEFAULT_PROFILE))
+    return store.model_profiles.get(str(profile_id or DEFAULT_PROFILE), client_id=ctx.client_id)
 
 
 def render_transcript(transcript: Any) -> str:

@@ -74,7 +74,8 @@ def _persona(ctx: ActionContext) -> Persona | None:
     if agent.persona is not None:
         return agent.persona
     if agent.persona_ref is not None:
-        return store.personas.get(agent.persona_ref.id, agent.persona_ref.version)
+        ref = agent.persona_ref
+        return store.personas.get(ref.id, ref.version, client_id=agent.client_id, owner=ref.owner)
     return None
 
 

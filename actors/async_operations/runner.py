@@ -83,7 +83,7 @@ class AsyncOperationRunner:
 
     async def _execute(self, op: AsyncOperation, agent_id: str) -> ToolResult:
         conversation = self.store.conversations.get(op.conversation_id)
-        tool = self.store.tools.get(op.tool_id)
+        tool = self.store.tools.get(op.tool_id, client_id=conversation.client_id)
         call = ToolCallRequested(
             id=op.tool_call_id, name=op.tool_name, arguments=json.dumps(op.input)
         )

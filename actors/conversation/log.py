@@ -191,4 +191,5 @@ def create_child_conversation(
         for event in events:
             store.events.append(event, conn)
         store.sessions.put(parent.client_id, session_label, child.id, at, conn)
+        store.members.copy(parent.id, child.id, at, conn)  # the parent's users keep access
     return child.id, turn.id

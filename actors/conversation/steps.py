@@ -83,11 +83,16 @@ class TurnSteps:
         if agent.persona is not None:
             persona = agent.persona
         elif agent.persona_ref is not None:
-            persona = self.store.personas.get(agent.persona_ref.id, agent.persona_ref.version)
+            ref = agent.persona_ref
+            persona = self.store.personas.get(
+                ref.id, ref.version, client_id=agent.client_id, owner=ref.owner
+            )
         else:
             raise NotFound(f"agent {agent.id} has no persona")
-        profile = self.store.model_profiles.get(persona.model_profile_id)
-        tools = [self.store.tools.get(tool_id) for tool_id in persona.tool_ids]
+        # The client's own objects, else the system's: never another client's (issue 13).
+        mine = agent.client_id
+        profile = self.store.model_profiles.get(persona.model_profile_id, client_id=mine)
+        tools = [self.store.tools.get(tool_id, client_id=mine) for tool_id in persona.tool_ids]
         return AgentSetup(agent, persona, profile, build_catalog(persona, tools))
 
     async def assemble(

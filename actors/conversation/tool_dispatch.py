@@ -70,7 +70,7 @@ class ToolDispatcher:
     ) -> TaskOutcome:
         """Run a library task on the executor; raises ``RetryableError`` on infrastructure
         failure."""
-        task = self.ports.store.tasks.get(task_id)
+        task = self.ports.store.tasks.get(task_id, client_id=context.client_id)
         return await self.ports.tasks.run(task, task_input, context)
 
     async def run_hook(
@@ -233,7 +233,8 @@ def persona_agent(store: Store, client_id: str, persona_id: str) -> Agent:
     (a manager delegating to an architect, a developer, a reviewer) without knowing the agent ids
     a client will have: each client gets one agent per such persona, with its own memory.
     """
-    store.personas.get(persona_id)  # NotFound if the library has no such persona
+    # NotFound unless the client's library or the system's has such a persona.
+    store.personas.get(persona_id, client_id=client_id)
     agent_id = f"agent_{persona_id}_{client_id}"
     try:
         return store.agents.get(agent_id, client_id)

@@ -90,7 +90,9 @@ class WorkflowCoordinator:
     def state(self) -> RunState:
         if self._state is None:
             run = self.run
-            workflow = self.store.workflows.get(run.workflow_id, run.workflow_version)
+            workflow = self.store.workflows.get(
+                run.workflow_id, run.workflow_version, client_id=run.client_id
+            )
             self._state = RunState.new(self.run_id, workflow, run.input)
         return self._state
 
@@ -289,7 +291,7 @@ class WorkflowCoordinator:
     def _task(self, task_id: str, version: int | None) -> TaskDef:
         key = (task_id, version)
         if key not in self._tasks:
-            self._tasks[key] = self.store.tasks.get(task_id, version)
+            self._tasks[key] = self.store.tasks.get(task_id, version, client_id=self.run.client_id)
         return self._tasks[key]
 
     def _task_context(self) -> TaskContext:

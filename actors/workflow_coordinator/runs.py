@@ -68,10 +68,6 @@ class WorkflowRunService:
             InvalidInput: ``input`` does not match the workflow's ``input_schema``.
             PermissionDenied: subworkflows nested deeper than ``MAX_SUBWORKFLOW_DEPTH``.
         """
-        definition = self.store.workflows.get(workflow_id, version)
-        if not isinstance(input, dict):
-            raise InvalidInput("workflow input must be an object")
-        validate_input(definition.input_schema, input)
         depth, context = 0, RunContext()
         match parent:
             case WorkflowParent(run_id=parent_run_id):
@@ -88,6 +84,11 @@ class WorkflowRunService:
                     client_id = self.store.conversations.get(parent.conversation_id).client_id
             case None:
                 pass
+        # The client's own workflow with that id, else the system's (issue 13).
+        definition = self.store.workflows.get(workflow_id, version, client_id=client_id)
+        if not isinstance(input, dict):
+            raise InvalidInput("workflow input must be an object")
+        validate_input(definition.input_schema, input)
         if depth > MAX_SUBWORKFLOW_DEPTH:
             raise PermissionDenied(f"subworkflows nest at most {MAX_SUBWORKFLOW_DEPTH} deep")
         if run_id is None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, insert, select
 
+from core.store.columns import add_missing_columns
 from core.store.schema import SCHEMA_VERSION, metadata, schema_info
 
 
@@ -97,6 +98,7 @@ class Database:
         """Create missing tables and record the schema version (idempotent, safe to race)."""
         with self.begin() as conn:  # one write transaction: concurrent starters serialise here
             metadata.create_all(conn, checkfirst=True)
+            add_missing_columns(conn, metadata)
             row = conn.execute(select(schema_info.c.version)).first()
             if row is None:
                 conn.execute(insert(schema_info).values(id=1, version=SCHEMA_VERSION))

@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from sqlalchemy import Connection, and_, delete, func, insert, or_, select, update
@@ -36,6 +36,9 @@ from core.errors import NotFound
 from core.store import schema
 from core.store.audit import AuditOps
 from core.store.database import Database, PoolLimits
+from core.store.keys import KeyOps
+from core.store.library import LibraryOps
+from core.store.members import MemberOps
 from core.store.projects import ProjectOps
 from core.store.quotas import AdminKeyOps, QuotaOps
 from core.store.workflow_runs import WorkflowRunOps
@@ -103,85 +106,6 @@ class ClientOps(_Ops):
                 )
             )
             return row.scalar_one_or_none()
-
-
-class LibraryOps(_Ops, Generic[M]):
-    """Versioned library objects of one kind: each ``put`` adds a version, reads get the latest."""
-
-    def __init__(self, db: Database, kind: str, model: type[M]) -> None:
-        super().__init__(db)
-        self.kind = kind
-        self.model = model
-
-    def put(self, obj: M, created_at: datetime) -> M:
-        """Store ``obj`` as the next version; an identical latest version is not duplicated."""
-        t = schema.library_objects
-        obj_id: str = obj.id  # type: ignore[attr-defined]
-        with self._write(None) as c:
-            latest = c.execute(
-                select(t.c.version, t.c.data)
-                .where(t.c.kind == self.kind, t.c.id == obj_id)
-                .order_by(t.c.version.desc())
-                .limit(1)
-            ).first()
-            if latest is not None:
-                previous = self.model.model_validate_json(latest.data)
-                if previous.model_copy(update={"version": 0}) == obj.model_copy(
-                    update={"version": 0}
-                ):
-                    return previous
-            version = (latest.version if latest else 0) + 1
-            stored = obj.model_copy(update={"version": version})
-            c.execute(
-                insert(t).values(
-                    kind=self.kind,
-                    id=obj_id,
-                    version=version,
-                    data=stored.model_dump_json(by_alias=True),
-                    created_at=_ts(created_at),
-                )
-            )
-        return stored
-
-    def get(self, obj_id: str, version: int | None = None, conn: Connection | None = None) -> M:
-        t = schema.library_objects
-        query = select(t.c.data).where(t.c.kind == self.kind, t.c.id == obj_id)
-        query = (
-            query.where(t.c.version == version)
-            if version is not None
-            else query.order_by(t.c.version.desc()).limit(1)
-        )
-        with self._read(conn) as c:
-            found = c.execute(query).scalar_one_or_none()
-        if found is None:
-            suffix = f" version {version}" if version is not None else ""
-            raise NotFound(f"{self.kind} {obj_id}{suffix} not found")
-        return self.model.model_validate_json(found)
-
-    def list_latest(self) -> list[M]:
-        t = schema.library_objects
-        latest = (
-            select(t.c.id, func.max(t.c.version).label("v"))
-            .where(t.c.kind == self.kind)
-            .group_by(t.c.id)
-            .subquery()
-        )
-        query = (
-            select(t.c.data)
-            .join(latest, and_(t.c.id == latest.c.id, t.c.version == latest.c.v))
-            .where(t.c.kind == self.kind)
-            .order_by(t.c.id)
-        )
-        with self._read(None) as c:
-            return [self.model.model_validate_json(row) for row in c.execute(query).scalars()]
-
-    def versions(self, obj_id: str) -> list[M]:
-        t = schema.library_objects
-        query = (
-            select(t.c.data).where(t.c.kind == self.kind, t.c.id == obj_id).order_by(t.c.version)
-        )
-        with self._read(None) as c:
-            return [self.model.model_validate_json(row) for row in c.execute(query).scalars()]
 
 
 class AgentOps(_Ops):
@@ -258,10 +182,17 @@ class ConversationOps(_Ops):
         parent_id: str | None = None,
         limit: int = 50,
         after: tuple[str, str] | None = None,
+        member: str | None = None,
     ) -> list[Conversation]:
-        """Conversations ordered by (created_at, id), after an optional cursor."""
+        """Conversations ordered by (created_at, id), after an optional cursor; with ``member``,
+        only those that user is a member of."""
         t = schema.conversations
         query = select(t.c.data).where(t.c.client_id == client_id)
+        if member is not None:
+            members = schema.conversation_members
+            query = query.where(
+                t.c.id.in_(select(members.c.conversation_id).where(members.c.user_id == member))
+            )
         if parent_id is not None:
             query = query.where(t.c.started_by_conversation_id == parent_id)
         elif ancestry == "roots":
@@ -582,6 +513,8 @@ class Store:
         self.quotas = QuotaOps(db)
         self.admin_keys = AdminKeyOps(db)
         self.audit = AuditOps(db)
+        self.keys = KeyOps(db)
+        self.members = MemberOps(db)
 
     @classmethod
     def open(cls, url: str, pool: PoolLimits | None = None) -> Store:
@@ -626,6 +559,7 @@ class Store:
                 schema.events,
                 schema.context_entries,
                 schema.async_operations,
+                schema.conversation_members,
             ):
                 c.execute(delete(table).where(table.c.conversation_id.in_(doomed)))
             c.execute(delete(schema.conversations).where(schema.conversations.c.id.in_(doomed)))

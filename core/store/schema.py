@@ -41,6 +41,12 @@ api_keys = Table(
     Column("key_hash", String(128), primary_key=True),
     Column("client_id", String(64), nullable=False, index=True),
     Column("created_at", String(40), nullable=False),
+    # Issue 13 (added to existing databases by ``columns.add_missing_columns``): a key's name, its
+    # scope (admin | app; none = a key made before scopes: admin), expiry and revocation.
+    Column("name", String(100), nullable=True),
+    Column("scope", String(16), nullable=True),
+    Column("expires_at", String(40), nullable=True),
+    Column("revoked_at", String(40), nullable=True),
 )
 
 # Versioned library objects: personas, model profiles, tools, tasks, workflows.
@@ -200,4 +206,29 @@ audit_log = Table(
     Column("client_id", String(64), nullable=True, index=True),
     Column("subject_client_id", String(64), nullable=True, index=True),
     Column("data", Text, nullable=False),
+)
+
+# Issue 13: each client's own library objects (the ``library_objects`` table above is the system
+# library, shipped with Wonder and read-only to clients). Same shape, plus the owning client.
+client_library_objects = Table(
+    "client_library_objects",
+    metadata,
+    Column("client_id", String(64), primary_key=True),
+    Column("kind", String(32), primary_key=True),
+    Column("id", String(128), primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("data", Text, nullable=False),
+    Column("created_at", String(40), nullable=False),
+)
+
+# Issue 13: users' access to a conversation (seed 003's memberships): one row per member.
+conversation_members = Table(
+    "conversation_members",
+    metadata,
+    Column("conversation_id", String(64), primary_key=True),
+    Column("user_id", String(200), primary_key=True),
+    Column("level", String(16), nullable=False),
+    Column("granted_at", String(40), nullable=False),
+    Column("granted_by", String(200), nullable=True),
+    Index("ix_conversation_members_user", "user_id", "conversation_id"),
 )

@@ -8,6 +8,7 @@ from core.domain import Agent, PersonaRef
 from core.errors import InvalidInput, NotFound
 from core.ids import new_id, utc_now
 from core.projects import check_agent_projects
+from core.store.library import SYSTEM
 from serving.gateway.auth import ClientId, Context
 from serving.gateway.context import GatewayContext
 from serving.gateway.protocol import AgentCreate, AgentList
@@ -15,15 +16,23 @@ from serving.gateway.protocol import AgentCreate, AgentList
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
 
 
-def _check_persona_ref(context: GatewayContext, body: AgentCreate) -> PersonaRef | None:
+def _check_persona_ref(
+    context: GatewayContext, body: AgentCreate, client_id: str
+) -> PersonaRef | None:
+    """The reference as stored: it names whose persona it means (the client's own, else the
+    system's, unless ``owner`` says), so "latest" never follows another library (issue 13)."""
     if body.persona_ref is None:
         return None
-    ref = PersonaRef(id=body.persona_ref.id, version=body.persona_ref.version)
+    given = body.persona_ref
+    if given.owner not in (None, SYSTEM, client_id):
+        raise InvalidInput(f"persona_ref.owner: library {given.owner} not found")
     try:
-        context.store.personas.get(ref.id, ref.version)
+        found = context.store.personas.find(
+            given.id, given.version, client_id=client_id, owner=given.owner
+        )
     except NotFound as exc:
         raise InvalidInput(f"persona_ref: {exc.message} in the library") from None
-    return ref
+    return PersonaRef(id=given.id, version=given.version, owner=found.owner)
 
 
 @router.post("", status_code=201, response_model=Agent, summary="Create an agent")
@@ -33,7 +42,7 @@ def create_agent(body: AgentCreate, context: Context, client_id: ClientId) -> Ag
         id=new_id("agent"),
         client_id=client_id,
         name=body.name,
-        persona_ref=_check_persona_ref(context, body),
+        persona_ref=_check_persona_ref(context, body, client_id),
         persona=body.persona,
         project_ids=body.project_ids,
         created_at=utc_now(),

@@ -15,7 +15,9 @@ from serving.gateway import (
     console,
     conversation_control,
     conversations,
+    keys,
     library,
+    members,
     memories,
     messages,
     projects,
@@ -74,6 +76,10 @@ def create_api(context: GatewayContext) -> FastAPI:
         projects.router,
         workspaces.router,
         admin.router,
+        keys.router,
+        members.router,
     ):
-        api.include_router(router, responses=ERROR_RESPONSES)
+        # members.MemberAccess: with an acting user (X-Wonder-User), a conversation's routes
+        # check that user's level there (core/access.py).
+        api.include_router(router, responses=ERROR_RESPONSES, dependencies=[members.MemberAccess])
     return api

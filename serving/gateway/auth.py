@@ -1,6 +1,8 @@
 """API-key authentication: ``Authorization: Bearer <key>`` → the client id that owns the key.
 
-Browsers cannot set headers on a WebSocket, so the stream also accepts ``?api_key=``.
+Browsers cannot set headers on a WebSocket, so the stream also accepts ``?api_key=``. A revoked or
+expired key is refused with a 401 saying so; ``KeyAdmin`` routes (keys, library writes) need a key
+with the admin scope (403 for an app key). See ``core.keys``.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from fastapi import Depends, WebSocket
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from core.errors import PermissionDenied, Unauthorized
+from core.ids import utc_now
+from core.keys import ApiKey, KeyScope
 from serving.gateway.context import GatewayContext, get_context
 from serving.gateway.quota_checks import QuotaGuard, get_guard
 
@@ -19,28 +23,54 @@ bearer = HTTPBearer(auto_error=False, description="A Wonder API key (`wonder key
 MAX_KEY_CHARS = 512
 
 
-def client_for_key(context: GatewayContext, key: str | None) -> str:
-    """The client id that owns ``key``; ``Unauthorized`` when it is missing or unknown."""
+def authenticate(context: GatewayContext, key: str | None) -> ApiKey:
+    """The active key whose secret is ``key``; ``Unauthorized`` when it is missing, unknown,
+    revoked or expired (the message says which)."""
     if not key:
         raise Unauthorized("missing API key: send 'Authorization: Bearer <api key>'")
     if len(key) > MAX_KEY_CHARS:
         raise Unauthorized("invalid API key")
-    client_id = context.store.clients.client_for_key(key)
-    if client_id is None:
+    found = context.store.keys.find(key)
+    if found is None:
         raise Unauthorized("invalid API key")
-    return client_id
+    refusal = found.refusal(utc_now())
+    if refusal is not None:
+        raise Unauthorized(refusal)
+    return found
 
 
-def require_client(
+def client_for_key(context: GatewayContext, key: str | None) -> str:
+    """The client id that owns ``key`` (an active key); ``Unauthorized`` otherwise."""
+    return authenticate(context, key).client_id
+
+
+def require_key(
     context: Annotated[GatewayContext, Depends(get_context)],
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     guard: Annotated[QuotaGuard, Depends(get_guard)],
-) -> str:
-    """FastAPI dependency: the authenticated client's id (401 otherwise), within its request
-    rate (429 otherwise)."""
-    client_id = client_for_key(context, credentials.credentials if credentials else None)
-    guard.admit_request(client_id)
-    return client_id
+) -> ApiKey:
+    """FastAPI dependency: the request's active key (401 otherwise), within its client's request
+    rate (429 otherwise). FastAPI runs it once per request however many routes' parameters use
+    it."""
+    key = authenticate(context, credentials.credentials if credentials else None)
+    guard.admit_request(key.client_id)
+    return key
+
+
+def require_client(key: Annotated[ApiKey, Depends(require_key)]) -> str:
+    """FastAPI dependency: the authenticated client's id."""
+    return key.client_id
+
+
+def require_key_admin(key: Annotated[ApiKey, Depends(require_key)]) -> ApiKey:
+    """FastAPI dependency: a key with the admin scope (keys, the client's library); 403 for an
+    app key."""
+    if key.scope != KeyScope.ADMIN:
+        raise PermissionDenied(
+            f"this needs a key with the admin scope; {key.id} is an app key "
+            "(admin keys manage the client's keys and library)"
+        )
+    return key
 
 
 def require_admin(
@@ -73,6 +103,8 @@ def key_is_admin(
 
 
 ClientId = Annotated[str, Depends(require_client)]
+RequestKey = Annotated[ApiKey, Depends(require_key)]
+KeyAdmin = Annotated[ApiKey, Depends(require_key_admin)]
 IsAdmin = Annotated[bool, Depends(key_is_admin)]
 AdminId = Annotated[str, Depends(require_admin)]
 Guard = Annotated[QuotaGuard, Depends(get_guard)]

@@ -15,6 +15,7 @@ from core.ids import new_id
 from core.projects import project_for_conversation, start_conversation_branch
 from serving.gateway.auth import ClientId, Context, Guard
 from serving.gateway.context import GatewayContext
+from serving.gateway.members import User, start_owner
 from serving.gateway.protocol import ConversationCreate, Deleted, Page
 from serving.gateway.translation import decode_cursor, encode_cursor
 
@@ -33,10 +34,17 @@ def owned_conversation(
 
 
 def _page(
-    context: GatewayContext, client_id: str, limit: int, after_cursor: str | None, **filters: str
+    context: GatewayContext,
+    client_id: str,
+    limit: int,
+    after_cursor: str | None,
+    member: str | None = None,
+    **filters: str,
 ) -> ConversationPage:
     after = decode_cursor(after_cursor) if after_cursor else None
-    found = context.store.conversations.list(client_id, limit=limit + 1, after=after, **filters)
+    found = context.store.conversations.list(
+        client_id, limit=limit + 1, after=after, member=member, **filters
+    )
     items = found[:limit]
     more = len(found) > limit
     return ConversationPage(items=items, next_cursor=encode_cursor(items[-1]) if more else None)
@@ -44,7 +52,7 @@ def _page(
 
 @router.post("", status_code=201, response_model=Conversation, summary="Start a conversation")
 async def create(
-    body: ConversationCreate, context: Context, client_id: ClientId, guard: Guard
+    body: ConversationCreate, context: Context, client_id: ClientId, guard: Guard, user: User
 ) -> Conversation:
     """A new conversation; it gets the id of an already started actor when one is in reserve, so
     its first message is answered without waiting for a process to start."""
@@ -65,7 +73,7 @@ async def create(
         if project
         else None
     )
-    return create_conversation(
+    conversation = create_conversation(
         context.store,
         client_id=client_id,
         agent_id=body.agent_id,
@@ -74,17 +82,22 @@ async def create(
         project_id=project.id if project else None,
         branch=branch,
     )
+    if user is not None:  # the user who starts a conversation owns it
+        with context.store.db.begin() as conn:
+            start_owner(context.store, conversation.id, user, conversation.created_at, conn)
+    return conversation
 
 
 @router.get("", response_model=ConversationPage, summary="List conversations")
 def list_conversations(
     context: Context,
     client_id: ClientId,
+    user: User,
     ancestry: Literal["roots", "children", "all"] = "all",
     limit: Limit = 50,
     after_cursor: Cursor = None,
 ) -> ConversationPage:
-    return _page(context, client_id, limit, after_cursor, ancestry=ancestry)
+    return _page(context, client_id, limit, after_cursor, user, ancestry=ancestry)
 
 
 @router.get("/{conversation_id}", response_model=Conversation, summary="Get a conversation")
@@ -101,11 +114,12 @@ def children(
     conversation_id: str,
     context: Context,
     client_id: ClientId,
+    user: User,
     limit: Limit = 50,
     after_cursor: Cursor = None,
 ) -> ConversationPage:
     owned_conversation(context, client_id, conversation_id)
-    return _page(context, client_id, limit, after_cursor, parent_id=conversation_id)
+    return _page(context, client_id, limit, after_cursor, user, parent_id=conversation_id)
 
 
 @router.post(

@@ -8,9 +8,10 @@ from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 
 from core.domain import ConversationStatus, Message
-from core.errors import Conflict
+from core.errors import Conflict, InvalidInput
 from serving.gateway.auth import ClientId, Context, Guard
 from serving.gateway.conversations import owned_conversation
+from serving.gateway.members import USER_HEADER, User
 from serving.gateway.protocol import Items, MessageAccepted, MessageCreate
 from serving.gateway.quota_checks import admit_turn
 
@@ -26,8 +27,15 @@ MessageList = Items[Message]
     summary="Send a message: starts a turn; follow it on the stream or the events",
 )
 async def post_message(
-    conversation_id: str, body: MessageCreate, context: Context, client_id: ClientId, guard: Guard
+    conversation_id: str,
+    body: MessageCreate,
+    context: Context,
+    client_id: ClientId,
+    guard: Guard,
+    user: User,
 ) -> MessageAccepted:
+    if user is not None and body.user_id not in (None, user):
+        raise InvalidInput(f"user_id: the acting user is {user} (header {USER_HEADER})")
     conversation = await run_in_threadpool(owned_conversation, context, client_id, conversation_id)
     if conversation.status == ConversationStatus.COMPLETED:
         raise Conflict(f"conversation {conversation_id} is completed")
@@ -35,7 +43,7 @@ async def post_message(
     accepted = await context.conversations.post_message(
         conversation_id,
         body.content,
-        body.user_id or client_id,
+        body.user_id or user or client_id,
         reply_to_message_id=body.reply_to_message_id,
     )
     return MessageAccepted(

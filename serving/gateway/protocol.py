@@ -98,6 +98,12 @@ class WorkflowBody(WorkflowDef):
 class PersonaRefIn(WireModel):
     id: Annotated[str, Field(pattern=NAME_PATTERN)]
     version: int | None = Field(None, ge=1, description="Omit to follow the latest version")
+    owner: str | None = Field(
+        None,
+        max_length=64,
+        description="Whose persona: 'system' or your client id (default: yours, else the "
+        "system's); stored on the agent, so its 'latest' follows only that library",
+    )
 
 
 class AgentCreate(WireModel):

@@ -9,7 +9,8 @@ message ids) or ``{"type": "ping"}``; a frame the server cannot use gets an ``er
 stream goes on. Authentication: the ``Authorization`` header, or ``?api_key=`` for browsers.
 Refusals close the socket after an error frame: 4401 (bad key), 4404 (no such conversation), 4400
 (bad query), 4429 (the client's concurrent-WebSocket quota is full); a message over the turn or
-token quota gets an error frame (QUOTA_EXCEEDED) and the stream goes on.
+token quota gets an error frame (QUOTA_EXCEEDED) and the stream goes on. A key revoked or expired
+while its stream is open closes the stream with 4401 after an error frame (``key_watch``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -25,15 +27,19 @@ from fastapi.encoders import jsonable_encoder
 from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
+from core.access import Action
 from core.domain import Conversation
-from core.errors import InvalidInput, WonderError
-from serving.gateway.auth import client_for_key, websocket_key
+from core.errors import InvalidInput, Unauthorized, WonderError
+from core.keys import hash_key
+from serving.gateway.auth import authenticate, websocket_key
 from serving.gateway.context import GatewayContext, get_context
 from serving.gateway.conversations import owned_conversation
 from serving.gateway.errors import as_wonder_error
+from serving.gateway.key_watch import get_key_watch
 from serving.gateway.limits import MAX_FRAME_BYTES
+from serving.gateway.members import USER_HEADER, USER_PATTERN, check, level_of
 from serving.gateway.protocol import ClientMessageFrame
-from serving.gateway.quota_checks import admit_turn, get_guard
+from serving.gateway.quota_checks import get_guard
 from serving.gateway.translation import SeqTracker, error_frame, event_frame, parse_client_frame
 
 logger = logging.getLogger("wonder.gateway")
@@ -46,6 +52,14 @@ CLOSE_CODES = {
     "INVALID_INPUT": 4400,
     "QUOTA_EXCEEDED": 4429,
 }
+
+
+def websocket_user(websocket: WebSocket) -> str | None:
+    """The acting user: the ``X-Wonder-User`` header, else ``?user_id=`` (browsers)."""
+    user = websocket.headers.get(USER_HEADER) or websocket.query_params.get("user_id")
+    if user is not None and not re.match(USER_PATTERN, user):
+        raise InvalidInput(f"{USER_HEADER}: a user id of 1-200 letters, digits and _.:@+-")
+    return user
 
 
 def parse_after_seq(raw: str | None) -> int:
@@ -67,11 +81,15 @@ class StreamSession:
         conversation: Conversation,
         client_id: str,
         after_seq: int,
+        secret: str = "",
+        user: str | None = None,
     ) -> None:
         self.websocket = websocket
         self.context = context
         self.conversation = conversation
         self.client_id = client_id
+        self.secret = secret
+        self.user = user
         self.seen = SeqTracker(last_seq=after_seq)
         self.subscribed = asyncio.Event()
         self._send_lock = asyncio.Lock()
@@ -179,6 +197,8 @@ class StreamSession:
                 await self.send({"seq": None, "type": "pong", "id": frame.id})
         except WebSocketDisconnect:
             raise
+        except Unauthorized as exc:  # the key stopped working: the stream ends
+            await self.refuse(exc)
         except Exception as exc:  # every failure becomes an error frame; the stream goes on
             error = as_wonder_error(exc)
             if error is None:
@@ -186,8 +206,17 @@ class StreamSession:
                 error = WonderError("internal error")
             await self.send(error_frame(error.to_dict(), request_id))
 
+    def admit_message(self) -> None:
+        authenticate(self.context, self.secret)
+        if self.user is not None:
+            level = level_of(self.context, self.client_id, self.conversation.id, self.user)
+            check(level, Action.WRITE, self.user, self.conversation.id)
+        get_guard(self.websocket).admit_turn(self.client_id)
+
     async def post(self, frame: ClientMessageFrame) -> dict[str, Any]:
-        await admit_turn(get_guard(self.websocket), self.client_id)
+        # One thread hop: the key may have been revoked since the stream opened (never start a
+        # turn on it), a member may have lost its level, and the turn quotas.
+        await run_in_threadpool(self.admit_message)
         # A live subscription says the actor is started: it acknowledges in a few ms. Without
         # one (the actor is starting, or the client sent before the ``subscribed`` frame) the
         # message is acknowledged in the store at once, asking nobody; the actor picks the turn
@@ -195,7 +224,7 @@ class StreamSession:
         accepted = await self.context.conversations.post_message(
             self.conversation.id,
             frame.content,
-            frame.user_id or self.client_id,
+            frame.user_id or self.user or self.client_id,
             reply_to_message_id=frame.reply_to_message_id,
             actor_ready=self.subscribed.is_set(),
         )
@@ -214,6 +243,9 @@ class StreamSession:
 
     async def refuse(self, error: WonderError, code: int | None = None) -> None:
         await refuse(self.websocket, error, code, self._send_lock)
+
+    async def key_refused(self, reason: str) -> None:
+        await self.refuse(Unauthorized(reason))
 
     async def close(self, code: int) -> None:
         if self.websocket.application_state == WebSocketState.CONNECTED:
@@ -242,12 +274,17 @@ async def stream(websocket: WebSocket, conversation_id: str) -> None:
     """Subscribe to a conversation's events and send it messages."""
     context = get_context(websocket)
     await websocket.accept()
+    secret = websocket_key(websocket)
     try:
-        client_id = await run_in_threadpool(client_for_key, context, websocket_key(websocket))
+        key = await run_in_threadpool(authenticate, context, secret)
+        client_id = key.client_id
         conversation = await run_in_threadpool(
             owned_conversation, context, client_id, conversation_id
         )
         after_seq = parse_after_seq(websocket.query_params.get("after_seq"))
+        user = websocket_user(websocket)
+        if user is not None:  # a user who is not a member: as if there were no conversation
+            await run_in_threadpool(level_of, context, client_id, conversation_id, user)
     except WonderError as exc:
         await refuse(websocket, exc)
         return
@@ -257,6 +294,11 @@ async def stream(websocket: WebSocket, conversation_id: str) -> None:
         except WonderError as exc:
             await refuse(websocket, exc)
             return
-        session = StreamSession(websocket, context, conversation, client_id, after_seq)
+        session = StreamSession(
+            websocket, context, conversation, client_id, after_seq, secret or "", user
+        )
+        held.enter_context(
+            get_key_watch(websocket).watching(key, hash_key(secret or ""), session.key_refused)
+        )
         with contextlib.suppress(WebSocketDisconnect):
             await session.run()

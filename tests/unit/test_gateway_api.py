@@ -237,10 +237,10 @@ def test_agents(api: TestClient, other: TestClient) -> None:
     inline = api.post("/v1/agents", json={"name": "b", "persona": {"id": "x", **PERSONA}})
     assert inline.status_code == 201, inline.text
     agent_id = by_ref.json()["id"]
-    assert api.get(f"/v1/agents/{agent_id}").json()["persona_ref"] == {
-        "id": "helper",
-        "version": None,
-    }
+    ref = api.get(f"/v1/agents/{agent_id}").json()["persona_ref"]
+    # The reference says whose persona it follows: the client's own (issue 13).
+    assert ref["id"] == "helper" and ref["version"] is None
+    assert ref["owner"] == api.put("/v1/personas/helper", json=PERSONA).json()["owner"]
     assert {a["name"] for a in api.get("/v1/agents").json()["items"]} == {"a", "b"}
     assert other.get(f"/v1/agents/{agent_id}").status_code == 404
     assert other.get("/v1/agents").json()["items"] == []
