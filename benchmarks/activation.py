@@ -205,9 +205,18 @@ def main() -> None:
     parser.add_argument("--cap", type=int, default=64, help="resident conversation cap")
     parser.add_argument("--bare", type=int, default=10, help="bare actors started")
     parser.add_argument("--reactivations", type=int, default=20)
+    parser.add_argument(
+        "--max-starting",
+        type=int,
+        default=None,
+        help="conversation actors starting at once (default: the settings' default)",
+    )
     args = parser.parse_args()
 
-    with local_system(progress, WONDER_MAX_RESIDENT_CONVERSATIONS=str(args.cap)) as system:
+    settings = {"WONDER_MAX_RESIDENT_CONVERSATIONS": str(args.cap)}
+    if args.max_starting is not None:
+        settings["WONDER_MAX_STARTING_CONVERSATIONS"] = str(args.max_starting)
+    with local_system(progress, **settings) as system:
         results = asyncio.run(main_async(args, system))
 
     burst_result = results["burst"]

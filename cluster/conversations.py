@@ -7,10 +7,11 @@ three attempts; a dead, restarting or hibernating actor is re-activated before t
 ``post_message`` carries a message id so that a retry never stores a message twice. Ray's failures
 become Wonder's errors here, so nothing above sees a Ray exception.
 
-A message to a conversation whose actor is not ready within ``ACK_WAIT_S`` (being started or
-re-activated: a second or more) is acknowledged in the store instead
+A message to a conversation whose actor is not started (the directory says so at once) or does
+not answer within ``ACK_WAIT_S`` is acknowledged in the store instead
 (``actors.conversation.intake``) while the call to the actor goes on in the background; the actor
-picks the turn up when it is ready. So a ``202`` never waits for an actor process to start.
+picks the turn up when it is ready. So a ``202`` never waits for an actor process to start, nor
+for a timeout when the directory already knows the actor is not there.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -59,6 +61,8 @@ RAY_CALL_ERRORS = (
 )
 BACKPRESSURE_EVENTS = 16
 ACK_WAIT_S = 0.05  # a ready actor acknowledges in a few ms; past this, acknowledge in the store
+READY_SEEN_S = 1.0  # a conversation seen ready this recently is not asked about again
+NOT_READY_SEEN_S = 0.25  # … and one seen not started, this recently
 HIBERNATE_WAIT_S = 5.0
 SHUTDOWN_WAIT_S = 10.0
 
@@ -112,7 +116,7 @@ class ConversationDirectoryActor(ConversationDirectory):
         super().__init__(
             max_resident,
             RayActorHost(self.settings_env, ports),
-            max_starting=settings.max_starting_conversations,
+            max_starting=settings.max_starting_conversations or starts_that_fit(),
             max_waiting=settings.max_waiting_conversations,
             reserve_size=settings.conversation_reserve,
         )
@@ -125,6 +129,15 @@ class ConversationDirectoryActor(ConversationDirectory):
         if idle_ttl_s is not None:
             self.settings_env["WONDER_CONVERSATION_IDLE_TTL_S"] = str(idle_ttl_s)
         return super().configure(max_resident)
+
+
+def starts_that_fit() -> int:
+    """Actor starts at once that leave the cluster room for the work already running: each start
+    is a process importing Python at full speed on one core, so half the cluster's CPUs (a burst
+    of starts that fills every core starves the gateway's acknowledgements, measured in
+    benchmarks/activation.py)."""
+    cpus = ray.cluster_resources().get("CPU", 2.0)  # type: ignore[no-untyped-call]
+    return max(1, int(cpus) // 2)
 
 
 _directories: dict[tuple[tuple[str, str], ...], Any] = {}
@@ -152,6 +165,7 @@ class RayConversations:
         self._directory = directory
         self._intake = intake
         self._in_flight: set[asyncio.Future[MessageAck]] = set()
+        self._seen: dict[str, tuple[float, bool]] = {}  # conversation id → (when, ready)
 
     async def _call(self, conversation_id: str, call: Callable[[Any], Awaitable[T]]) -> T:
         """``call(actor)`` on the conversation's live actor, with ``ACTOR_CALL`` retries."""
@@ -182,13 +196,17 @@ class RayConversations:
         reply_to_message_id: str | None = None,
         message_id: str | None = None,
         agent_id: str | None = None,
+        actor_ready: bool | None = None,
     ) -> MessageAck:
         """Persist a user message, start its turn; a retry reuses the message id.
 
-        Acknowledged by the actor when it answers within ``ACK_WAIT_S``, else in the store (when
-        the conversation has no active turn there; otherwise this waits for the actor, which
-        applies the concurrency policy)."""
+        Acknowledged by the actor when it is started and answers within ``ACK_WAIT_S``, else in
+        the store (when the conversation has no active turn there; otherwise this waits for the
+        actor, which applies the concurrency policy)."""
         chosen_id = message_id or new_id("msg")
+        ready = self._intake is None or (
+            actor_ready if actor_ready is not None else await self.is_ready(conversation_id)
+        )
         posted: asyncio.Future[MessageAck] = asyncio.ensure_future(
             self._call(
                 conversation_id,
@@ -204,7 +222,7 @@ class RayConversations:
         )
         if self._intake is None:
             return await posted
-        done, _pending = await asyncio.wait({posted}, timeout=ACK_WAIT_S)
+        done, _pending = await asyncio.wait({posted}, timeout=ACK_WAIT_S if ready else 0)
         if posted in done:
             return posted.result()
         try:
@@ -240,6 +258,24 @@ class RayConversations:
                 )
 
         posted.add_done_callback(done)
+
+    async def is_ready(self, conversation_id: str) -> bool:
+        """Asks the directory, remembering the answer briefly (``READY_SEEN_S``,
+        ``NOT_READY_SEEN_S``: a stale answer costs a store acknowledgement or an ``ACK_WAIT_S``,
+        never a wrong one); a directory that cannot answer counts as not ready."""
+        now = time.monotonic()
+        seen = self._seen.get(conversation_id)
+        if seen is not None and now - seen[0] < (READY_SEEN_S if seen[1] else NOT_READY_SEEN_S):
+            return seen[1]
+        try:
+            ready: bool = await self._directory().is_ready.remote(conversation_id)
+        except RAY_CALL_ERRORS as exc:
+            log.info("the directory did not say whether %s is ready (%s)", conversation_id, exc)
+            return False
+        if len(self._seen) > 4096:
+            self._seen.clear()
+        self._seen[conversation_id] = (now, ready)
+        return ready
 
     async def reserved_conversation_id(self) -> str | None:
         """An id whose conversation actor is already running (``None``: pick your own)."""

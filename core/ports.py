@@ -196,7 +196,12 @@ class Conversations(Protocol):
         reply_to_message_id: str | None = None,
         message_id: str | None = None,
         agent_id: str | None = None,
-    ) -> MessageAck: ...
+        actor_ready: bool | None = None,
+    ) -> MessageAck:
+        """Store the message and start its turn. ``actor_ready``: what the caller already knows
+        about the conversation's actor (``None``: ask); a message to an actor not started is
+        acknowledged in the store at once."""
+        ...
 
     async def start_agent_call(
         self,

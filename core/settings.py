@@ -71,8 +71,11 @@ class Settings(BaseSettings):
 
     conversation_idle_ttl_s: float = Field(600.0, gt=0)
     max_resident_conversations: int = Field(64, ge=1)
-    max_starting_conversations: int = Field(
-        8, ge=1, description="Conversation actors starting at once (a burst queues behind them)"
+    max_starting_conversations: int | None = Field(
+        None,
+        ge=1,
+        description="Conversation actors starting at once (a burst queues behind them); "
+        "None: half the cluster's CPUs, at least 1 (a process start takes a core)",
     )
     conversation_reserve: int = Field(
         2, ge=0, description="Conversation actors kept started for conversations not yet created"

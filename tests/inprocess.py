@@ -154,6 +154,7 @@ class InProcessCluster:
         reply_to_message_id: str | None = None,
         message_id: str | None = None,
         agent_id: str | None = None,
+        actor_ready: bool | None = None,
     ) -> MessageAck:
         return await self.actor(conversation_id).post_message(
             content,

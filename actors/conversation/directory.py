@@ -111,6 +111,11 @@ class ConversationDirectory:
         task.add_done_callback(self._side.discard)
         return handle
 
+    def is_ready(self, conversation_id: str) -> bool:
+        """Whether the conversation's actor is resident and started (asks nothing, starts
+        nothing): a message to it is answered by the actor in milliseconds."""
+        return conversation_id in self._resident and conversation_id not in self._starting
+
     async def _started(self, conversation_id: str, handle: Any) -> None:
         """Hold the start slot until the actor is ready (or failed, or took too long)."""
         try:

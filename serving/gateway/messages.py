@@ -26,6 +26,7 @@ from serving.gateway.history import (
 )
 from serving.gateway.members import USER_HEADER, User
 from serving.gateway.protocol import MessageAccepted, MessageCreate
+from serving.gateway.quota_checks import admit_turn
 
 router = APIRouter(prefix="/v1/conversations/{conversation_id}/messages", tags=["messages"])
 
@@ -51,7 +52,7 @@ async def post_message(
     conversation = await run_in_threadpool(owned_conversation, context, client_id, conversation_id)
     if conversation.status == ConversationStatus.COMPLETED:
         raise Conflict(f"conversation {conversation_id} is completed")
-    await run_in_threadpool(guard.admit_turn, client_id)
+    await admit_turn(guard, client_id)
     return await accept_message(context, client_id, conversation_id, body, user)
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection
 
 from core.errors import QuotaExceeded
@@ -56,6 +57,13 @@ class QuotaGuard:
         self._buckets: dict[str, Bucket] = {}
         self._sockets: dict[str, int] = {}
         self._quotas: dict[str, tuple[float, Quota]] = {}
+
+    def cached_quota(self, client_id: str) -> Quota | None:
+        """The client's quota if cached and fresh (no I/O: safe on the event loop)."""
+        cached = self._quotas.get(client_id)
+        if cached is not None and self.monotonic() - cached[0] < QUOTA_CACHE_S:
+            return cached[1]
+        return None
 
     def quota(self, client_id: str) -> Quota:
         now = self.monotonic()
@@ -122,6 +130,15 @@ class QuotaGuard:
 
     def admit_memory(self, stored: int, allowed: int | None) -> None:
         refused(check_count(Limit.MEMORIES, stored, allowed, "memories stored"))
+
+
+async def admit_turn(guard: QuotaGuard, client_id: str) -> None:
+    """``guard.admit_turn`` off the event loop, skipped when the cached quota limits neither
+    turns nor tokens (the usual case: a message's acknowledgement then takes no thread hop)."""
+    quota = guard.cached_quota(client_id)
+    if quota is not None and quota.concurrent_turns is None and quota.tokens_per_day is None:
+        return
+    await run_in_threadpool(guard.admit_turn, client_id)
 
 
 def get_guard(connection: HTTPConnection) -> QuotaGuard:

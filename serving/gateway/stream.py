@@ -47,8 +47,6 @@ logger = logging.getLogger("wonder.gateway")
 
 router = APIRouter()
 
-SUBSCRIBE_WAIT_S = 0.1
-
 CLOSE_CODES = {
     "UNAUTHORIZED": 4401,
     "NOT_FOUND": 4404,
@@ -208,27 +206,28 @@ class StreamSession:
                 error = WonderError("internal error")
             await self.send(error_frame(error.to_dict(), request_id))
 
-    async def post(self, frame: ClientMessageFrame) -> dict[str, Any]:
-        # The key may have been revoked since the stream opened: never start a turn on it.
-        await run_in_threadpool(authenticate, self.context, self.secret)
-        if self.user is not None:  # a member may have lost its level since the stream opened
-            level = await run_in_threadpool(
-                level_of, self.context, self.client_id, self.conversation.id, self.user
-            )
+    def admit_message(self) -> None:
+        authenticate(self.context, self.secret)
+        if self.user is not None:
+            level = level_of(self.context, self.client_id, self.conversation.id, self.user)
             check(level, Action.WRITE, self.user, self.conversation.id)
-        await run_in_threadpool(get_guard(self.websocket).admit_turn, self.client_id)
-        # A ready actor registers the subscription in a few ms: wait for it, so a fast reply's
-        # tokens reach this client. One still starting (a second or more) does not hold the
-        # acknowledgement: the message is posted after SUBSCRIBE_WAIT_S, and the late subscriber
-        # is handed the tokens streamed so far (a reply already complete arrives as its message).
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.subscribed.wait(), SUBSCRIBE_WAIT_S)
+        get_guard(self.websocket).admit_turn(self.client_id)
+
+    async def post(self, frame: ClientMessageFrame) -> dict[str, Any]:
+        # One thread hop: the key may have been revoked since the stream opened (never start a
+        # turn on it), a member may have lost its level, and the turn quotas.
+        await run_in_threadpool(self.admit_message)
+        # A live subscription says the actor is started: it acknowledges in a few ms. Without
+        # one (the actor is starting, or the client sent before the ``subscribed`` frame) the
+        # message is acknowledged in the store at once, asking nobody; the actor picks the turn
+        # up and hands this subscriber, when it arrives, the tokens streamed so far.
         accepted = await self.context.conversations.post_message(
             self.conversation.id,
             frame.content,
             frame.user_id or self.user or self.client_id,
             source=frame.source,
             reply_to_message_id=frame.reply_to_message_id,
+            actor_ready=self.subscribed.is_set(),
         )
         ack = {
             "seq": None,

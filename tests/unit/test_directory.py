@@ -69,6 +69,20 @@ async def test_a_resident_conversation_gets_its_handle_again() -> None:
     assert len(host.created) == 1
 
 
+async def test_a_conversation_is_ready_once_its_actor_has_started() -> None:
+    host = FakeHost()
+    directory = ConversationDirectory(8, host)
+    assert not directory.is_ready("c1")  # asking starts nothing
+    assert host.created == []
+    await directory.activate("c1")
+    assert not directory.is_ready("c1")  # created, still starting
+    host.start("c1")
+    await settle()
+    assert directory.is_ready("c1")
+    assert await directory.evict("c1")
+    assert not directory.is_ready("c1")
+
+
 async def test_at_most_max_starting_actors_start_at_once_first_come_first_served() -> None:
     host = FakeHost()
     directory = ConversationDirectory(100, host, max_starting=2)

@@ -38,6 +38,7 @@ class ScriptedSubscriptions:
         self.posted: list[str] = []
         self.yielded = 0
         self.yielded_before_post: list[int] = []
+        self.actor_ready: list[bool | None] = []
 
     async def post_message(
         self, conversation_id: str, content: str, author: str, **_kw: Any
@@ -46,6 +47,7 @@ class ScriptedSubscriptions:
             raise Unavailable("actor restarting")
         self.posted.append(content)
         self.yielded_before_post.append(self.yielded)
+        self.actor_ready.append(_kw.get("actor_ready"))
         return MessageAck(
             conversation_id=conversation_id, turn_id="turn_1", message_id="msg_1", seq=2
         )
@@ -118,24 +120,27 @@ def test_forwards_tokens_and_acks(store: Store) -> None:
     assert access.subscribed_after == [0]
 
 
-def test_messages_wait_briefly_for_the_subscription(store: Store) -> None:
-    client, access, key, conv = connect(store, [[0.05, event(1)]])
+def test_a_message_after_the_subscription_tells_the_actor_is_started(store: Store) -> None:
+    client, access, key, conv = connect(store, [[event(1)]])
     with client.websocket_connect(f"/v1/conversations/{conv}/stream?api_key={key}") as ws:
-        ws.send_json({"type": "message", "content": "early"})
-        frames = receive(ws, 2)
-    assert [f["type"] for f in frames] == ["message", "ack"]
-    assert access.yielded_before_post == [1]  # posted once the subscription was live
+        assert ws.receive_json()["type"] == "subscribed"
+        assert ws.receive_json()["type"] == "message"
+        ws.send_json({"type": "message", "content": "after"})
+        assert ws.receive_json()["type"] == "ack"
+    assert access.actor_ready == [True]
 
 
-def test_a_late_subscription_does_not_hold_the_acknowledgement(store: Store) -> None:
-    """A conversation whose actor is still starting subscribes late; the message is acknowledged
-    after SUBSCRIBE_WAIT_S (the actor hands a late subscriber the tokens streamed so far)."""
+def test_a_message_before_the_subscription_is_posted_at_once(store: Store) -> None:
+    """No wait for a subscription that may need an actor process to start first: the message is
+    posted at once (acknowledged in the store; the actor hands a late subscriber the tokens
+    streamed so far)."""
     client, access, key, conv = connect(store, [[1.0, event(1)]])
     with client.websocket_connect(f"/v1/conversations/{conv}/stream?api_key={key}") as ws:
         ws.send_json({"type": "message", "content": "early"})
         frames = receive(ws, 2)
     assert [f["type"] for f in frames] == ["ack", "message"]
     assert access.yielded_before_post == [0]  # posted before the subscription was live
+    assert access.actor_ready == [False]
 
 
 def test_skips_duplicates_and_fills_gaps_from_the_store(store: Store) -> None:
