@@ -12,6 +12,7 @@ A fork is not a child conversation: it has no ``started_by_*``, memberships are 
 
 from __future__ import annotations
 
+from core.access import Level
 from core.conversations import CONVERSATION_STARTED
 from core.domain import Conversation, Event, Message, TurnStatus
 from core.errors import Conflict, InvalidInput
@@ -28,9 +29,11 @@ def fork_conversation(
     *,
     title: str | None = None,
     conversation_id: str | None = None,
+    owner: str | None = None,
 ) -> Conversation:
-    """Write a fork of ``source`` at ``turn_id``: its row, its lineage and its
-    ``conversation_started`` event (numbered after the inherited seqs), in one transaction.
+    """Write a fork of ``source`` at ``turn_id``: its row, its lineage, its
+    ``conversation_started`` event (numbered after the inherited seqs) and, when a user forks,
+    that user as the fork's owner (forks do not copy the source's members), in one transaction.
 
     Raises ``InvalidInput`` when ``turn_id`` is not a turn visible in ``source`` and
     ``Conflict`` when that turn is still running."""
@@ -63,6 +66,8 @@ def fork_conversation(
         ]
         store.conversations.insert(fork, conn=conn)
         store.forks.insert(fork, lineage, conn)
+        if owner is not None:
+            store.members.grant(fork.id, owner, Level.OWNER, fork.created_at, owner, conn)
         payload: JsonObject = {
             "agent_id": fork.agent_id,
             "title": fork.title,

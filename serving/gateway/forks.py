@@ -14,6 +14,7 @@ from core.forks import fork_conversation
 from serving.gateway.auth import ClientId, Context, Guard
 from serving.gateway.conversations import ConversationPage, Cursor, Limit, owned_conversation
 from serving.gateway.cursors import cursor_key
+from serving.gateway.members import User
 from serving.gateway.protocol import WireModel
 from serving.gateway.translation import decode_cursor, encode_cursor
 
@@ -37,12 +38,17 @@ class ForkCreate(WireModel):
     "to and including that turn",
 )
 async def create_fork(
-    conversation_id: str, body: ForkCreate, context: Context, client_id: ClientId, guard: Guard
+    conversation_id: str,
+    body: ForkCreate,
+    context: Context,
+    client_id: ClientId,
+    guard: Guard,
+    user: User,
 ) -> Conversation:
     source = await run_in_threadpool(owned_conversation, context, client_id, conversation_id)
     await run_in_threadpool(guard.admit_conversation, client_id)
     return await run_in_threadpool(
-        fork_conversation, context.store, source, body.turn_id, title=body.title
+        fork_conversation, context.store, source, body.turn_id, title=body.title, owner=user
     )
 
 

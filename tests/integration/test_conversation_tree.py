@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from serving.gateway.members import USER_HEADER as USER
 from tests.conftest import Cluster, wait_for
 from tests.factories import make_client
 from tests.integration.test_gateway import deploy_gateway, error_of, http_client, unique
@@ -180,6 +181,25 @@ def test_fork_refusals_and_isolation(api: httpx.Client, stranger: httpx.Client) 
     spec = api.get("/openapi.json").json()["paths"]["/v1/conversations/{conversation_id}/forks"]
     assert {"201", "400", "404", "409", "422"} <= set(spec["post"]["responses"])
     assert {"200", "404"} <= set(spec["get"]["responses"])
+
+
+def test_a_user_who_forks_owns_the_fork(api: httpx.Client) -> None:
+    """Forks do not copy the source's members: the forking user is the fork's one owner."""
+    agent_id = scripted_agent(api, [{"reply": "ok"}])
+    source = api.post("/v1/conversations", json={"agent_id": agent_id}).json()["id"]
+    done = say(api, source, "hi")["turn_id"]
+    assert api.put(f"/v1/conversations/{source}/members/bea", json={"level": "reader"}).is_success
+    assert api.put(f"/v1/conversations/{source}/members/cal", json={"level": "manager"}).is_success
+    made = api.post(
+        f"/v1/conversations/{source}/forks", json={"turn_id": done}, headers={USER: "cal"}
+    )
+    assert made.status_code == 201, made.text
+    members = api.get(f"/v1/conversations/{made.json()['id']}/members").json()["items"]
+    assert [(m["user_id"], m["level"]) for m in members] == [("cal", "owner")]
+    as_reader = api.post(
+        f"/v1/conversations/{source}/forks", json={"turn_id": done}, headers={USER: "bea"}
+    )
+    assert as_reader.status_code == 403, as_reader.text
 
 
 def test_parent_turns_and_threads(api: httpx.Client, stranger: httpx.Client) -> None:

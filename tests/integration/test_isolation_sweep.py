@@ -57,6 +57,16 @@ EXEMPT: dict[tuple[str, str], tuple[int, str]] = {
         )
         for kind in LIBRARY_KINDS
     },
+    ("PUT", "/v1/sessions/{label}"): (
+        400,
+        "session labels are per client: a second client's PUT names a session of its own, and "
+        "one with no conversation or agent in its body is refused before anything is read",
+    ),
+    ("POST", "/v1/hooks/{hook_id}"): (
+        401,
+        "webhook deliveries authenticate by the hook's HMAC signature, not by an API key: a "
+        "caller without the hook's secret is refused 401 whoever it is",
+    ),
 }
 
 
@@ -152,6 +162,13 @@ def _others(owner: Owner) -> None:
     expiry = (utc_now() + timedelta(days=1)).isoformat()
     key = ok(api.post("/v1/keys", json={"name": "sweep", "expires_at": expiry}), 201)
     owner.ids["key_id"] = key["key"]["id"]
+    conv, persona = owner.ids["conversation_id"], owner.ids["personas"]
+    ok(api.put("/v1/sessions/sweep", json={"conversation_id": conv}), 201)
+    owner.ids["label"] = "sweep"
+    hook = ok(api.post("/v1/hooks", json={"route": {"persona": persona}, "title": "sweep"}), 201)
+    owner.ids["hook_id"] = hook["id"]
+    trigger = {"schedule": "0 3 * * *", "template": "tick", "route": {"persona": persona}}
+    owner.ids["trigger_id"] = ok(api.post("/v1/triggers", json=trigger), 201)["id"]
 
 
 @pytest.fixture(scope="module")
@@ -196,6 +213,9 @@ FACTORIES: dict[str, Callable[[Owner, str], str]] = {
     "key_id": lambda o, _path: o.ids["key_id"],
     "client_id": lambda o, _path: o.client_id,
     "user_id": lambda o, _path: o.ids["user_id"],
+    "label": lambda o, _path: o.ids["label"],
+    "hook_id": lambda o, _path: o.ids["hook_id"],
+    "trigger_id": lambda o, _path: o.ids["trigger_id"],
 }
 
 
@@ -344,6 +364,9 @@ def _snapshot(owner: Owner) -> dict[str, Any]:
         "project": ok(api.get(f"/v1/projects/{ids['project_id']}")),
         "memory": ok(api.get(f"/v1/agents/{ids['agent_id']}/memories/{ids['memory_id']}")),
         "key": ok(api.get(f"/v1/keys/{ids['key_id']}")),
+        "session": ok(api.get(f"/v1/sessions/{ids['label']}")),
+        "hook": ok(api.get(f"/v1/hooks/{ids['hook_id']}")),
+        "trigger": ok(api.get(f"/v1/triggers/{ids['trigger_id']}")),
         "library": {
             kind: ok(api.get(f"/v1/{kind}/{ids[kind]}/versions")) for kind in LIBRARY_KINDS
         },
