@@ -51,6 +51,15 @@ async def converse(args: Result) -> Result:
     return {"statuses": [o.status.value for o in outcomes]}
 
 
+async def post(args: Result) -> Result:
+    """Post ``text`` to every conversation at once; the acknowledged turn ids (no waiting)."""
+    conversations = wiring.conversations(wonder_env())
+    acks = await asyncio.gather(
+        *(conversations.post_message(c, args["text"], "user-1") for c in args["conversations"])
+    )
+    return {"turns": [a.turn_id for a in acks]}
+
+
 async def placements(args: Result) -> Result:
     """Where the model deployments' and the singletons' options put a probe actor."""
     base = settings_from_env(wonder_env())
@@ -74,6 +83,7 @@ async def placements(args: Result) -> Result:
 
 SCENARIOS: dict[str, Callable[[Result], Awaitable[Result]]] = {
     "converse": converse,
+    "post": post,
     "placements": placements,
 }
 
