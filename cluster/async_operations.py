@@ -10,9 +10,26 @@ import ray
 from actors.async_operations.runner import AsyncOperationRunner
 from actors.conversation.ports import ToolPorts
 from cluster import placement
+from cluster.metrics import ray_metrics
 from cluster.naming import RUNNER_NAME, as_wonder_error, named_detached
 
 _runners: dict[tuple[tuple[str, str], ...], Any] = {}
+
+
+class AsyncOperationRunnerActor(AsyncOperationRunner):
+    """The runner as Ray runs it: it reports how many operations are running."""
+
+    async def start(self, op_id: str, agent_id: str) -> bool:
+        started = await super().start(op_id, agent_id)
+        ray_metrics().pending_operations(len(self._running))
+        return started
+
+    async def _run(self, op_id: str, agent_id: str) -> None:
+        try:
+            await super()._run(op_id, agent_id)
+        finally:
+            # Still listed until this task's done-callback runs: count it out already.
+            ray_metrics().pending_operations(max(0, len(self._running) - 1))
 
 
 def runner_handle(settings_env: dict[str, str], ports: Callable[[], ToolPorts]) -> Any:
@@ -20,7 +37,7 @@ def runner_handle(settings_env: dict[str, str], ports: Callable[[], ToolPorts]) 
     key = tuple(sorted(settings_env.items()))
     if key not in _runners:
         _runners[key] = named_detached(
-            AsyncOperationRunner, RUNNER_NAME, ports, **placement.singleton_options()
+            AsyncOperationRunnerActor, RUNNER_NAME, ports, **placement.singleton_options()
         )
     return _runners[key]
 

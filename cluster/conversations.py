@@ -30,6 +30,7 @@ from actors.conversation.directory import ConversationDirectory
 from actors.conversation.intake import Intake
 from actors.conversation.ports import ConversationPorts
 from cluster import placement
+from cluster.metrics import ray_metrics
 from cluster.naming import (
     DIRECTORY_NAME,
     as_wonder_error,
@@ -121,6 +122,34 @@ class ConversationDirectoryActor(ConversationDirectory):
             reserve_size=settings.conversation_reserve,
         )
         asyncio.get_running_loop().call_soon(self.refill)  # Ray builds it on its event loop
+        self._reported = (0, 0)  # activations, evictions already counted in the metrics
+
+    async def activate(self, conversation_id: str, replace: bool = False) -> Any:
+        try:
+            return await super().activate(conversation_id, replace)
+        finally:
+            self._report()
+
+    async def release_idle(self, conversation_id: str) -> bool:
+        released = await super().release_idle(conversation_id)
+        self._report()
+        return released
+
+    async def drop(self, conversation_id: str) -> bool:
+        dropped = await super().drop(conversation_id)
+        self._report()
+        return dropped
+
+    def _report(self) -> None:
+        """Resident/activating gauges; activations and evictions since the last report."""
+        metrics = ray_metrics()
+        metrics.resident_conversations(len(self._resident), len(self._starting) + self._waiting)
+        activations, evictions = self._reported
+        for _ in range(self.activations - activations):
+            metrics.conversation_activated()
+        for _ in range(self.evictions - evictions):
+            metrics.conversation_evicted()
+        self._reported = (self.activations, self.evictions)
 
     def configure(
         self, max_resident: int | None = None, idle_ttl_s: float | None = None

@@ -5,20 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import TYPE_CHECKING
+import time
 
+from cluster.metrics import ray_metrics
 from core.domain import ModelProfile
 from core.errors import InvalidInput
 from core.library_policy import TEST_DOUBLES_OFF
 from core.llm.protocol import ChatModel
 from core.memory import open_memory_service
 from core.memory.embedding import Embedder
+from core.memory.records import MemoryHit
+from core.memory.service import MemoryService, SearchRequest
 from core.settings import Settings
 from serving import llm_client, models
 from serving.embedder import get_embedder
-
-if TYPE_CHECKING:
-    from core.memory.service import MemoryService
 
 
 class ServedChatModels:
@@ -74,7 +74,19 @@ class ProcessMemory:
         def opened() -> MemoryService:
             with _services_lock:
                 if key not in _services:
-                    _services[key] = open_memory_service(settings, embedder)
+                    opened = open_memory_service(settings, embedder)
+                    _services[key] = MeasuredMemoryService(opened.ops, opened.embedder)
                 return _services[key]
 
         return await asyncio.to_thread(opened)
+
+
+class MeasuredMemoryService(MemoryService):
+    """The memory service with ``memory.search`` latency reported to the process's metrics."""
+
+    async def search(self, agent_id: str, request: SearchRequest) -> list[MemoryHit]:
+        started = time.perf_counter()
+        try:
+            return await super().search(agent_id, request)
+        finally:
+            ray_metrics().memory_search(time.perf_counter() - started)

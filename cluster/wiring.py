@@ -22,6 +22,7 @@ from cluster import placement
 from cluster.async_operations import RayAsyncOperations, runner_handle
 from cluster.conversations import RayConversations, directory_handle
 from cluster.executor import RayTaskRunner
+from cluster.metrics import ray_metrics
 from cluster.models import ProcessMemory, ServedChatModels, ServedEmbedders
 from cluster.workflows import RayCoordinators
 from cluster.workspaces import RayWorkspaces
@@ -117,6 +118,7 @@ def conversation_ports(settings_env: dict[str, str]) -> ConversationPorts:
         residency=conversations_port,
         operations=RayAsyncOperations(lambda: runner_handle(settings_env, runner_ports)),
         models=ServedChatModels(tools.settings.allow_test_doubles),
+        metrics=ray_metrics(),
     )
 
 

@@ -17,6 +17,7 @@ from actors.workflow_coordinator.actor import WorkflowCoordinator
 from actors.workflow_coordinator.ports import CoordinatorPorts
 from actors.workflow_coordinator.reserve import CoordinatorReserve
 from cluster import placement
+from cluster.metrics import ray_metrics
 from cluster.naming import (
     RESERVE_NAME,
     as_wonder_error,
@@ -70,6 +71,7 @@ class RayCoordinators:
     async def launch(self, run_id: str) -> None:
         try:
             await coordinator(run_id, self._ports, self.settings_env).start.remote()
+            ray_metrics().workflow_run_started()
         except RAY_ERRORS as exc:
             raise as_wonder_error(exc, f"the coordinator of {run_id}") from None
 

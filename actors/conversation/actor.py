@@ -86,6 +86,7 @@ from core.errors import (
 from core.ids import new_id, utc_now
 from core.jsontypes import JsonObject
 from core.llm.protocol import ChatModel
+from core.metrics import TurnMetrics
 from core.ports import (
     AgentAnswer,
     ConversationChange,
@@ -168,6 +169,7 @@ class ConversationActor:
         self._published = self.log.last_seq()
         self.tools = ToolDispatcher(self.ports, conversation)
         self.steps = TurnSteps(self.ports, self.tools, self.publish)
+        self._turn_metrics = TurnMetrics(self.ports.metrics)
         self._bound = True
 
     # ------------------------------------------------------------------ the step
@@ -605,6 +607,7 @@ class ConversationActor:
             self._last_activity = time.monotonic()
 
     def publish(self, event: JsonObject) -> None:
+        self._turn_metrics.observe(event, utc_now())
         seq = event.get("seq")
         if seq is not None:
             self._published = max(self._published, int(seq))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from core.metrics import NO_METRICS, Metrics
 from core.ports import (
     AsyncOperations,
     ChatModels,
@@ -41,6 +42,7 @@ class ConversationPorts(ToolPorts):
     residency: Residency
     operations: AsyncOperations
     models: ChatModels
+    metrics: Metrics = NO_METRICS
 
 
 ConversationPortsFactory = Callable[[], ConversationPorts]

@@ -1,0 +1,103 @@
+"""Driver work on the multi-node cluster, run as a subprocess of the tests.
+
+``python -m tests.cluster.driver SCENARIO 'JSON'`` connects to ``RAY_ADDRESS`` (the tier's
+head), runs one scenario and prints its result as JSON on the last line of stdout. The test
+process keeps its own (session-wide) Ray untouched: a process can be the driver of one cluster
+only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import ray
+
+from cluster import placement, wiring
+from cluster.preflight import SetupError, check_placement
+from core.settings import settings_from_env, wonder_env
+
+Result = dict[str, Any]
+
+
+@ray.remote(num_cpus=0)
+class Probe:
+    """Reports the node it was placed on."""
+
+    def node(self) -> str:
+        return str(ray.get_runtime_context().get_node_id())
+
+
+def _placed_on(options: dict[str, Any]) -> str:
+    probe: Any = Probe.options(**options).remote()  # type: ignore[attr-defined]
+    try:
+        return str(ray.get(probe.node.remote(), timeout=120))
+    finally:
+        ray.kill(probe)
+
+
+async def converse(args: Result) -> Result:
+    """Post ``text`` to every conversation at once; wait for each turn; the outcomes."""
+    conversations = wiring.conversations(wonder_env())
+    acks = await asyncio.gather(
+        *(conversations.post_message(c, args["text"], "user-1") for c in args["conversations"])
+    )
+    outcomes = await asyncio.gather(
+        *(conversations.wait_for_turn(a.conversation_id, a.turn_id, 240) for a in acks)
+    )
+    return {"statuses": [o.status.value for o in outcomes]}
+
+
+async def post(args: Result) -> Result:
+    """Post ``text`` to every conversation at once; the acknowledged turn ids (no waiting)."""
+    conversations = wiring.conversations(wonder_env())
+    acks = await asyncio.gather(
+        *(conversations.post_message(c, args["text"], "user-1") for c in args["conversations"])
+    )
+    return {"turns": [a.turn_id for a in acks]}
+
+
+async def placements(args: Result) -> Result:
+    """Where the model deployments' and the singletons' options put a probe actor."""
+    base = settings_from_env(wonder_env())
+    gpu = base.model_copy(update={"llm_placement": "accelerator"})
+    embedder_on_gpu = base.model_copy(update={"embedder_placement": "accelerator"})
+    rounds = int(args.get("rounds", 2))
+    out: dict[str, list[str]] = {"llm": [], "embedder": [], "embedder_on_gpu": [], "singleton": []}
+    for _ in range(rounds):
+        out["llm"].append(_placed_on(placement.llm_actor_options(gpu)))
+        out["embedder"].append(_placed_on(placement.embedder_actor_options(gpu)))
+        out["embedder_on_gpu"].append(_placed_on(placement.embedder_actor_options(embedder_on_gpu)))
+        out["singleton"].append(_placed_on(placement.singleton_options()))
+    refusals: list[str] = []
+    check_placement(gpu)  # one accelerator unit, one replica: fits
+    try:
+        check_placement(gpu.model_copy(update={"llm_num_replicas": 2}))
+    except SetupError as exc:
+        refusals.append(str(exc))
+    return {**out, "refusals": refusals}
+
+
+SCENARIOS: dict[str, Callable[[Result], Awaitable[Result]]] = {
+    "converse": converse,
+    "post": post,
+    "placements": placements,
+}
+
+
+def main() -> None:
+    scenario, raw = sys.argv[1], sys.argv[2]
+    env = wonder_env()
+    ray.init(address="auto", namespace="wonder", runtime_env={"env_vars": env})
+    try:
+        result = asyncio.run(SCENARIOS[scenario](json.loads(raw)))
+    finally:
+        ray.shutdown()
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

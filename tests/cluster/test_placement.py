@@ -1,0 +1,67 @@
+"""Placement on several Ray nodes: where conversations, tasks, singletons and models land."""
+
+from __future__ import annotations
+
+from ray.util.state import list_tasks
+
+from cluster.naming import DIRECTORY_NAME, RUNNER_NAME, conversation_actor_name
+from tests.cluster.conftest import MultiNode, actor_nodes
+from tests.conftest import wait_for
+from tests.factories import make_agent, make_client, make_conversation, scripted_profile, task_tool
+
+CONVERSATIONS = 6
+
+
+def test_conversations_and_tasks_spread_over_cpu_nodes(multinode: MultiNode) -> None:
+    store = multinode.store
+    client_id, _ = make_client(store)
+    note = task_tool(store, "note", [{"kind": "context.set", "params": {"key": "k", "value": 1}}])
+    profile = scripted_profile(
+        store,
+        [{"tool_calls": [{"name": "note", "arguments": {}}]}, {"reply": "done"}],
+    )
+    agent = make_agent(store, client_id, profile, [note])
+    convs = [make_conversation(store, client_id, agent).id for _ in range(CONVERSATIONS)]
+
+    result = multinode.drive("converse", conversations=convs, text="go")
+    assert result["statuses"] == ["completed"] * CONVERSATIONS
+
+    names = [conversation_actor_name(c) for c in convs]
+    where = wait_for(
+        lambda: (found := actor_nodes(multinode, names)) and len(found) == len(names) and found
+    )
+    used = set(where.values())
+    cpu_ids = {n.node_id for n in multinode.cpu}
+    assert multinode.accelerator.node_id not in used  # never on the accelerator node
+    assert used & cpu_ids  # not all on the head
+    assert len(used) >= 2  # spread, not packed onto one node
+
+    singletons = actor_nodes(multinode, [DIRECTORY_NAME, RUNNER_NAME])
+    assert singletons.get(DIRECTORY_NAME) == multinode.head.node_id
+
+    def executor_nodes() -> set[str] | None:
+        tasks = list_tasks(
+            address=multinode.nodes.dashboard_url,
+            filters=[("state", "=", "FINISHED")],
+            limit=10_000,
+            raise_on_missing_output=False,
+        )
+        ran = [t for t in tasks if "execute" in (t.func_or_class_name or "")]
+        return {t.node_id for t in ran} if len(ran) >= CONVERSATIONS else None
+
+    task_nodes = wait_for(executor_nodes, timeout=60, interval=1.0)
+    assert multinode.accelerator.node_id not in task_nodes
+    assert task_nodes & cpu_ids
+
+
+def test_model_deployments_and_singletons_go_where_the_rules_say(multinode: MultiNode) -> None:
+    """The actor options the vLLM and embedder deployments and the singletons get, applied to a
+    probe actor on the live cluster; and ``wonder up``'s check of what the nodes can place."""
+    found = multinode.drive("placements", rounds=2)
+    accelerator, head = multinode.accelerator.node_id, multinode.head.node_id
+    assert set(found["llm"]) == {accelerator}
+    assert accelerator not in set(found["embedder"])
+    assert set(found["embedder_on_gpu"]) == {accelerator}
+    assert set(found["singleton"]) == {head}
+    assert len(found["refusals"]) == 1
+    assert "WONDER_LLM_NUM_REPLICAS=2" in found["refusals"][0]
