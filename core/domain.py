@@ -95,6 +95,11 @@ class Tool(Model):
     invocation_mode: Literal["delegate", "loop_in"] = "delegate"
     input_mapping: dict[str, str] | None = None
     retry: ToolRetry = Field(default_factory=ToolRetry)
+    idempotent: bool = Field(
+        False,
+        description="Safe to run twice with the same input: a call cut by a crash before its "
+        "result was recorded is run again (otherwise the model is told it was interrupted)",
+    )
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
