@@ -6,7 +6,7 @@ inside each replica; tests without Ray build it over fakes.
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from serving.gateway import (
     admin,
@@ -28,6 +28,7 @@ from serving.gateway.context import GatewayContext
 from serving.gateway.errors import install_error_handlers
 from serving.gateway.limits import RequestLimits
 from serving.gateway.protocol import ErrorResponse
+from serving.gateway.query_params import refuse_unknown_query
 from serving.gateway.quota_checks import QuotaGuard
 
 DESCRIPTION = """\
@@ -54,7 +55,12 @@ ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
 
 def create_api(context: GatewayContext) -> FastAPI:
     """The gateway's FastAPI app over ``context`` (no Ray needed: tests pass a fake context)."""
-    api = FastAPI(title="Wonder", version="0.1.0", description=DESCRIPTION)
+    api = FastAPI(
+        title="Wonder",
+        version="0.1.0",
+        description=DESCRIPTION,
+        dependencies=[Depends(refuse_unknown_query)],  # every route: unknown query → 422
+    )
     api.state.gateway = context
     api.state.quotas = QuotaGuard(context.store)
     api.add_middleware(RequestLimits)
