@@ -46,6 +46,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
         (404, "Not found"),
         (403, "Not allowed for this key"),
         (409, "Conflict"),
+        (413, "Body over this route's size limit"),
         (422, "Invalid fields"),
         (429, "Over a quota; retry after the Retry-After seconds"),
         (503, "Temporarily unavailable; retry"),
