@@ -68,3 +68,18 @@ async def count_then_wait(data: dict[str, Any]) -> dict[str, Any]:
     if runs == 1:
         await asyncio.sleep(float(args.get("seconds") or 30))
     return {"runs": runs}
+
+
+@library_callable
+def fail_times(data: dict[str, Any]) -> dict[str, Any]:
+    """Fail with a retryable error the first ``times`` calls (counted in the file at ``path``)."""
+    from core.errors import RetryableError
+
+    args = data.get("input") if isinstance(data.get("input"), dict) else data
+    with open(str(args["path"]), "a+") as f:
+        f.write("ran\n")
+        f.seek(0)
+        runs = len(f.readlines())
+    if runs <= int(args.get("times") or 0):
+        raise RetryableError(f"flaky, attempt {runs}")
+    return {"runs": runs}
