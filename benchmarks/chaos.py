@@ -271,7 +271,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     with local_system(progress, WONDER_LIBRARY_CALLABLES=callables, PYTHONPATH=root) as system:
         setup = setup_store(system.store)
         progress(f"mid-turn kills: {args.kills}")
-        kills = await mid_turn_kills(system, setup["client_id"], args.kills)
+        kills = await mid_turn_kills(system, setup["client_id"], args.kills) if args.kills else {}
         progress(f"load: {args.conversations} conversations x {args.turns} turns")
         loaded = await load(system, setup, args.conversations, args.turns, args.kill_every)
         return {"benchmark": "chaos", "mid_turn_kills": kills, "load": loaded}
