@@ -178,37 +178,57 @@ async def mid_turn_kills(system: System, client_id: str, n: int) -> dict[str, An
 
 
 async def _client(system: System, key: str, conv: str, turns: int) -> dict[str, Any]:
+    """T turns on one WebSocket; a stream that breaks (closed, or silent for 30 s) is reopened
+    after the last seq seen (docs/api.md), and an unacknowledged message sent again (same id)."""
     import websockets
 
-    url = f"ws://127.0.0.1:{system.port}/v1/conversations/{conv}/stream?after_seq=0"
+    base = f"ws://127.0.0.1:{system.port}/v1/conversations/{conv}/stream"
+    headers = {"Authorization": f"Bearer {key}"}
     seqs: list[int] = []
-    completed = failed = 0
-    async with websockets.connect(
-        url, additional_headers={"Authorization": f"Bearer {key}"}, max_size=None, open_timeout=60
-    ) as ws:
-        for n in range(turns):
-            await ws.send(json.dumps({"type": "message", "content": f"turn {n}", "id": f"m{n}"}))
-            turn_id = None
-            while True:
-                frame = json.loads(await asyncio.wait_for(ws.recv(), 120))
-                if frame.get("seq") is not None:
-                    seqs.append(int(frame["seq"]))
-                kind = frame.get("type")
-                if kind == "ack":
-                    turn_id = frame.get("turn_id")
-                elif kind == "turn.completed" and frame.get("turn_id") == turn_id:
-                    completed += 1
-                    break
-                elif kind == "turn.failed" and frame.get("turn_id") == turn_id:
-                    failed += 1
-                    break
-                elif kind == "error" and turn_id is None:  # not acknowledged: send it again
-                    await asyncio.sleep(0.5)
-                    await ws.send(
-                        json.dumps({"type": "message", "content": f"turn {n}", "id": f"m{n}"})
-                    )
+    completed = failed = reconnects = 0
+    n, turn_id, sent = 0, None, False
+    while n < turns:
+        after = seqs[-1] if seqs else 0
+        try:
+            async with websockets.connect(
+                f"{base}?after_seq={after}",
+                additional_headers=headers,
+                max_size=None,
+                open_timeout=60,
+            ) as ws:
+                while n < turns:
+                    if not sent:
+                        message = {"type": "message", "content": f"turn {n}", "id": f"m{n}"}
+                        await ws.send(json.dumps(message))
+                        sent = True
+                    frame = json.loads(await asyncio.wait_for(ws.recv(), 30))
+                    if frame.get("seq") is not None:
+                        seqs.append(int(frame["seq"]))
+                    kind = frame.get("type")
+                    if kind == "ack":
+                        turn_id = frame.get("turn_id")
+                    elif kind in ("turn.completed", "turn.failed") and frame.get("turn_id") == (
+                        turn_id
+                    ):
+                        completed += kind == "turn.completed"
+                        failed += kind == "turn.failed"
+                        n, turn_id, sent = n + 1, None, False
+                    elif kind == "error" and turn_id is None:
+                        sent = False  # not acknowledged: send it again (same id)
+        except (TimeoutError, OSError, websockets.exceptions.ConnectionClosed):
+            reconnects += 1
+            if turn_id is None:
+                sent = False  # the ack may be lost: the same id is acknowledged once
+            if reconnects > 50:
+                break
     gaps, duplicates = _gap_free(seqs)
-    return {"completed": completed, "failed": failed, "gaps": gaps, "duplicates": duplicates}
+    return {
+        "completed": completed,
+        "failed": failed,
+        "gaps": gaps,
+        "duplicates": duplicates,
+        "reconnects": reconnects,
+    }
 
 
 async def load(
@@ -257,6 +277,7 @@ async def load(
         "clients_broken": len(broken),
         "broken": broken[:3],
         "kills": kills,
+        "client_reconnects": sum(r["reconnects"] for r in ok),
         "gaps": sum(r["gaps"] for r in ok),
         "duplicates": sum(r["duplicates"] for r in ok),
         "elapsed_s": round(elapsed, 1),
