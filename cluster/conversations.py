@@ -383,27 +383,32 @@ class RayConversations:
         """
         last = after_seq
         replace = False
-        for attempt in range(1, STREAM_RESUME.attempts + 1):
-            handle = await self._directory().activate.remote(conversation_id, replace)
-            # Backpressure: the actor runs at most a few events ahead of this consumer, so a slow
-            # consumer's tokens wait in the actor's queue, where they are coalesced.
-            generator = handle.events.options(
-                num_returns="streaming", _generator_backpressure_num_objects=BACKPRESSURE_EVENTS
-            ).remote(last)
+        attempt = 0  # failed subscriptions in a row: a stream that delivered starts over
+        while True:
+            attempt += 1
+            generator = None
             try:
+                handle = await self._directory().activate.remote(conversation_id, replace)
+                # Backpressure: the actor runs at most a few events ahead of this consumer, so a
+                # slow consumer's tokens wait in the actor's queue, where they are coalesced.
+                generator = handle.events.options(
+                    num_returns="streaming", _generator_backpressure_num_objects=BACKPRESSURE_EVENTS
+                ).remote(last)
                 async for ref in generator:
                     event: JsonObject = await ref
                     if event.get("seq") is not None:
                         last = int(event["seq"])
+                        attempt = 0  # this subscription works: its restarts are new failures
                     yield event
                 return
             except RAY_CALL_ERRORS as exc:
                 error = as_wonder_error(exc, f"the event stream of {conversation_id}")
-                if not error.retriable or attempt == STREAM_RESUME.attempts:
+                if not error.retriable or attempt >= STREAM_RESUME.attempts:
                     raise error from None
             finally:
-                ray.cancel(generator)
-            await asyncio.sleep(STREAM_RESUME.backoff(attempt))
+                if generator is not None:
+                    ray.cancel(generator)
+            await asyncio.sleep(STREAM_RESUME.backoff(max(attempt, 1)))
             replace = True
 
     async def stop_conversations(self, conversation_ids: list[str]) -> None:

@@ -10,17 +10,19 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from core.errors import ErrorCode, WonderError
 from core.jsontypes import JsonObject
+from core.strict import StrictScalars
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 LibraryId = Annotated[str, Field(pattern=NAME_PATTERN, description="Library object id")]
 
 
-class Model(BaseModel):
-    """Base for stored models: unknown fields are rejected so typos fail loudly."""
+class Model(StrictScalars):
+    """Base for stored models: unknown fields are rejected so typos fail loudly, and numbers
+    and booleans are taken only as themselves (``core.strict``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -95,6 +97,11 @@ class Tool(Model):
     invocation_mode: Literal["delegate", "loop_in"] = "delegate"
     input_mapping: dict[str, str] | None = None
     retry: ToolRetry = Field(default_factory=ToolRetry)
+    idempotent: bool = Field(
+        False,
+        description="Safe to run twice with the same input: a call cut by a crash before its "
+        "result was recorded is run again (otherwise the model is told it was interrupted)",
+    )
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

@@ -46,7 +46,8 @@ ACTOR_CALL = RetryPolicy(6, (0.05, 0.2, 0.5, 1.0, 2.0), None)
 """A call to a named actor: tried again (re-activated) when the actor died, is restarting or was
 being evicted — six attempts over about four seconds, since a restart takes a worker process."""
 STREAM_RESUME = RetryPolicy(4, (0.1, 0.25, 0.5), None)
-"""An event stream cut by an actor restart resumes from its last ``seq``, up to 3 times."""
+"""An event stream cut by an actor restart resumes from its last ``seq``, up to 3 times in a row
+(a resubscription that delivers starts the count over)."""
 DELIVERY = RetryPolicy(8, (0.2, 0.4, 0.8, 1.6, 3.2, 5.0), None)
 """Handing a finished async operation to its conversation (which may be restarting)."""
 

@@ -51,3 +51,35 @@ def hog_memory(data: dict[str, Any]) -> Any:
 def big_output(data: dict[str, Any]) -> Any:
     """Return ``bytes`` characters of text."""
     return {"text": "x" * int(data.get("bytes") or 0)}
+
+
+@library_callable
+async def count_then_wait(data: dict[str, Any]) -> dict[str, Any]:
+    """A tool with an effect to count: append a line to ``path``, then, the first time only,
+    wait ``seconds`` (a call a crash can cut). Returns how many times it ran."""
+    import asyncio
+
+    args = data.get("input") if isinstance(data.get("input"), dict) else data
+    path = str(args["path"])
+    with open(path, "a") as f:
+        f.write("ran\n")
+    with open(path) as f:
+        runs = len(f.readlines())
+    if runs == 1:
+        await asyncio.sleep(float(args.get("seconds") or 30))
+    return {"runs": runs}
+
+
+@library_callable
+def fail_times(data: dict[str, Any]) -> dict[str, Any]:
+    """Fail with a retryable error the first ``times`` calls (counted in the file at ``path``)."""
+    from core.errors import RetryableError
+
+    args = data.get("input") if isinstance(data.get("input"), dict) else data
+    with open(str(args["path"]), "a+") as f:
+        f.write("ran\n")
+        f.seek(0)
+        runs = len(f.readlines())
+    if runs <= int(args.get("times") or 0):
+        raise RetryableError(f"flaky, attempt {runs}")
+    return {"runs": runs}

@@ -50,9 +50,12 @@ from actors.conversation.domain import (
     Recovered,
     RecoveredTurn,
     Refuse,
+    ResumeLoop,
+    ResumeTurn,
     RunTools,
     SaveConversation,
     SettleOperation,
+    StartedTools,
     StartTurn,
     StepFailed,
     StopWork,
@@ -64,6 +67,7 @@ from actors.conversation.log import ConversationLog, event_dict, token_event
 from actors.conversation.planning import apply, plan
 from actors.conversation.ports import ConversationPorts, ConversationPortsFactory
 from actors.conversation.records import WAITING, BatchWriter
+from actors.conversation.resumption import RECOVERY_EVENTS, started_tools
 from actors.conversation.steps import TurnSteps
 from actors.conversation.tool_dispatch import ToolDispatcher
 from core.domain import (
@@ -217,6 +221,8 @@ class ConversationActor:
                 | BeginTurn()
                 | QueueTurn()
                 | StartTurn()
+                | ResumeTurn()
+                | ResumeLoop()
                 | WaitForOperations()
                 | AddUsage()
                 | RecordMoves()
@@ -295,11 +301,32 @@ class ConversationActor:
             log.exception("conversation %s could not recover yet", self.id)
 
     def _recovered(self) -> Recovered:
-        """What a previous incarnation left active (see ``planning._recovered``)."""
+        """What a previous incarnation left active (see ``planning._recovered``): each active
+        turn with its operations, and for a turn cut mid-loop its moves, the last tool calls it
+        started and how often it was resumed before (see ``resumption``)."""
         turns = []
-        for turn in self.store.turns.list(self.id, status=TurnStatus.ACTIVE):
-            ops = self.store.async_operations.list(self.id, turn_id=turn.id, statuses=WAITING)
-            turns.append(RecoveredTurn(turn, tuple(ops)))
+        active = self.store.turns.list(self.id, status=TurnStatus.ACTIVE)
+        mid_loop = [t for t in active if t.started_at is not None and not t.awaiting_operations]
+        started: dict[str, StartedTools] = {}
+        resumes: dict[str, int] = {}
+        if mid_loop:
+            for event in self.store.events.list_of_types(self.id, RECOVERY_EVENTS):
+                turn_id = str(event.payload.get("turn_id"))
+                if event.type == "tools.started":
+                    started[turn_id] = started_tools(event.payload)
+                else:
+                    resumes[turn_id] = resumes.get(turn_id, 0) + 1
+        for turn in active:
+            ops = tuple(
+                self.store.async_operations.list(self.id, turn_id=turn.id, statuses=WAITING)
+            )
+            if turn in mid_loop:
+                moves = tuple(self.store.moves.list(turn.id))
+                turns.append(
+                    RecoveredTurn(turn, ops, moves, started.get(turn.id), resumes.get(turn.id, 0))
+                )
+            else:
+                turns.append(RecoveredTurn(turn, ops))
         return Recovered(tuple(turns), utc_now())
 
     async def _prewarm_model(self) -> None:

@@ -21,6 +21,7 @@ from core.domain import (
     Message,
     MessageSource,
     ModelProfile,
+    Move,
     Persona,
     Tool,
     ToolError,
@@ -106,6 +107,7 @@ class TurnState:
     deliveries: tuple[AsyncOperation, ...] = ()  # completed operations waiting their turn
     usage: Usage = field(default_factory=Usage)
     awaiting_recorded: bool = False  # the store marks it awaiting its operations
+    resuming: Resumption | None = None  # a turn cut mid-loop, resumed at its next context
 
 
 @dataclass(slots=True)
@@ -163,11 +165,44 @@ class TurnRequested:
 
 
 @dataclass(frozen=True, slots=True)
+class StartedTools:
+    """The tool calls of one model answer, recorded (``tools.started``) before they run."""
+
+    iteration: int  # the move number of that answer (1 for the turn's first tool calls)
+    reasoning: str
+    calls: tuple[ToolCallRequested, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class RecoveredTurn:
-    """A turn the store holds as active when this incarnation of the actor starts."""
+    """A turn the store holds as active when this incarnation of the actor starts.
+
+    ``moves`` are the turn's recorded moves, ``started`` the last tool calls it recorded as
+    started (their results are recorded as moves when they all return), ``resumes`` how many
+    times it was resumed already (``turn.resumed`` events) and ``answered`` whether its answer
+    is stored."""
 
     turn: Turn
     operations: tuple[AsyncOperation, ...] = ()  # its operations still pending or completed
+    moves: tuple[Move, ...] = ()
+    started: StartedTools | None = None
+    resumes: int = 0
+    answered: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Resumption:
+    """What an interrupted turn continues from, once its context is assembled again: the tool
+    exchanges already recorded (``transcript``, ``moves_made``), the calls it started whose
+    results never came (``interrupted``, from the answer ``reasoning`` went with), or its stored
+    answer (``answered``: only what follows the answer is left)."""
+
+    transcript: tuple[JsonObject, ...]
+    moves_made: int
+    interrupted: tuple[ToolCallRequested, ...] = ()
+    reasoning: str = ""
+    operation_ids: dict[str, str] = field(default_factory=dict)  # started async call → op id
+    answered: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +218,7 @@ class ContextAssembled:
     turn_id: str
     setup: AgentSetup
     base: ChatRequest
+    at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,6 +390,27 @@ class StartTurn:
 
 
 @dataclass(frozen=True, slots=True)
+class ResumeTurn:
+    """A turn cut mid-loop by a crash continues: it assembles its context again, then goes on
+    from ``resumption`` (``turn.resumed`` is announced beside it)."""
+
+    turn_id: str
+    agent_id: str | None
+    usage: Usage
+    operations: frozenset[str]
+    resumption: Resumption
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeLoop:
+    """Take up a resumed turn's model loop where the crash left it."""
+
+    turn_id: str
+    transcript: tuple[JsonObject, ...]
+    moves_made: int
+
+
+@dataclass(frozen=True, slots=True)
 class AssembleContext:
     """Load the agent's setup and build the context (with the hook task, when the persona has one).
 
@@ -414,7 +471,8 @@ class StartOperation:
 
 @dataclass(frozen=True, slots=True)
 class ReturnToolError:
-    """Answer a tool call with a business error without dispatching it (bad input, denied...)."""
+    """Answer a tool call without dispatching it: a business error (bad input, denied...), or,
+    for a resumed turn, what is known of a call the crash cut (see ``planning``)."""
 
     call: ToolCallRequested
     result: ToolResult
@@ -433,6 +491,7 @@ class RunTools:
     agent_id: str
     plans: tuple[ToolPlan, ...]
     reasoning: str
+    iteration: int = 1  # the move number these calls make (``tools.started`` records it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -571,6 +630,8 @@ Decision = (
     | BeginTurn
     | QueueTurn
     | StartTurn
+    | ResumeTurn
+    | ResumeLoop
     | AssembleContext
     | AdoptContext
     | CallModel

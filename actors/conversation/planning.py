@@ -15,8 +15,9 @@ performs the effects, whose outcomes are the next events:
     memories extracted / extraction failed ─▶ CompleteTurn (the failure is noted on the turn)
     cancel requested ─▶ StopWork + CloseDangling + FailTurn
     recovered (actor restart) ─▶ unstarted turns start; answered turns keep waiting for their
-                                 operations (lost ones settled); turns cut mid-loop fail
-                                 ``interrupted`` with their open calls closed
+                                 operations (lost ones settled); turns cut mid-loop resume
+                                 (ResumeTurn + AssembleContext, then ResumeLoop: see
+                                 ``resumption``), and fail ``interrupted`` after too many crashes
 
 A turn that ends (completed, failed, or waiting for operations) lets the oldest queued turn start.
 Events about a turn that is no longer live, or not in the phase they answer, are stale (a
@@ -75,6 +76,8 @@ from actors.conversation.domain import (
     Recovered,
     RecoveredTurn,
     Refuse,
+    ResumeLoop,
+    ResumeTurn,
     ReturnToolError,
     RunTools,
     SaveConversation,
@@ -90,6 +93,7 @@ from actors.conversation.domain import (
     TurnState,
     WaitForOperations,
 )
+from actors.conversation.resumption import MAX_INTERRUPTIONS, resumed_plans, resumption_of
 from actors.conversation.tool_calls import plan_tool_calls
 from core.domain import (
     AsyncOperation,
@@ -106,6 +110,7 @@ from core.domain import (
     Usage,
 )
 from core.errors import ErrorCode
+from core.jsontypes import JsonObject
 
 MENTION = re.compile(r"(?<![\w@])@([A-Za-z0-9_.:-]+)")
 RESTARTED_MID_TURN = "the conversation restarted mid-turn"
@@ -298,20 +303,53 @@ def _recovered(state: ConversationState, event: Recovered) -> list[Decision]:
         elif turn.awaiting_operations:
             decisions += _resume_waiting(recovered, event.at)
         else:
-            operations = tuple(op.id for op in recovered.operations)
-            decisions += [
-                CloseDangling(turn.id, (), operations, RESTARTED_MID_TURN, event.at),
-                FailTurn(turn.id, INTERRUPTED, turn.usage, False, event.at),
-            ]
+            decisions += _resume_interrupted(recovered, event.at)
     queue = state.conversation.concurrency_policy is ConcurrencyPolicy.QUEUE
+    resumed = any(isinstance(d, ResumeTurn) for d in decisions) or bool(state.running)
     for n, turn in enumerate(unstarted):
-        if queue and n > 0:
+        if queue and (n > 0 or resumed):
             decisions.append(QueueTurn(turn.id, turn.agent_id))
         else:
             decisions += [
                 StartTurn(turn.id, turn.agent_id, event.at),
                 AssembleContext(turn.id, turn.agent_id),
             ]
+    return decisions
+
+
+def _resume_interrupted(recovered: RecoveredTurn, at: datetime) -> list[Decision]:
+    """A turn cut mid-loop continues from what it recorded (``resumption``); after more than
+    ``MAX_INTERRUPTIONS`` crashes it fails instead, its operations cancelled."""
+    turn = recovered.turn
+    ops = recovered.operations
+    interruption = recovered.resumes + 1
+    if interruption > MAX_INTERRUPTIONS:
+        reason = (
+            f"{INTERRUPTED}: the conversation restarted {interruption} times during this turn "
+            f"(a turn resumes after at most {MAX_INTERRUPTIONS})"
+        )
+        error = ToolError(code=ErrorCode.UNAVAILABLE, message=reason, retriable=True)
+        operations = tuple(op.id for op in ops)
+        return [
+            CloseDangling(turn.id, (), operations, RESTARTED_MID_TURN, at),
+            FailTurn(turn.id, reason, turn.usage, False, at, error),
+        ]
+    resumption = resumption_of(recovered)
+    payload: JsonObject = {
+        "turn_id": turn.id,
+        "interruption": interruption,
+        "interrupted_calls": [call.name for call in resumption.interrupted],
+    }
+    decisions: list[Decision] = [
+        NoteEvent("turn.resumed", payload, at),
+        ResumeTurn(turn.id, turn.agent_id, turn.usage, frozenset(op.id for op in ops), resumption),
+        AssembleContext(turn.id, turn.agent_id),
+    ]
+    completed = [op for op in ops if op.status is OperationStatus.COMPLETED]
+    decisions += [HoldDelivery(turn.id, op) for op in completed]
+    pending = tuple(op for op in ops if op.status is OperationStatus.PENDING)
+    if pending:
+        decisions.append(CheckOperations(turn.id, pending))
     return decisions
 
 
@@ -338,6 +376,8 @@ def _context_assembled(state: ConversationState, event: ContextAssembled) -> lis
     turn = _live(state, event.turn_id, TurnPhase.ASSEMBLING)
     if turn is None:
         return []
+    if turn.resuming is not None:
+        return [AdoptContext(turn.turn_id, event.setup, event.base), *_resumed(state, turn, event)]
     transcript = (operation_result_message(turn.delivering),) if turn.delivering else ()
     tools_allowed = event.setup.max_moves > 0
     request = request_for_step(event.base, transcript, tools_allowed)
@@ -345,6 +385,29 @@ def _context_assembled(state: ConversationState, event: ContextAssembled) -> lis
         AdoptContext(turn.turn_id, event.setup, event.base),
         CallModel(turn.turn_id, request, event.setup.profile, transcript, 0),
     ]
+
+
+def _resumed(state: ConversationState, turn: TurnState, event: ContextAssembled) -> list[Decision]:
+    """A resumed turn's loop goes on where its previous incarnation was cut (``resumption``)."""
+    resumption = turn.resuming
+    assert resumption is not None
+    setup = event.setup
+    transcript, moves_made = resumption.transcript, resumption.moves_made
+    loop = ResumeLoop(turn.turn_id, transcript, moves_made)
+    if resumption.answered:
+        task_id = setup.extraction_task_id
+        if task_id:
+            return [loop, ExtractMemories(turn.turn_id, setup.agent.id, task_id)]
+        done = CompleteTurn(turn.turn_id, turn.usage, False, event.at)
+        return [loop, done, *_start_next(state, turn.turn_id, event.at)]
+    if resumption.interrupted:
+        plans = resumed_plans(resumption, setup.catalog)
+        return [
+            loop,
+            RunTools(turn.turn_id, setup.agent.id, plans, resumption.reasoning, moves_made + 1),
+        ]
+    request = request_for_step(event.base, transcript, moves_made < setup.max_moves)
+    return [loop, CallModel(turn.turn_id, request, setup.profile, transcript, moves_made)]
 
 
 def _context_assembly_failed(
@@ -395,7 +458,7 @@ def _model_answered(state: ConversationState, event: ModelAnswered) -> list[Deci
         event.operation_ids,
         event.at,
     )
-    return [*decisions, RunTools(turn.turn_id, agent_id, plans, event.text)]
+    return [*decisions, RunTools(turn.turn_id, agent_id, plans, event.text, turn.moves_made + 1)]
 
 
 def _answered(
@@ -633,6 +696,7 @@ def apply(state: ConversationState, decision: Decision) -> None:
             BeginTurn()
             | QueueTurn()
             | StartTurn()
+            | ResumeTurn()
             | WaitForOperations()
             | CompleteTurn()
             | FailTurn()
@@ -642,6 +706,7 @@ def apply(state: ConversationState, decision: Decision) -> None:
         case (
             AssembleContext()
             | AdoptContext()
+            | ResumeLoop()
             | CallModel()
             | AddUsage()
             | RunTools()
@@ -663,6 +728,7 @@ def _apply_lifecycle(
     decision: BeginTurn
     | QueueTurn
     | StartTurn
+    | ResumeTurn
     | WaitForOperations
     | CompleteTurn
     | FailTurn
@@ -678,6 +744,15 @@ def _apply_lifecycle(
             _ensure(state, turn_id, agent_id)
             if turn_id in state.queue:
                 state.queue.remove(turn_id)
+        case ResumeTurn(turn_id=turn_id, agent_id=agent_id):
+            state.turns[turn_id] = TurnState(
+                turn_id,
+                agent_id,
+                TurnPhase.QUEUED,
+                pending_operations=decision.operations,
+                usage=decision.usage,
+                resuming=decision.resumption,
+            )
         case WaitForOperations(turn_id=turn_id, agent_id=agent_id):
             state.turns[turn_id] = TurnState(
                 turn_id,
@@ -701,6 +776,7 @@ def _apply_step(
     turn: TurnState,
     decision: AssembleContext
     | AdoptContext
+    | ResumeLoop
     | CallModel
     | AddUsage
     | RunTools
@@ -716,6 +792,8 @@ def _apply_step(
                 turn.deliveries = tuple(op for op in turn.deliveries if op.id != delivering.id)
         case AdoptContext(setup=setup, base=base):
             turn.setup, turn.base = setup, base
+        case ResumeLoop(transcript=transcript, moves_made=moves_made):
+            turn.transcript, turn.moves_made, turn.resuming = transcript, moves_made, None
         case CallModel(transcript=transcript, moves_made=moves_made):
             turn.phase = TurnPhase.THINKING
             turn.transcript, turn.moves_made = transcript, moves_made

@@ -33,6 +33,8 @@ from actors.conversation.domain import (
     QueueTurn,
     RecordMoves,
     Refuse,
+    ResumeLoop,
+    ResumeTurn,
     ReturnToolError,
     RunTools,
     SaveConversation,
@@ -44,6 +46,7 @@ from actors.conversation.domain import (
     WaitForOperations,
 )
 from actors.conversation.log import PendingEvent, PendingWrite, turn_payload
+from actors.conversation.resumption import started_payload
 from actors.conversation.tool_calls import call_arguments
 from core.domain import (
     AsyncOperation,
@@ -84,8 +87,8 @@ class BatchWriter:
         match decision:
             case BeginTurn() | StartTurn() | AwaitOperations() | CompleteTurn() | FailTurn():
                 return self._turn(decision)
-            case RunTools(plans=plans):
-                return self._operations_started(plans)
+            case RunTools():
+                return self._tools_started(decision)
             case RecordMoves() | AppendAgentMessage() | CloseDangling():
                 return self._moves(decision)
             case SettleOperation(operation=operation):
@@ -100,6 +103,8 @@ class BatchWriter:
             case (
                 Refuse()
                 | QueueTurn()
+                | ResumeTurn()
+                | ResumeLoop()
                 | WaitForOperations()
                 | AssembleContext()
                 | AdoptContext()
@@ -210,6 +215,19 @@ class BatchWriter:
         return PendingWrite([PendingEvent(event_type)], write)
 
     # ------------------------------------------------------------------ operations
+
+    def _tools_started(self, decision: RunTools) -> PendingWrite:
+        """``tools.started`` (intent first: a crash before the results are recorded leaves what
+        was started, for ``resumption``), and the async operations, stored before they run."""
+        calls = [plan.call for plan in decision.plans]
+        started = PendingEvent(
+            "tools.started",
+            started_payload(decision.turn_id, decision.iteration, decision.reasoning, calls),
+        )
+        operations = self._operations_started(decision.plans)
+        if operations is None:
+            return PendingWrite([started])
+        return PendingWrite([started, *operations.events], operations.write)
 
     def _operations_started(self, plans: Sequence[ToolPlan]) -> PendingWrite | None:
         operations: list[AsyncOperation] = []

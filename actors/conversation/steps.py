@@ -128,7 +128,7 @@ class TurnSteps:
         )
         hook = setup.persona.context_hook
         if not hook:
-            return ContextAssembled(turn_id, setup, default)
+            return ContextAssembled(turn_id, setup, default, utc_now())
         payload = self._hook_input(turn, setup, history, pending, default)
         workflow = setup.persona.context_assembly_workflow is not None
         try:
@@ -156,7 +156,7 @@ class TurnSteps:
                 )
         except WonderError as exc:
             return ContextAssemblyFailed(turn_id, ToolError.of(exc), utc_now())
-        return ContextAssembled(turn_id, setup, base)
+        return ContextAssembled(turn_id, setup, base, utc_now())
 
     def _recent_history(self, turn_id: str, limit: int) -> list[Message]:
         # A fork's inherited turns count as its own (core.forks).

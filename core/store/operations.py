@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
@@ -375,6 +375,17 @@ class EventOps(_Ops):
                 select(func.max(t.c.seq)).where(t.c.conversation_id == conversation_id)
             ).scalar_one_or_none()
         return int(found or 0)
+
+    def list_of_types(self, conversation_id: str, types: Sequence[str]) -> list[Event]:
+        """A conversation's events of the given types, in order (what recovery reads back)."""
+        t = schema.events
+        query = (
+            select(t.c.data)
+            .where(t.c.conversation_id == conversation_id, t.c.type.in_(list(types)))
+            .order_by(t.c.seq)
+        )
+        with self._read(None) as c:
+            return [Event.model_validate_json(r) for r in c.execute(query).scalars()]
 
     def list(self, conversation_id: str, after_seq: int = 0, limit: int = 10_000) -> list[Event]:
         t = schema.events

@@ -6,7 +6,7 @@ inside each replica; tests without Ray build it over fakes.
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from serving.gateway import (
     admin,
@@ -35,6 +35,7 @@ from serving.gateway.context import GatewayContext
 from serving.gateway.errors import install_error_handlers
 from serving.gateway.limits import RequestLimits
 from serving.gateway.protocol import ErrorResponse
+from serving.gateway.query_params import refuse_unknown_query
 from serving.gateway.quota_checks import QuotaGuard
 
 DESCRIPTION = """\
@@ -52,6 +53,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
         (404, "Not found"),
         (403, "Not allowed for this key"),
         (409, "Conflict"),
+        (413, "Body over this route's size limit"),
         (422, "Invalid fields"),
         (429, "Over a quota; retry after the Retry-After seconds"),
         (503, "Temporarily unavailable; retry"),
@@ -61,7 +63,12 @@ ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
 
 def create_api(context: GatewayContext) -> FastAPI:
     """The gateway's FastAPI app over ``context`` (no Ray needed: tests pass a fake context)."""
-    api = FastAPI(title="Wonder", version="0.1.0", description=DESCRIPTION)
+    api = FastAPI(
+        title="Wonder",
+        version="0.1.0",
+        description=DESCRIPTION,
+        dependencies=[Depends(refuse_unknown_query)],  # every route: unknown query → 422
+    )
     api.state.gateway = context
     api.state.quotas = QuotaGuard(context.store)
     api.add_middleware(RequestLimits)

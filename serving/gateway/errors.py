@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from core.errors import (
     ErrorCode,
@@ -137,12 +138,28 @@ async def _on_model_validation(_request: Request, exc: Exception) -> JSONRespons
     return _json(*validation_error(errors))
 
 
-async def _on_http_exception(_request: Request, exc: Exception) -> JSONResponse:
+async def _on_http_exception(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = _CODE_BY_STATUS.get(exc.status_code, ErrorCode.INTERNAL_ERROR)
     retriable = exc.status_code >= 500
     body = {"error": {"code": str(code), "message": str(exc.detail), "retriable": retriable}}
-    return JSONResponse(status_code=exc.status_code, content=body, headers=exc.headers)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = allowed_methods(request)
+    return JSONResponse(status_code=exc.status_code, content=body, headers=headers or None)
+
+
+def allowed_methods(request: Request) -> str:
+    """``Allow`` for a 405: the methods of every route at this path (Starlette names only the
+    first route it matched, while GET and PUT of one path are often separate routes)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _child = route.matches(request.scope)  # PARTIAL: the path, not the method
+        if match is not Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    if "GET" in methods:
+        methods.add("HEAD")
+    return ", ".join(sorted(methods))
 
 
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:

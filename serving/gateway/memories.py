@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from core.memory.service import MemoryService
 
 from core.memory.records import MAX_SEARCH_K, Memory, NewMemory, RankWeights, SearchMode
+from core.strict import StrictScalars
 from serving.gateway.auth import ClientId, Context, Guard
 from serving.gateway.context import GatewayContext
 from serving.gateway.protocol import Deleted, Items, Page
@@ -46,7 +47,7 @@ class MemoryWritten(BaseModel):
     memory: Memory
 
 
-class MemorySearch(BaseModel):
+class MemorySearch(StrictScalars):
     model_config = ConfigDict(extra="forbid")
 
     query: str = Field(min_length=1, max_length=2000)

@@ -21,6 +21,7 @@ from core.domain import (
     Tool,
     Turn,
 )
+from core.strict import StrictScalars
 from core.turn_model import ModelOverride, TurnModel
 from core.workflows import WorkflowDef
 
@@ -30,7 +31,7 @@ USER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$"
 MAX_MESSAGE_CHARS = 100_000
 
 
-class WireModel(BaseModel):
+class WireModel(StrictScalars):
     model_config = ConfigDict(extra="forbid")
 
 

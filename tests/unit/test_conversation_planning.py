@@ -67,6 +67,7 @@ from actors.conversation.domain import (
     TurnRequested,
     TurnState,
 )
+from actors.conversation.resumption import MAX_INTERRUPTIONS
 from actors.conversation.tool_calls import build_catalog, plan_tool_call
 from core.domain import (
     Agent,
@@ -259,7 +260,7 @@ def active_turn(turn_id: str = "t1", **kw: Any) -> Turn:
 PHASES: list[TurnPhase | None] = [None, *TurnPhase]
 
 EVENTS: dict[str, ConversationEvent] = {
-    "context assembled": ContextAssembled("t1", setup(), BASE),
+    "context assembled": ContextAssembled("t1", setup(), BASE, NOW),
     "context failed": ContextAssemblyFailed("t1", error(), NOW),
     "model answered": ModelAnswered("t1", "done", (), Usage(completion_tokens=3), (), NOW),
     "model called tools": ModelAnswered(
@@ -460,7 +461,7 @@ def test_a_queued_turn_waits_while_another_still_runs() -> None:
         (RecoveredTurn(active_turn(started_at=None)), ["StartTurn", "AssembleContext"]),
         (
             RecoveredTurn(active_turn(started_at=NOW), (operation("op-1"),)),
-            ["CloseDangling", "FailTurn"],
+            ["NoteEvent", "ResumeTurn", "AssembleContext", "CheckOperations"],
         ),
         (
             RecoveredTurn(
@@ -491,12 +492,16 @@ def test_recovery_classifies_what_a_crash_left(
     assert names(decisions) == expected
 
 
-def test_recovery_fails_mid_loop_turns_as_interrupted_and_closes_their_calls() -> None:
-    recovered = RecoveredTurn(active_turn(started_at=NOW), (operation("op-1"),))
+def test_a_turn_interrupted_too_often_fails_and_closes_its_operations() -> None:
+    recovered = RecoveredTurn(
+        active_turn(started_at=NOW), (operation("op-1"),), resumes=MAX_INTERRUPTIONS
+    )
     closed, failed = planning.plan(ConversationState(conversation()), Recovered((recovered,), NOW))
     assert isinstance(closed, CloseDangling) and closed.operations == ("op-1",)
     assert closed.message == "the conversation restarted mid-turn"
-    assert isinstance(failed, FailTurn) and failed.reason == "interrupted"
+    assert isinstance(failed, FailTurn) and failed.reason.startswith("interrupted: ")
+    assert f"restarted {MAX_INTERRUPTIONS + 1} times" in failed.reason
+    assert failed.error is not None and failed.error.retriable
 
 
 def test_recovery_keeps_the_queue_policy_for_unstarted_turns() -> None:
@@ -605,7 +610,7 @@ def test_a_turn_with_a_tool_call_from_message_to_completion() -> None:
     state = ConversationState(conversation())
     drive(state, received("find x"))
     assert state.turns["t-new"].phase is TurnPhase.ASSEMBLING
-    [_, model_call] = drive(state, ContextAssembled("t-new", setup(), BASE))
+    [_, model_call] = drive(state, ContextAssembled("t-new", setup(), BASE, NOW))
     assert isinstance(model_call, CallModel) and model_call.request.tools
     search = call("search", {"q": "x"})
     [_, tools] = drive(state, ModelAnswered("t-new", "looking", (search,), Usage(), ("o",), NOW))
@@ -677,7 +682,7 @@ def test_an_async_tool_is_acknowledged_then_answered_on_the_same_turn() -> None:
     finished = done(start.operation)
     [assemble] = drive(state, OperationCompleted(finished, NOW))
     assert assemble == AssembleContext("t1", "agent-1", delivering=finished)
-    [_, model_call] = drive(state, ContextAssembled("t1", setup(), BASE))
+    [_, model_call] = drive(state, ContextAssembled("t1", setup(), BASE, NOW))
     assert isinstance(model_call, CallModel)
     assert "[background result] report (operation op-9) finished" in str(
         model_call.request.messages[-1]["content"]
