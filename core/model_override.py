@@ -14,11 +14,12 @@ from core.store import Store
 from core.turn_model import ModelOverride, ModelUsed
 
 
-def check_override(store: Store, override: ModelOverride) -> None:
-    """``InvalidInput`` when the override names a profile the library does not have."""
+def check_override(store: Store, override: ModelOverride, client_id: str) -> None:
+    """``InvalidInput`` when the override names a profile neither the client's library nor the
+    system's has."""
     if override.model_profile_id is not None:
         try:
-            store.model_profiles.get(override.model_profile_id)
+            store.model_profiles.get(override.model_profile_id, client_id=client_id)
         except NotFound:
             raise InvalidInput(
                 f"model.model_profile_id: model profile {override.model_profile_id} not found"
@@ -26,11 +27,11 @@ def check_override(store: Store, override: ModelOverride) -> None:
 
 
 def overridden_profile(
-    store: Store, profile: ModelProfile, override: ModelOverride
+    store: Store, profile: ModelProfile, override: ModelOverride, client_id: str
 ) -> ModelProfile:
     """The profile a turn uses: ``profile`` (the persona's) with the override applied."""
     chosen = (
-        store.model_profiles.get(override.model_profile_id)
+        store.model_profiles.get(override.model_profile_id, client_id=client_id)
         if override.model_profile_id is not None
         else profile
     )
@@ -53,12 +54,12 @@ def used(profile: ModelProfile) -> ModelUsed:
     )
 
 
-def turn_profile(store: Store, turn_id: str, profile: ModelProfile) -> ModelProfile:
-    """The profile turn ``turn_id`` runs with (its message's override applied, if any); records
-    what it used on the turn's ``TurnModel``."""
+def turn_profile(store: Store, turn_id: str, profile: ModelProfile, client_id: str) -> ModelProfile:
+    """The profile turn ``turn_id`` runs with (its message's override applied, if any, from the
+    library of ``client_id``, the agent's client); records what it used on its ``TurnModel``."""
     asked = store.turn_models.for_turn(turn_id)
     if asked is None:
         return profile
-    chosen = overridden_profile(store, profile, asked.override)
+    chosen = overridden_profile(store, profile, asked.override, client_id)
     store.turn_models.save(asked.model_copy(update={"turn_id": turn_id, "used": used(chosen)}))
     return chosen

@@ -99,7 +99,7 @@ def persona_session(store: Store, client_id: str, persona_id: str) -> Session:
     if store.session_labels.get(client_id, label) is not None:
         return get_session(store, client_id, label)
     try:
-        store.personas.get(persona_id)
+        store.personas.get(persona_id, client_id=client_id)
     except NotFound:
         raise InvalidInput(f"persona {persona_id} not found in the library") from None
     agent = _persona_agent(store, client_id, persona_id)

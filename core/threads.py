@@ -88,7 +88,10 @@ def _persona(store: Store, turn: Turn) -> Persona | None:
         if agent.persona is not None:
             return agent.persona
         if agent.persona_ref is not None:
-            return store.personas.get(agent.persona_ref.id, agent.persona_ref.version)
+            ref = agent.persona_ref
+            return store.personas.get(
+                ref.id, ref.version, client_id=agent.client_id, owner=ref.owner
+            )
     except NotFound:
         return None
     return None

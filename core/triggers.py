@@ -26,7 +26,7 @@ def create_trigger(
     """A new trigger, first due at the schedule's next time (``InvalidInput`` for a bad one)."""
     if route.kind == "persona":
         try:
-            store.personas.get(route.target)
+            store.personas.get(route.target, client_id=client_id)
         except NotFound:
             raise InvalidInput(f"route: persona {route.target} not found in the library") from None
     now = utc_now()

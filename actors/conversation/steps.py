@@ -105,7 +105,8 @@ class TurnSteps:
         the agent's setup cannot be loaded."""
         setup = self.load_setup(agent_id)
         # A message may override its turn's model (seed 004): applied and recorded here.
-        setup = replace(setup, profile=turn_profile(self.store, turn_id, setup.profile))
+        profile = turn_profile(self.store, turn_id, setup.profile, setup.agent.client_id)
+        setup = replace(setup, profile=profile)
         turn = self.store.turns.get(turn_id)
         history = self._recent_history(turn_id, setup.persona.recent_turns_limit)
         pending = self.store.async_operations.list(self.conversation_id, statuses=WAITING)

@@ -85,7 +85,6 @@ def create_api(context: GatewayContext) -> FastAPI:
         turns.router,
         threads.router,
         sessions.router,
-        hooks.router,
         triggers.router,
         conversation_control.router,
         workflows.router,
@@ -99,4 +98,7 @@ def create_api(context: GatewayContext) -> FastAPI:
         # members.MemberAccess: with an acting user (X-Wonder-User), a conversation's routes
         # check that user's level there (core/access.py).
         api.include_router(router, responses=ERROR_RESPONSES, dependencies=[members.MemberAccess])
+    # Webhook deliveries authenticate by the hook's signature, not by an API key (its management
+    # routes take the key themselves and name no conversation).
+    api.include_router(hooks.router, responses=ERROR_RESPONSES)
     return api

@@ -53,12 +53,14 @@ def acting_user(
         str | None,
         Header(
             alias=USER_HEADER,
+            pattern=USER_PATTERN,
             description="The acting user of your app (docs/api.md, Access); "
             "omit to act as the client",
         ),
     ] = None,
 ) -> str | None:
-    """The user named by ``X-Wonder-User`` (None: the client itself); 400 when malformed."""
+    """The user named by ``X-Wonder-User`` (None: the client itself); malformed: 422 (the
+    OpenAPI declares the pattern, FastAPI checks it; the check here guards direct callers)."""
     if user is None:
         return None
     if not re.match(USER_PATTERN, user):

@@ -66,7 +66,7 @@ async def accept_message(
     """Post an admitted message to the conversation (its model override recorded first)."""
     message_id = None
     if body.model is not None:  # recorded before the message, so its turn finds it
-        await run_in_threadpool(check_override, context.store, body.model)
+        await run_in_threadpool(check_override, context.store, body.model, client_id)
         message_id = new_id("msg")
         record = TurnModel(message_id=message_id, override=body.model)
         await run_in_threadpool(context.store.turn_models.save, record)

@@ -75,8 +75,25 @@ REMAINING: dict[tuple[str, str], str] = {
             "PUT /v1/tools/{obj_id}",
             "PUT /v1/workflows/{obj_id}",
             "Stateful tests",
+            # Routes of issues 11 and 13 (merged after this test): a turn to fork at that is not
+            # in the conversation, forward and backward paging combined, a reference to an unknown
+            # persona or session target, an expiry in the past: 400s for schema-valid requests.
+            "POST /v1/hooks",
+            "POST /v1/keys",
+            "POST /v1/triggers",
+            "POST /v1/conversations/{conversation_id}/forks",
+            "POST /v1/conversations/{conversation_id}/messages",
+            "POST /v1/messages",
+            "PUT /v1/sessions/{label}",
+            "GET /v1/conversations/{conversation_id}/events",
+            "GET /v1/conversations/{conversation_id}/forks",
+            "GET /v1/conversations/{conversation_id}/messages",
         )
     },
+    # A routing target or a cron schedule the schema allows loosely (one-of-three routing keys, a
+    # free-form five-field schedule): to do, express them as oneOf / a pattern.
+    ("POST /v1/triggers", "negative_data_rejection"): "routing/schedule looser in the schema",
+    ("POST /v1/messages", "negative_data_rejection"): "routing looser in the schema",
     # A persona's system prompt over its limit makes the body itself too large: refused with
     # 413 before validation, a status this check does not count as a refusal.
     ("POST /v1/agents", "negative_data_rejection"): "413 for an oversized body",
@@ -136,7 +153,11 @@ def test_schemathesis_over_the_whole_api(gateway: tuple[FastAPI, str]) -> None:
     project.generation.update(
         max_examples=EXAMPLES, deterministic=True, no_shrink=True, database="none"
     )
-    schema = schemathesis.openapi.from_asgi("/openapi.json", app, config=config)
+    # Revoking or rotating a key would take the run's own credentials away mid-run (the stateful
+    # phase finds the key's id); tests/unit/test_keys.py and the gateway tests cover those routes.
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app, config=config).exclude(
+        path_regex=r"^/v1/keys/\{key_id\}/(revoke|rotate)$"
+    )
     started = time.monotonic()
     failures: dict[tuple[str, str], str] = {}
     checks = 0
