@@ -405,8 +405,9 @@ def test_sessions_and_routing(api: httpx.Client, stranger: httpx.Client) -> None
     assert stranger.delete(f"/v1/sessions/{main}").status_code == 404
     for to in ({"session": main}, {"thread": turns[0]["id"]}):
         assert stranger.post("/v1/messages", json={"content": "x", "to": to}).status_code == 404
+    # The persona is in the first client's own library (issue 13): the other client cannot see it.
     theirs = stranger.post("/v1/messages", json={"content": "x", "to": {"persona": persona_id}})
-    assert theirs.status_code == 202 and theirs.json()["conversation_id"] != conv
+    assert theirs.status_code == 400 and "not found" in error_of(theirs)["message"]
 
     paths = api.get("/openapi.json").json()["paths"]
     assert {"201", "400", "409", "422"} <= set(paths["/v1/sessions/{label}"]["put"]["responses"])
