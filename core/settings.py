@@ -62,10 +62,10 @@ class Settings(BaseSettings):
     )
     memory_nprobes: int = Field(20, ge=1, description="IVF partitions each memory search probes")
     memory_refine_factor: int = Field(
-        0, ge=0, description="Re-rank refine_factor * pool candidates on full vectors (0: off)"
+        1, ge=1, description="Re-score refine_factor * pool candidates on full vectors"
     )
     memory_flat_max_rows: int = Field(
-        2000, ge=0, description="Agents with at most this many memories are searched exactly"
+        1000, ge=0, description="Agents with at most this many memories are searched exactly"
     )
 
     ray_address: str | None = Field(None, description="Ray cluster to attach to; None = start one")

@@ -349,8 +349,8 @@ class MemoryOps:
             query = query.bypass_vector_index()
         else:
             query = query.nprobes(tuning.probes(self._cached_count(""), agent_rows))
-            if tuning.refine_factor:
-                query = query.refine_factor(tuning.refine_factor)
+            # Exact cosine distances for the pool: unrefined IVF distances are on another scale.
+            query = query.refine_factor(max(1, tuning.refine_factor))
         rows = query.select(["id", "significance", "_distance"]).limit(limit).to_arrow()
         return [
             Nearest(memory_id, float(sig), float(distance), int(row_id))

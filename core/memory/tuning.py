@@ -1,10 +1,10 @@
 """How the memories table's vector index is built and probed (``WONDER_MEMORY_*`` settings).
 
 Measured on 1M synthetic memories, one agent of 10k prefiltered (``benchmarks/memory_search.py``,
-docs/memory.md "Benchmark"): IVF_SQ with ~√rows rows per partition, 20 probes and no refine
-stage keeps recall@10 ≥ 0.95 against exact search at a fraction of a full scan. An agent holding
-at most ``flat_max_rows`` memories is searched exactly (flat over its rows): IVF probes find too
-few of a small agent's rows.
+docs/memory.md "Benchmark"): IVF_SQ with ~√rows rows per partition, 20 probes and the pool
+re-scored on full vectors keeps recall@10 ≥ 0.95 against exact search at a fraction of a full
+scan. An agent holding at most ``flat_max_rows`` memories is searched exactly (flat over its
+rows): IVF probes find too few of a small agent's rows.
 
 This module is light (no pyarrow, no LanceDB): ``core.settings`` builds a ``VectorTuning``.
 """
@@ -37,7 +37,9 @@ class VectorTuning:
         scan_rows: probe enough partitions to expect this many of the agent's own rows among
             them (``partitions * scan_rows / agent rows``, at least ``nprobes``): the prefilter
             drops every other agent's rows, so a smaller agent needs more probes.
-        refine_factor: 0, or re-rank ``refine_factor * limit`` candidates on full vectors.
+        refine_factor: re-score ``refine_factor * limit`` candidates on their full vectors, at
+            least 1: without that stage LanceDB returns IVF distances on another scale (IVF_SQ:
+            about twice the cosine distance), which would skew relevance against significance.
         flat_max_rows: agents with at most this many memories are searched exactly, without the
             index (their row count is cached per process for ``count_cache_s``).
         count_cache_s: how long a process trusts an agent's cached row count.
@@ -47,8 +49,8 @@ class VectorTuning:
     partition_rows: int | None = None
     nprobes: int = 20
     scan_rows: int = 100
-    refine_factor: int = 0
-    flat_max_rows: int = 2_000
+    refine_factor: int = 1
+    flat_max_rows: int = 1_000
     count_cache_s: float = 60.0
 
     def probes(self, table_rows: int, agent_rows: int) -> int:

@@ -173,7 +173,13 @@ def test_compact_job_builds_indexes_and_compacts_fragments(
         asyncio.run(service.write("agent-k", [NewMemory(content=f"small write {i}")]))
     env = [f"WONDER_DATA_DIR={tmp_path}"]
     result = run_job(ray_cluster, "compact", env, "--vector-index-min-rows", "1000000")
-    assert set(result["created_indexes"]) == {"agent_id", "type", "id", "content"}
+    assert set(result["created_indexes"]) == {
+        "agent_id",
+        "type",
+        "consolidated_into",
+        "id",
+        "content",
+    }
     assert result["before"]["fragments"] == 30 and result["after"]["fragments"] == 1
     assert result["after"]["rows"] == 30
     hits = asyncio.run(service.search("agent-k", SearchRequest("small write 7", k=1)))

@@ -199,7 +199,7 @@ def test_indexes_are_created_once_and_search_still_works(service: MemoryService)
         *[NewMemory(content=f"memory number {i} about topic {i % 7}") for i in range(300)],
     )
     created = service.ops.table.ensure_indexes(vector_index_min_rows=256)
-    assert set(created) == {"agent_id", "type", "id", "content", "vector"}
+    assert set(created) == {"agent_id", "type", "consolidated_into", "id", "content", "vector"}
     assert service.ops.table.ensure_indexes(vector_index_min_rows=256) == []
     hits = run(service.search("agent-a", SearchRequest("memory number 42 about topic 0", k=3)))
     assert hits and hits[0].memory.content == "memory number 42 about topic 0"
