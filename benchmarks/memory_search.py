@@ -462,7 +462,43 @@ class Truth:
         return {self.agent.ids[i] for i in np.argsort(-score)[:k]}
 
 
-def run_designs(dataset: Path, designs: list[Design], queries: int) -> None:
+@dataclass
+class Stages:
+    """Where the default design's time goes, timed in the same interleaved loop: a trivial
+    filtered LanceDB query (one row's id: the per-query floor), ``MemoryOps.nearest`` alone (the
+    pool), ``MemoryOps.take`` alone (the winners' rows), and an exact top-40 in numpy over the
+    agent's vectors held in memory (not in the product: what a per-process vector cache would
+    cost before its ``take``)."""
+
+    ops: MemoryOps
+    agent: Agent
+    times: dict[str, list[float]] = field(default_factory=dict)
+
+    def run(self, q: np.ndarray) -> None:
+        where = MemoryFilter(self.agent.name)
+        table = self.ops.table.table
+        steps: dict[str, Callable[[], object]] = {
+            "lancedb_floor_one_row": lambda: (
+                table.search().where(where.sql()).select(["id"]).limit(1).to_arrow()
+            ),
+            "nearest_pool": lambda: self.ops.nearest(where, q.tolist(), 40),
+            "numpy_exact_pool_in_memory": lambda: np.argpartition(-(self.agent.vectors @ q), 40)[
+                :40
+            ],
+        }
+        winners = self.ops.nearest(where, q.tolist(), 10)
+        steps["take_winners"] = lambda: self.ops.take(self.agent.name, winners)
+        for name, step in steps.items():
+            started = time.perf_counter()
+            step()
+            self.times.setdefault(name, []).append((time.perf_counter() - started) * 1000)
+
+    def summary(self) -> dict[str, float]:
+        return {f"{name}_p50_ms": round(statistics.median(t), 2) for name, t in self.times.items()}
+
+
+def run_designs(dataset: Path, designs: list[Design], queries: int) -> dict[str, float]:
+    """Times every design (interleaved) and returns the default design's stage breakdown."""
     vectors = Synthetic.make().with_seed(11).points(queries + WARMUP)
     embedder = Precomputed({f"q{i}": v.tolist() for i, v in enumerate(vectors)})
     tables: dict[Path, MemoryTable] = {}
@@ -503,10 +539,20 @@ def run_designs(dataset: Path, designs: list[Design], queries: int) -> None:
                     design.latencies.append(elapsed)
                     truth = truths[design.agent].ranked(vectors[i])
                     design.ranked_recalls.append(len(truth & set(hits)) / 10)
+            if i >= WARMUP:
+                stages.run(vectors[i])
 
+    default = next(d for d in designs if d.name.endswith("(default)") and d.agent == TARGET)
+    stages = Stages(default.searcher.ops, truths[TARGET].agent)
     asyncio.run(timed())
+    measure_recalls(designs, truths, vectors[WARMUP:])
+    return stages.summary()
+
+
+def measure_recalls(designs: list[Design], truths: dict[str, Truth], vectors: np.ndarray) -> None:
+    """Each design's 10 nearest against the exact 10 nearest, per query."""
     for design in designs:
-        for q in vectors[WARMUP:]:
+        for q in vectors:
             if design.legacy:
                 found = set(design.searcher(q.tolist(), 0))
             else:
@@ -522,8 +568,9 @@ def search_benchmark(
     dataset = cached_dataset(cache, rows, share)
     designs = designs_for(rows, quick, hnsw)
     load = os.getloadavg()[0]
-    run_designs(dataset, designs, queries)
+    stages = run_designs(dataset, designs, queries)
     results = {d.name: d.summary() for d in designs}
+    say(f"  default design's stages (p50 ms): {stages}")
     for name, figures in results.items():
         say(
             f"  {name:64s} p50 {figures['p50_ms']:7.2f} p99 {figures['p99_ms']:7.2f} ms  "
@@ -532,6 +579,7 @@ def search_benchmark(
     return {
         "rows": rows,
         "designs": results,
+        "default_stages": stages,
         "load_avg_1m_before": round(load, 1),
         "load_avg_1m_after": round(os.getloadavg()[0], 1),
     }
@@ -551,9 +599,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--hnsw", action="store_true", help="add IVF_HNSW_SQ (its 1M index build takes long)"
     )
+    parser.add_argument(
+        "--rows",
+        type=int,
+        action="append",
+        help="table sizes to run (repeatable; default 100,000 and 1,000,000)",
+    )
     args = parser.parse_args(argv)
     queries = 50 if args.quick else args.queries
-    sizes = [100_000] if args.quick else [100_000, 1_000_000]
+    sizes = [100_000] if args.quick else (args.rows or [100_000, 1_000_000])
     result: dict[str, Any] = {
         "vectors": "synthetic, neighbourhood profile of all-MiniLM-L6-v2, 384-d",
         "queries": queries,
