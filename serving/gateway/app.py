@@ -28,6 +28,7 @@ from serving.gateway import (
     threads,
     triggers,
     turns,
+    user_quotas,
     workflows,
     workspaces,
 )
@@ -92,6 +93,7 @@ def create_api(context: GatewayContext) -> FastAPI:
         projects.router,
         workspaces.router,
         admin.router,
+        user_quotas.router,
         keys.router,
         members.router,
     ):

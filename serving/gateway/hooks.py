@@ -107,6 +107,7 @@ async def deliver(
     content = delivery_content(body)
     if len(content) > MAX_MESSAGE_CHARS:
         raise InvalidInput(f"the delivery's message is over {MAX_MESSAGE_CHARS} characters")
-    await run_in_threadpool(guard.admit_turn, hook.client_id)
-    message = MessageCreate(content=content, source="webhook", user_id=f"hook:{hook.id}")
+    author = f"hook:{hook.id}"
+    await run_in_threadpool(guard.admit_turn, hook.client_id, author)
+    message = MessageCreate(content=content, source="webhook", user_id=author)
     return await send_routed(context, hook.client_id, hook.route.kind, hook.route.target, message)

@@ -18,6 +18,7 @@ from serving.gateway.auth import ClientId, Context, Guard
 from serving.gateway.context import GatewayContext
 from serving.gateway.messages import accept_message
 from serving.gateway.protocol import Deleted, MessageCreate, WireModel
+from serving.gateway.quota_checks import admit_turn
 
 router = APIRouter(tags=["sessions"])
 
@@ -142,7 +143,7 @@ def delete_session(label: Label, context: Context, client_id: ClientId) -> Delet
 async def post_routed(
     body: RoutedMessageCreate, context: Context, client_id: ClientId, guard: Guard
 ) -> MessageRouted:
-    await run_in_threadpool(guard.admit_turn, client_id)
+    await admit_turn(guard, client_id, body.user_id)
     target = body.to
     kind: RouteKind
     if target.thread is not None:

@@ -31,14 +31,14 @@ from core.access import Action
 from core.domain import Conversation
 from core.errors import InvalidInput, Unauthorized, WonderError
 from core.keys import hash_key
-from serving.gateway.auth import authenticate, websocket_key
+from serving.gateway.auth import USER_HEADER, authenticate, websocket_key
 from serving.gateway.context import GatewayContext, get_context
 from serving.gateway.conversations import owned_conversation
 from serving.gateway.errors import as_wonder_error
 from serving.gateway.history import visible_events
 from serving.gateway.key_watch import get_key_watch
 from serving.gateway.limits import MAX_FRAME_BYTES
-from serving.gateway.members import USER_HEADER, USER_PATTERN, check, level_of
+from serving.gateway.members import USER_PATTERN, check, level_of
 from serving.gateway.protocol import ClientMessageFrame
 from serving.gateway.quota_checks import get_guard
 from serving.gateway.translation import SeqTracker, error_frame, parse_client_frame
@@ -206,17 +206,17 @@ class StreamSession:
                 error = WonderError("internal error")
             await self.send(error_frame(error.to_dict(), request_id))
 
-    def admit_message(self) -> None:
+    def admit_message(self, author: str | None) -> None:
         authenticate(self.context, self.secret)
         if self.user is not None:
             level = level_of(self.context, self.client_id, self.conversation.id, self.user)
             check(level, Action.WRITE, self.user, self.conversation.id)
-        get_guard(self.websocket).admit_turn(self.client_id)
+        get_guard(self.websocket).admit_turn(self.client_id, author)
 
     async def post(self, frame: ClientMessageFrame) -> dict[str, Any]:
         # One thread hop: the key may have been revoked since the stream opened (never start a
         # turn on it), a member may have lost its level, and the turn quotas.
-        await run_in_threadpool(self.admit_message)
+        await run_in_threadpool(self.admit_message, frame.user_id or self.user)
         # A live subscription says the actor is started: it acknowledges in a few ms. Without
         # one (the actor is starting, or the client sent before the ``subscribed`` frame) the
         # message is acknowledged in the store at once, asking nobody; the actor picks the turn
