@@ -360,3 +360,34 @@ def test_cli_sets_a_users_quota(
     assert [e.target for e in entries] == ["user:alice", "user:alice"]
     assert entries[1].details["before"] == {"concurrent_turns": 2, "tokens_per_day": 900}
     assert entries[1].details["user_id"] == "alice"
+
+
+async def test_a_cron_trigger_over_its_clients_turn_quota_is_skipped(store: Store) -> None:
+    from actors.scheduler import CronScheduler, SchedulerPorts
+    from core.ids import utc_now
+    from core.routes import Route
+    from core.trigger_model import CronTrigger
+    from tests.factories import make_client
+
+    class NoPosts:
+        async def post_message(self, *args: object, **kwargs: object) -> None:
+            raise AssertionError("a trigger over quota must not post")
+
+    client_id, _ = make_client(store)
+    now = utc_now()
+    store.quotas.put(client_id, Quota(concurrent_turns=0), now)
+    trigger = CronTrigger(
+        id="cron-1",
+        client_id=client_id,
+        schedule="* * * * *",
+        template="tick",
+        route=Route(kind="session", target="daily"),
+        next_due=now - timedelta(seconds=1),
+        created_at=now,
+    )
+    store.triggers.save(trigger)
+    ports = SchedulerPorts(store=store, conversations=NoPosts(), quotas=StoredQuotas(store))  # type: ignore[arg-type]
+    [fired] = await CronScheduler(lambda: ports, tick_s=60).tick()
+    assert fired.turn_id is None and fired.error is not None
+    assert fired.error.startswith("quota: quota concurrent_turns reached: 0 active turns")
+    assert store.triggers.fired("cron-1")  # claimed: this due time is not fired again
