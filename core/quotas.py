@@ -35,7 +35,9 @@ class RateQuota(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    requests_per_second: float | None = Field(None, gt=0, le=100_000)
+    requests_per_second: float | None = Field(
+        None, ge=0.001, le=100_000, description="At least one request per 1000 s"
+    )
     burst: int | None = Field(
         None, ge=1, le=1_000_000, description="Bucket size; default: one second of requests"
     )
