@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 COUNT_RETRY_AFTER_S = 1.0
 
 
-class RateQuota(BaseModel):
+class BaseQuota(BaseModel):
     """The limits a client and a user both have (``None``: unlimited)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -55,7 +55,7 @@ class RateQuota(BaseModel):
         return self.concurrent_turns is not None or self.tokens_per_day is not None
 
 
-class Quota(RateQuota):
+class Quota(BaseQuota):
     """A client's limits (``None``: unlimited)."""
 
     concurrent_websockets: int | None = Field(None, ge=0, le=1_000_000)
@@ -63,7 +63,7 @@ class Quota(RateQuota):
     memories: int | None = Field(None, ge=0, le=1_000_000_000)
 
 
-class UserQuota(RateQuota):
+class UserQuota(BaseQuota):
     """One user's limits inside a client (the ``X-Wonder-User`` a client names); the client's
     own quota still applies on top."""
 
@@ -95,7 +95,7 @@ class Bucket:
 
 
 def take(
-    bucket: Bucket | None, quota: RateQuota, now: float, whose: str = ""
+    bucket: Bucket | None, quota: BaseQuota, now: float, whose: str = ""
 ) -> tuple[Bucket | None, Refusal | None]:
     """Take one request from ``bucket`` (None: a full one) at ``now``.
 

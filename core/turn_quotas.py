@@ -126,10 +126,11 @@ class StoredQuotas:
         ]
         if not limited:
             return TurnStanding(user_id, at)
+        tokens = any(q.tokens_per_day is not None for _, q in limited)
         usage = self.store.quotas.turn_usage(
             client_id,
             user_id if user_quota is not None else None,
-            start_of_utc_day(at),
+            start_of_utc_day(at) if tokens else None,
             excluding,
         )
         scopes = tuple(

@@ -330,9 +330,9 @@ def _turn_requested(state: ConversationState, event: TurnRequested) -> list[Deci
     turn = event.turn
     if turn.id in state.turns or turn.status is not TurnStatus.ACTIVE:
         return []  # already running here, or already over
-    refusal = _over_quota(event.standing, event.policy_applies)
-    if refusal is not None:
-        return [_quota_failed(turn.id, refusal, turn.usage, event.at)]
+    over = _over_quota(event.standing, event.policy_applies)
+    if over is not None:
+        return [_quota_failed(turn.id, over, turn.usage, event.at)]
     policy = state.conversation.concurrency_policy
     if event.policy_applies and state.busy and policy is ConcurrencyPolicy.QUEUE:
         return [QueueTurn(turn.id, turn.agent_id)]

@@ -93,21 +93,25 @@ class QuotaOps:
             return int(c.execute(query).scalar_one())
 
     def turn_usage(
-        self, client_id: str, user_id: str | None, since: datetime, excluding: str | None = None
+        self,
+        client_id: str,
+        user_id: str | None,
+        since: datetime | None,
+        excluding: str | None = None,
     ) -> TurnUsage:
-        """Active turns and model tokens since ``since`` of ``client_id``, and of its turns that
-        work for ``user_id``, in one read; the turn ``excluding`` (the one being checked) left
-        out. A turn's tokens count once it records them (when it ends or awaits operations)."""
+        """Active turns and model tokens since ``since`` (None: tokens not asked for, only active
+        turns are read) of ``client_id``, and of its turns that work for ``user_id``, in one
+        read; the turn ``excluding`` (the one being checked) left out. A turn's tokens count
+        once it records them (when it ends, or answers and awaits operations)."""
         turns, convs = schema.turns, schema.conversations
+        active = turns.c.status == TurnStatus.ACTIVE.value
+        day = since.isoformat() if since is not None else None
         query = (
             select(turns.c.id, turns.c.status, turns.c.created_at, turns.c.data)
             .select_from(turns.join(convs, turns.c.conversation_id == convs.c.id))
             .where(
                 convs.c.client_id == client_id,
-                or_(
-                    turns.c.status == TurnStatus.ACTIVE.value,
-                    turns.c.created_at >= since.isoformat(),
-                ),
+                active if day is None else or_(active, turns.c.created_at >= day),
             )
         )
         usage = TurnUsage()
@@ -116,11 +120,10 @@ class QuotaOps:
                 if turn_id == excluding:
                     continue
                 turn = Turn.model_validate_json(data)
+                today = day is not None and created_at >= day
                 usage = usage.add(
                     active=status == TurnStatus.ACTIVE.value,
-                    tokens=turn.usage.prompt_tokens + turn.usage.completion_tokens
-                    if created_at >= since.isoformat()
-                    else 0,
+                    tokens=turn.usage.prompt_tokens + turn.usage.completion_tokens if today else 0,
                     of_user=user_id is not None and turn.user_id == user_id,
                 )
         return usage

@@ -23,10 +23,10 @@ from starlette.requests import HTTPConnection
 from core.errors import QuotaExceeded
 from core.ids import utc_now
 from core.quotas import (
+    BaseQuota,
     Bucket,
     Limit,
     Quota,
-    RateQuota,
     Refusal,
     check_count,
     refuse_turn,
@@ -61,10 +61,6 @@ class QuotaGuard:
         self._buckets: dict[BucketKey, Bucket] = {}
         self._sockets: dict[str, int] = {}
 
-    def cached_quota(self, client_id: str) -> Quota | None:
-        """The client's quota if cached and fresh (no I/O: safe on the event loop)."""
-        return self.quotas.cached_client(client_id)
-
     def quota(self, client_id: str) -> Quota:
         return self.quotas.client(client_id)
 
@@ -83,7 +79,7 @@ class QuotaGuard:
             if user_quota is not None:
                 self._take((client_id, user_id), user_quota, user_scope(user_id))
 
-    def _take(self, key: BucketKey, quota: RateQuota, whose: str) -> None:
+    def _take(self, key: BucketKey, quota: BaseQuota, whose: str) -> None:
         if quota.requests_per_second is None:
             return
         with self._lock:
