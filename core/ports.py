@@ -264,7 +264,7 @@ class TurnQuotas(Protocol):
         day's tokens, the turn ``excluding`` left out."""
         ...
 
-    def tokens_left(self, client_id: str, turn_id: str, at: datetime) -> int | None:
+    async def tokens_left(self, client_id: str, turn_id: str, at: datetime) -> int | None:
         """The model tokens the day has left for ``turn_id`` under its client's and user's
         ``tokens_per_day`` (other turns' recorded tokens counted, its own not); None: no limit."""
         ...

@@ -10,6 +10,7 @@ an agent's or a workflow's turn with reason ``quota``.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -145,7 +146,22 @@ class StoredQuotas:
         )
         return TurnStanding(user_id, at, scopes)
 
-    def tokens_left(self, client_id: str, turn_id: str, at: datetime) -> int | None:
+    async def tokens_left(self, client_id: str, turn_id: str, at: datetime) -> int | None:
+        """After every model call: answered from the cache, without leaving the event loop,
+        while no ``tokens_per_day`` applies (the usual case); else read in a worker thread."""
+        if not self._may_limit_tokens(client_id):
+            return None
+        return await asyncio.to_thread(self._tokens_left, client_id, turn_id, at)
+
+    def _may_limit_tokens(self, client_id: str) -> bool:
+        quota = self.cached_client(client_id)
+        users = self._users.get(client_id)
+        fresh = users is not None and self.monotonic() - users[0] < self.cache_s
+        if quota is None or not fresh:
+            return True  # the cache cannot tell: read
+        return quota.tokens_per_day is not None or bool(users and users[1])
+
+    def _tokens_left(self, client_id: str, turn_id: str, at: datetime) -> int | None:
         if self.client(client_id).tokens_per_day is None and not self.quota_users(client_id):
             return None  # nothing limits this client's tokens: no turn to read
         try:

@@ -246,7 +246,7 @@ class TurnSteps:
         op_ids = tuple(new_id("op") for _ in calls)
         at = utc_now()
         client_id = self.tools.conversation.client_id
-        left = await asyncio.to_thread(self.ports.quotas.tokens_left, client_id, turn_id, at)
+        left = await self.ports.quotas.tokens_left(client_id, turn_id, at)
         return ModelAnswered(turn_id, text, calls, usage, op_ids, at, tokens_left=left)
 
     def _publish_token(self, turn_id: str, delta: str) -> None:

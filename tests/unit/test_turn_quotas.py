@@ -245,7 +245,7 @@ def _turns(store: Store, client_id: str) -> str:
     return conv.id
 
 
-def test_stored_quotas_read_the_figures_only_a_limit_asks_for(store: Store) -> None:
+async def test_stored_quotas_read_the_figures_only_a_limit_asks_for(store: Store) -> None:
     from tests.factories import make_client
 
     client_id, _ = make_client(store)
@@ -254,7 +254,7 @@ def test_stored_quotas_read_the_figures_only_a_limit_asks_for(store: Store) -> N
     quotas = StoredQuotas(store, monotonic=lambda: clock[0])
     now = datetime.now(UTC)
     assert quotas.standing(client_id, "alice", now) == TurnStanding("alice", now)
-    assert quotas.tokens_left(client_id, "t-alice", now) is None
+    assert await quotas.tokens_left(client_id, "t-alice", now) is None
 
     store.quotas.put(client_id, Quota(concurrent_turns=5, tokens_per_day=100), now)
     store.quotas.put_user(client_id, "alice", UserQuota(concurrent_turns=1), now)
@@ -269,7 +269,7 @@ def test_stored_quotas_read_the_figures_only_a_limit_asks_for(store: Store) -> N
     assert refusal is not None and refusal.message.startswith("user alice: quota concurrent")
     assert refuse_turn(quotas.standing(client_id, "alice", now, excluding="t-alice")) is None
     assert refuse_turn(quotas.standing(client_id, "bob", now)) is None  # bob has no own quota
-    assert quotas.tokens_left(client_id, "t-alice", now) == 70
+    assert await quotas.tokens_left(client_id, "t-alice", now) == 70
 
     store.quotas.put_user(client_id, "bob", UserQuota(tokens_per_day=20), now)
     quotas.forget(client_id)  # a change made through this process is seen at once
