@@ -20,6 +20,7 @@ use) is owned by that user, as a conversation or fork the user makes is.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -29,7 +30,7 @@ from core.domain import Agent, PersonaRef
 from core.errors import Conflict, InvalidInput, NotFound
 from core.forks import fork_conversation, latest_turn_id
 from core.ids import new_id, utc_now
-from core.routes import RouteKind
+from core.routes import Route, RouteKind
 from core.store import Store
 
 MAIN_SUFFIX = ":main"
@@ -133,6 +134,36 @@ def route(
             session = persona_session(store, client_id, target, user)
             _may_post(store, session.conversation_id, user)
             return Destination(session.conversation_id, session=session.label)
+
+
+def check_route(store: Store, client_id: str, to: Route) -> None:
+    """``InvalidInput`` unless ``to`` names something of the client's now: a library persona, one
+    of its session labels, a turn of one of its conversations (for a hook or trigger's rule,
+    checked when it is made; where it goes is resolved each time it fires)."""
+    match to.kind:
+        case "persona":
+            found = _exists(lambda: store.personas.get(to.target, client_id=client_id))
+            what = f"persona {to.target} not found in the library"
+        case "session":
+            found = store.session_labels.get(client_id, to.target) is not None
+            what = f"session {to.target} not found"
+        case "thread":
+            found = _exists(
+                lambda: store.conversations.get(
+                    store.turns.get(to.target).conversation_id, client_id=client_id
+                )
+            )
+            what = f"thread {to.target} not found"
+    if not found:
+        raise InvalidInput(f"route: {what}")
+
+
+def _exists(read: Callable[[], object]) -> bool:
+    try:
+        read()
+    except NotFound:
+        return False
+    return True
 
 
 def _may_post(store: Store, conversation_id: str, user: str | None) -> None:

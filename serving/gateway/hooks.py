@@ -16,6 +16,7 @@ from core.hook_model import Hook
 from core.hooks import delivery_content, replay_expiry, verify_delivery
 from core.ids import new_id, utc_now
 from core.routes import Route
+from core.sessions import check_route
 from serving.gateway.auth import ClientId, Context, Guard
 from serving.gateway.protocol import (
     MAX_MESSAGE_CHARS,
@@ -55,11 +56,13 @@ def _out(hook: Hook) -> HookOut:
 
 @router.post("", status_code=201, response_model=HookCreated, summary="Create a webhook")
 def create_hook(body: HookCreate, context: Context, client_id: ClientId) -> HookCreated:
+    route = body.route.as_route()
+    check_route(context.store, client_id, route)
     hook = Hook(
         id=new_id("hook"),
         client_id=client_id,
         secret=secrets.token_hex(32),
-        route=body.route.as_route(),
+        route=route,
         title=body.title,
         created_at=utc_now(),
     )

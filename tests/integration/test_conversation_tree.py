@@ -683,6 +683,19 @@ def test_webhooks_are_signed_and_routed(
         assert unsigned.status_code == 401
         assert anonymous.post("/v1/hooks/hook_01NOPE", content=b"x").status_code == 404
 
+    # A rule must route to something of this client's now (checked when the hook is made).
+    thread = stored[0]["turn_id"]
+    for route, fragment in (
+        ({"session": "nope"}, "session nope not found"),
+        ({"thread": "turn_01NOPE"}, "thread turn_01NOPE not found"),
+        ({"persona": "nope"}, "persona nope not found"),
+    ):
+        refused = api.post("/v1/hooks", json={"route": route})
+        assert refused.status_code == 400 and fragment in error_of(refused)["message"]
+    theirs = stranger.post("/v1/hooks", json={"route": {"thread": thread}})
+    assert theirs.status_code == 400 and "not found" in error_of(theirs)["message"]
+    assert api.post("/v1/hooks", json={"route": {"thread": thread}}).status_code == 201
+
     assert stranger.get(f"/v1/hooks/{hook_id}").status_code == 404
     assert stranger.delete(f"/v1/hooks/{hook_id}").status_code == 404
     assert stranger.get("/v1/hooks").json()["items"] == []
@@ -753,6 +766,8 @@ def test_cron_trigger_fires_once_per_due_time_across_scheduler_restarts(
 
     bad = api.post("/v1/triggers", json={**body, "schedule": "61 * * * *"})
     assert bad.status_code == 400 and "minute" in error_of(bad)["message"]
+    nowhere = api.post("/v1/triggers", json={**body, "route": {"session": "nope"}})
+    assert nowhere.status_code == 400 and "session nope not found" in error_of(nowhere)["message"]
     assert stranger.get(f"/v1/triggers/{trigger_id}").status_code == 404
     assert stranger.delete(f"/v1/triggers/{trigger_id}").status_code == 404
     assert api.delete(f"/v1/triggers/{trigger_id}").json() == {"deleted": [trigger_id]}
