@@ -136,6 +136,22 @@ def route(
             return Destination(session.conversation_id, session=session.label)
 
 
+def makes_conversation(store: Store, client_id: str, to: Route) -> bool:
+    """Whether routing to ``to`` now would make a conversation (a fork at a thread that is not
+    its tip, a persona's main session on first use): one more against the client's quota."""
+    match to.kind:
+        case "persona":
+            return store.session_labels.get(client_id, main_label(to.target)) is None
+        case "session":
+            return False
+        case "thread":
+            try:
+                turn = store.turns.get(to.target)
+            except NotFound:
+                return False  # routing says so, precisely
+            return latest_turn_id(store, turn.conversation_id) != to.target
+
+
 def check_route(store: Store, client_id: str, to: Route) -> None:
     """``InvalidInput`` unless ``to`` names something of the client's now: a library persona, one
     of its session labels, a turn of one of its conversations (for a hook or trigger's rule,

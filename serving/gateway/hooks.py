@@ -138,7 +138,7 @@ async def deliver(
         return HookDelivery.model_validate_json(result).model_copy(update={"replayed": True})
     message = MessageCreate(content=content, source="webhook", user_id=f"hook:{hook.id}")
     try:
-        routed = await send_routed(context, hook.client_id, hook.route, message)
+        routed = await send_routed(context, guard, hook.client_id, hook.route, message)
     except Exception:  # not taken in (refused, failed): the sender's retry may be
         await run_in_threadpool(context.store.hooks.release_delivery, hook.id, signed)
         raise

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from core.domain import ConversationStatus
 from core.errors import Conflict
 from core.routes import Route
-from core.sessions import Session, create_session, get_session, route
+from core.sessions import Session, create_session, get_session, makes_conversation, route
 from serving.gateway.auth import ClientId, Context, Guard
 from serving.gateway.context import GatewayContext
 from serving.gateway.members import User
@@ -25,7 +25,7 @@ from serving.gateway.protocol import (
     RouteTarget,
     WireModel,
 )
-from serving.gateway.quota_checks import admit_turn
+from serving.gateway.quota_checks import QuotaGuard, admit_turn
 
 router = APIRouter(tags=["sessions"])
 
@@ -135,11 +135,12 @@ async def post_routed(
 ) -> MessageRouted:
     await admit_turn(guard, client_id)
     message = MessageCreate.model_validate(body.model_dump(exclude={"to"}))
-    return await send_routed(context, client_id, body.to.as_route(), message, user)
+    return await send_routed(context, guard, client_id, body.to.as_route(), message, user)
 
 
 async def send_routed(
     context: GatewayContext,
+    guard: QuotaGuard,
     client_id: str,
     to: Route,
     message: MessageCreate,
@@ -147,10 +148,13 @@ async def send_routed(
     *,
     live: str | None = None,
 ) -> MessageRouted:
-    """Resolve the target (forking, or making a main session, as needed) and post the message
-    as ``user`` (``core.sessions.route``). ``live``: a conversation whose actor the caller knows
-    is running (a stream's subscription), acknowledged without asking."""
+    """Resolve the target (forking, or making a main session, as needed: counted against the
+    client's conversations quota) and post the message as ``user`` (``core.sessions.route``).
+    ``live``: a conversation whose actor the caller knows is running (a stream's subscription),
+    acknowledged without asking."""
     check_author(message, user)  # before routing makes anything
+    if await run_in_threadpool(makes_conversation, context.store, client_id, to):
+        await run_in_threadpool(guard.admit_conversation, client_id)
     destination = await run_in_threadpool(route, context.store, client_id, to.kind, to.target, user)
     conversation = await run_in_threadpool(
         context.store.conversations.get, destination.conversation_id

@@ -266,8 +266,9 @@ class StreamSession:
         assert frame.to is not None
         live = self.conversation.id if self.subscribed.is_set() else None
         to = frame.to.as_route()
+        guard = get_guard(self.websocket)
         return await send_routed(
-            self.context, self.client_id, to, frame.message(), self.user, live=live
+            self.context, guard, self.client_id, to, frame.message(), self.user, live=live
         )
 
     # ------------------------------------------------------------------ closing

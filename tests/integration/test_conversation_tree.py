@@ -616,6 +616,33 @@ def test_routing_acts_as_the_user(gateway_url: str, api: httpx.Client, key: str)
         assert there["conversation_id"] == mine.json()["id"]
 
 
+def test_routing_counts_the_conversations_it_makes(gateway_url: str, ray_cluster: Cluster) -> None:
+    """A fork or a main session that routing makes is one more conversation for the quota."""
+    from core.ids import utc_now
+    from core.quotas import Quota
+
+    client_id, limited_key = make_client(ray_cluster.store, "limited")
+    ray_cluster.store.quotas.put(client_id, Quota(conversations=1), utc_now())
+    with http_client(gateway_url, limited_key) as limited:
+        agent_id = scripted_agent(limited, [{"reply": "ok"}])
+        persona_id = scripted_persona(limited)
+        conv = limited.post("/v1/conversations", json={"agent_id": agent_id}).json()["id"]
+        t1 = say(limited, conv, "one")["turn_id"]
+        tip = say(limited, conv, "two")["turn_id"]
+        for to in ({"thread": t1}, {"persona": persona_id}):
+            refused = limited.post("/v1/messages", json={"content": "x", "to": to})
+            assert refused.status_code == 429, refused.text
+            assert "conversations stored" in error_of(refused)["message"]
+        with open_stream(gateway_url, conv, limited_key) as raw:
+            ws = Socket(raw)
+            over = ws.reply({"type": "message", "content": "x", "to": {"thread": t1}, "id": "f"})
+            assert over["error"]["code"] == "QUOTA_EXCEEDED", over
+            at_tip = ws.reply({"type": "message", "content": "x", "to": {"thread": tip}, "id": "t"})
+            assert at_tip["type"] == "ack" and at_tip["forked"] is False, at_tip
+        assert limited.get(f"/v1/conversations/{conv}/forks").json()["items"] == []
+        assert limited.get(f"/v1/sessions/{persona_id}:main").status_code == 404
+
+
 def scripted_persona(api: httpx.Client) -> str:
     profile_id, persona_id = unique("scripted"), unique("persona")
     profile = {"provider": "scripted", "model": "s", "script": [{"reply": "ok"}]}
