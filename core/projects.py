@@ -101,6 +101,9 @@ def create_project(
         branch = default_branch or repo.head_branch() or "main"
         if not repo.has_branch(branch):
             raise InvalidInput(f"default_branch: {branch} does not exist in the repository")
+        if repository is None or looks_like_url(repository):
+            # Worktrees on other nodes' disks look missing from here: git gc must never prune them.
+            repo.git("config", "gc.worktreePruneExpire", "never")
         artifacts = GitRepository.init_bare(home / ARTIFACTS_REPOSITORY, "main")
     except BaseException:
         shutil.rmtree(home, ignore_errors=True)

@@ -86,8 +86,9 @@ class WorkspaceActor:
                 return
 
     def _layout(self, policy: SandboxPolicy) -> SandboxLayout:
-        # The data dir and every other worktree (the workspaces dir may lie outside the data dir).
-        others = (Path(self.spec.data_dir), self.root.parent)
+        # The data dir, and every other worktree when the workspaces dir lies outside it.
+        data_dir, workspaces = Path(self.spec.data_dir), self.root.parent
+        others = (data_dir,) if data_dir in workspaces.parents else (data_dir, workspaces)
         hidden = (*ALWAYS_HIDDEN, *others, *map(Path, policy.hidden_paths))
         return SandboxLayout(
             worktree=self.root,

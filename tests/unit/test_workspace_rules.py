@@ -3,15 +3,19 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from actors.workspace.actor import WorkspaceActor
 from cluster.workspaces import actor_options
 from core.domain import Agent, PersonaRef
 from core.errors import InvalidInput, PermissionDenied
-from core.git import conversation_branch, run_branch
+from core.git import GitRepository, conversation_branch, run_branch
 from core.ids import new_id, utc_now
 from core.projects import (
     child_workplace,
@@ -24,7 +28,7 @@ from core.projects import (
 from core.settings import Settings
 from core.store import Store
 from core.workflows import RunContext, WorkflowRun
-from core.workspaces import WorkspaceRecord, WorkspaceSpec, placement
+from core.workspaces import SandboxPolicy, WorkspaceRecord, WorkspaceSpec, placement
 from tests.factories import make_client, make_conversation
 
 
@@ -178,3 +182,46 @@ def test_the_workspaces_dir_may_be_elsewhere(store: Store, tmp_path: Path) -> No
         create_project(
             store, settings, client_id=client_id, name="x", repository=str(tmp_path / "local" / "x")
         )
+
+
+class Stays:
+    def exit(self) -> None:
+        return None
+
+
+@pytest.fixture
+def node_local_dir() -> Iterator[Path]:
+    """A directory outside /tmp (which every sandbox hides anyway): a node-local workspaces dir."""
+    path = Path(tempfile.mkdtemp(prefix="wonder-workspaces-", dir="/var/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+async def test_a_workspaces_dir_outside_the_data_dir_is_hidden_from_commands(
+    tmp_path: Path, node_local_dir: Path
+) -> None:
+    """Every other worktree stays invisible when worktrees live outside the data dir (a real
+    bubblewrap sandbox, no Ray)."""
+    repo = GitRepository.init_bare(tmp_path / "data" / "projects" / "p" / "code.git", "main")
+    actors = {}
+    for key in ("conv_a", "conv_b"):
+        repo.create_branch(conversation_branch(key), "main")
+        spec = WorkspaceSpec(
+            workspace_id=key,
+            client_id="c",
+            project_id="p",
+            repository=str(repo.path),
+            branch=conversation_branch(key),
+            default_branch="main",
+            worktree=str(node_local_dir / key),
+            data_dir=str(tmp_path / "data"),
+        )
+        actors[key] = WorkspaceActor(spec, 3600, Stays())
+    await actors["conv_b"].write("secret.txt", "b's\n")
+    policy = SandboxPolicy(hidden_paths=[])
+    seen = await actors["conv_a"].exec(f"ls {node_local_dir}", 10, policy)
+    assert seen.exit_code == 0 and seen.stdout.split() == ["conv_a"], seen
+    peek = await actors["conv_a"].exec(
+        f"cat {node_local_dir / 'conv_b' / 'secret.txt'}", 10, policy
+    )
+    assert peek.exit_code != 0 and "b's" not in peek.stdout
