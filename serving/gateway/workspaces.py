@@ -174,8 +174,7 @@ async def workspace(conversation_id: str, context: Context, client_id: ClientId)
     project, name = await run_in_threadpool(_of_conversation, context, client_id, conversation_id)
     if context.workspaces is None:
         raise Unavailable("workspaces are not available on this gateway")
-    conversation = context.store.conversations.get(conversation_id, client_id=client_id)
-    spec = workspace_spec(context.settings, conversation.client_id, project, name)
+    spec = workspace_spec(context.settings, client_id, project, name)
     return await context.workspaces.status(spec)
 
 
