@@ -272,6 +272,7 @@ class WorkflowRuns(Protocol):
         *,
         client_id: str | None = None,
         run_id: str | None = None,
+        project_id: str | None = None,
     ) -> str: ...
 
     async def wait(self, run_id: str, timeout_s: float | None = None) -> WorkflowRun: ...
@@ -341,7 +342,7 @@ class ActorHost(Protocol):
 
 
 class Workspaces(Protocol):
-    """A conversation's workspace (its branch's worktree): sandboxed commands and ``repo.*``.
+    """A branch's workspace (its worktree): sandboxed commands and ``repo.*``.
 
     Paths are relative to the worktree; one that leaves it is a ``PermissionDenied``.
     """
@@ -365,6 +366,10 @@ class Workspaces(Protocol):
     async def commit(self, spec: WorkspaceSpec, message: str, author: str | None) -> RepoCommit: ...
 
     async def status(self, spec: WorkspaceSpec) -> WorkspaceStatus: ...
+
+    async def remove(self, spec: WorkspaceSpec) -> None:
+        """Remove the workspace's worktree and stop its actor (its owner was deleted)."""
+        ...
 
 
 class Lifecycle(Protocol):

@@ -183,6 +183,15 @@ projects = Table(
     Column("data", Text, nullable=False),
 )
 
+# Issue 14: where each workspace's worktree lives (its spec and the node holding it).
+workspaces = Table(
+    "workspaces",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("project_id", String(64), nullable=False, index=True),
+    Column("data", Text, nullable=False),
+)
+
 # Issue 17: quotas per client, operator (admin) keys, and the audit trail of changes.
 quotas = Table(
     "quotas",

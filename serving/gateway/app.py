@@ -91,6 +91,7 @@ def create_api(context: GatewayContext) -> FastAPI:
         memories.router,
         projects.router,
         workspaces.router,
+        workspaces.run_router,
         admin.router,
         keys.router,
         members.router,
