@@ -631,7 +631,7 @@ class SaveConversation:
 @dataclass(frozen=True, slots=True)
 class MarkConversation:
     """Record on the conversation row what its turns imply, with no event of its own (the
-    batch's own events announce the change): its ``status`` (``planning.conversation_status``)
+    batch's own events announce the change): its ``status`` (``standing.conversation_status``)
     and the users who joined by speaking."""
 
     status: ConversationStatus

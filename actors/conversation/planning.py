@@ -20,12 +20,9 @@ performs the effects, whose outcomes are the next events:
                                  ``resumption``), and fail ``interrupted`` after too many crashes
 
 A turn that ends (completed, failed, or waiting for operations) lets the oldest queued turn start.
-After every batch the conversation's own record follows its turns (``MarkConversation``, when
-something changed): its status (``conversation_status``: ``waiting`` while every live turn waits
-on work outside it, ``failed`` when the last turn to end failed and nothing is live, else
-``active``; ``completed`` is set only by a user and stays), and a user who speaks joins its
-participants (seed 001: users and agents). Neither adds an event: the batch's own events
-(``message``, ``tools.started``, ``turn.awaiting``, ``move``, ``turn.*``) already say it.
+After every batch the conversation's own record follows its turns (``standing``: its status,
+``waiting`` / ``failed`` / ``active``, and the users who joined by speaking), as one
+``MarkConversation`` when something changed, with no event of its own.
 Events about a turn that is no longer live, or not in the phase they answer, are stale (a
 cancelled step finishing late) and plan nothing. Nothing here does I/O: no Ray, no store, no
 clock, no ids (they arrive in events).
@@ -102,16 +99,15 @@ from actors.conversation.domain import (
     WaitForOperations,
 )
 from actors.conversation.resumption import MAX_INTERRUPTIONS, resumed_plans, resumption_of
+from actors.conversation.standing import mark as standing_mark
+from actors.conversation.standing import refused
 from actors.conversation.tool_calls import plan_tool_calls
 from core.domain import (
-    AgentCaller,
     AsyncOperation,
-    Caller,
     ConcurrencyPolicy,
     ConversationStatus,
     Message,
     MessageRole,
-    MessageSource,
     OperationStatus,
     Participant,
     ToolError,
@@ -119,8 +115,6 @@ from core.domain import (
     Turn,
     TurnStatus,
     Usage,
-    UserCaller,
-    WorkflowCaller,
 )
 from core.errors import ErrorCode
 from core.jsontypes import JsonObject
@@ -706,54 +700,15 @@ def _conversation_changed(
 
 # ------------------------------------------------------------------------ the conversation's record
 
-WAITING_PHASES = frozenset({TurnPhase.ACTING, TurnPhase.AWAITING})
-
-
-def conversation_status(
-    state: ConversationState, ended: CompleteTurn | FailTurn | None
-) -> ConversationStatus:
-    """What the conversation is doing, from its live turns (seed 001's statuses): ``waiting``
-    while every live turn waits on work outside it (its tool calls: a task, a delegated agent, a
-    workflow; its async operations), ``active`` while any does its own work (context, model,
-    extraction, queued) or once a turn ends well, ``failed`` once the last turn to end
-    (``ended``) failed and nothing is live; a cancelled turn is no failure. ``completed`` (a
-    user's decision) stays; without a live turn or an ending, ``failed`` stays too."""
-    current = state.conversation.status
-    if current is ConversationStatus.COMPLETED:
-        return current
-    live = list(state.turns.values())
-    if live:
-        waiting = all(turn.phase in WAITING_PHASES for turn in live)
-        return ConversationStatus.WAITING if waiting else ConversationStatus.ACTIVE
-    match ended:
-        case FailTurn(cancelled=False):
-            return ConversationStatus.FAILED
-        case FailTurn() | CompleteTurn():
-            return ConversationStatus.ACTIVE
-        case None:
-            failed = current is ConversationStatus.FAILED
-            return ConversationStatus.FAILED if failed else ConversationStatus.ACTIVE
-        case _:
-            assert_never(ended)
-
 
 def _mark(
     state: ConversationState, event: ConversationEvent, decisions: list[Decision]
 ) -> MarkConversation | None:
-    """The conversation row's change after ``decisions`` (none when nothing changed)."""
-    if not decisions or _refused(decisions):
+    """The conversation row's change after ``decisions`` (``standing``), judged on the state as
+    the decisions will leave it."""
+    if not decisions or refused(decisions):
         return None
-    after = _simulated(state, decisions)
-    status = conversation_status(after, _last_ending(decisions))
-    known = {(p.type, p.id) for p in after.conversation.participants}
-    joined: list[Participant] = []
-    for speaker in _speakers(event):
-        if (speaker.type, speaker.id) not in known:
-            known.add((speaker.type, speaker.id))
-            joined.append(speaker)
-    if status is after.conversation.status and not joined:
-        return None
-    return MarkConversation(status, tuple(joined))
+    return standing_mark(event, decisions, _simulated(state, decisions))
 
 
 def _simulated(state: ConversationState, decisions: list[Decision]) -> ConversationState:
@@ -767,69 +722,6 @@ def _simulated(state: ConversationState, decisions: list[Decision]) -> Conversat
     for decision in decisions:
         apply(after, decision)
     return after
-
-
-def _refused(decisions: list[Decision]) -> bool:
-    for decision in decisions:
-        match decision:
-            case Refuse():
-                return True
-            case _:
-                pass
-    return False
-
-
-def _last_ending(decisions: list[Decision]) -> CompleteTurn | FailTurn | None:
-    last: CompleteTurn | FailTurn | None = None
-    for decision in decisions:
-        match decision:
-            case CompleteTurn() | FailTurn():
-                last = decision
-            case _:
-                pass
-    return last
-
-
-def _speakers(event: ConversationEvent) -> list[Participant]:
-    """The users whose words ``event`` brings in: a person's message (``source`` human) makes
-    its author a participant; triggers, webhooks, agents and workflows do not."""
-    match event:
-        case MessageReceived(caller=caller, source=source):
-            return _person(caller, source)
-        case TurnRequested(turn=turn):
-            return _person(turn.caller, turn.source)
-        case Recovered(turns=turns):
-            return [p for t in turns for p in _person(t.turn.caller, t.turn.source)]
-        case (
-            ContextAssembled()
-            | ContextAssemblyFailed()
-            | ModelAnswered()
-            | ModelFailed()
-            | ToolsReturned()
-            | MemoriesExtracted()
-            | MemoryExtractionFailed()
-            | CancelRequested()
-            | StepFailed()
-            | OperationCompleted()
-            | OperationsChecked()
-            | ParticipantAdded()
-            | ParticipantRemoved()
-            | PolicySet()
-            | CompletionRequested()
-        ):
-            return []
-        case _:
-            assert_never(event)
-
-
-def _person(caller: Caller, source: MessageSource | None) -> list[Participant]:
-    match caller:
-        case UserCaller(user_id=user_id) if source in (None, "human"):
-            return [Participant(type="user", id=user_id)]
-        case UserCaller() | AgentCaller() | WorkflowCaller():
-            return []
-        case _:
-            assert_never(caller)
 
 
 # --------------------------------------------------------------------------- apply

@@ -69,6 +69,7 @@ from actors.conversation.domain import (
     TurnState,
 )
 from actors.conversation.resumption import MAX_INTERRUPTIONS
+from actors.conversation.standing import conversation_status
 from actors.conversation.tool_calls import build_catalog, plan_tool_call
 from core.domain import (
     Agent,
@@ -774,7 +775,7 @@ EXPECTED_STATUS: dict[str, dict[TurnPhase | None, ConversationStatus]] = {
 
 def consistent(state: ConversationState) -> ConversationState:
     """``state`` with the status its live turns imply (as the actor keeps it)."""
-    status = planning.conversation_status(state, None)
+    status = conversation_status(state, None)
     state.conversation = state.conversation.model_copy(update={"status": status})
     return state
 
