@@ -225,7 +225,7 @@ def _plan_step(
 
 def _message_received(state: ConversationState, event: MessageReceived) -> list[Decision]:
     conversation = state.conversation
-    if conversation.status is ConversationStatus.COMPLETED:  # failed: the next turn may do
+    if conversation.status is ConversationStatus.COMPLETED:  # a failed one takes the next
         return [Refuse(ErrorCode.CONFLICT, f"conversation {conversation.id} is completed")]
     match addressee(state, event.content, event.requested_agent_id):
         case Refuse() as refusal:
