@@ -39,6 +39,7 @@ from actors.conversation.domain import (
     ExtractMemories,
     FailTurn,
     HoldDelivery,
+    MarkConversation,
     MessageReceived,
     NoteEvent,
     OperationCompleted,
@@ -216,6 +217,8 @@ class ConversationActor:
                     ended.set()
             case SaveConversation(conversation=conversation):
                 self.tools.conversation = conversation
+            case MarkConversation():
+                self.tools.conversation = self.state.conversation
             case (
                 Refuse()
                 | BeginTurn()

@@ -18,10 +18,12 @@ from core.domain import (
     Caller,
     ConcurrencyPolicy,
     Conversation,
+    ConversationStatus,
     Message,
     MessageSource,
     ModelProfile,
     Move,
+    Participant,
     Persona,
     Tool,
     ToolError,
@@ -570,6 +572,7 @@ class FailTurn:
     context_failed: bool
     at: datetime
     error: ToolError | None = None  # what failed, when a step did (``retriable``: ask again)
+    cancelled: bool = False  # stopped on purpose (a cancel, the interrupt policy): not a failure
 
 
 @dataclass(frozen=True, slots=True)
@@ -625,6 +628,16 @@ class SaveConversation:
     at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class MarkConversation:
+    """Record on the conversation row what its turns imply, with no event of its own (the
+    batch's own events announce the change): its ``status`` (``standing.conversation_status``)
+    and the users who joined by speaking."""
+
+    status: ConversationStatus
+    joined: tuple[Participant, ...] = ()
+
+
 Decision = (
     Refuse
     | BeginTurn
@@ -651,4 +664,5 @@ Decision = (
     | CheckOperations
     | SettleOperation
     | SaveConversation
+    | MarkConversation
 )

@@ -20,6 +20,9 @@ performs the effects, whose outcomes are the next events:
                                  ``resumption``), and fail ``interrupted`` after too many crashes
 
 A turn that ends (completed, failed, or waiting for operations) lets the oldest queued turn start.
+After every batch the conversation's own record follows its turns (``standing``: its status,
+``waiting`` / ``failed`` / ``active``, and the users who joined by speaking), as one
+``MarkConversation`` when something changed, with no event of its own.
 Events about a turn that is no longer live, or not in the phase they answer, are stale (a
 cancelled step finishing late) and plan nothing. Nothing here does I/O: no Ray, no store, no
 clock, no ids (they arrive in events).
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import assert_never
 
@@ -60,6 +64,7 @@ from actors.conversation.domain import (
     ExtractMemories,
     FailTurn,
     HoldDelivery,
+    MarkConversation,
     MemoriesExtracted,
     MemoryExtractionFailed,
     MessageReceived,
@@ -94,6 +99,8 @@ from actors.conversation.domain import (
     WaitForOperations,
 )
 from actors.conversation.resumption import MAX_INTERRUPTIONS, resumed_plans, resumption_of
+from actors.conversation.standing import mark as standing_mark
+from actors.conversation.standing import refused
 from actors.conversation.tool_calls import plan_tool_calls
 from core.domain import (
     AsyncOperation,
@@ -120,6 +127,12 @@ INTERRUPTED_BY_MESSAGE = "interrupted by a new message"
 
 def plan(state: ConversationState, event: ConversationEvent) -> list[Decision]:
     """The decisions that follow ``event`` in ``state`` (``state`` is not changed here)."""
+    decisions = _plan_event(state, event)
+    mark = _mark(state, event, decisions)
+    return decisions if mark is None else [*decisions, mark]
+
+
+def _plan_event(state: ConversationState, event: ConversationEvent) -> list[Decision]:
     match event:
         case (
             MessageReceived()
@@ -212,9 +225,8 @@ def _plan_step(
 
 def _message_received(state: ConversationState, event: MessageReceived) -> list[Decision]:
     conversation = state.conversation
-    if conversation.status in (ConversationStatus.COMPLETED, ConversationStatus.FAILED):
-        status = conversation.status.value
-        return [Refuse(ErrorCode.CONFLICT, f"conversation {conversation.id} is {status}")]
+    if conversation.status is ConversationStatus.COMPLETED:  # a failed one takes the next
+        return [Refuse(ErrorCode.CONFLICT, f"conversation {conversation.id} is completed")]
     match addressee(state, event.content, event.requested_agent_id):
         case Refuse() as refusal:
             return [refusal]
@@ -615,7 +627,7 @@ def _cancel(
     decisions: list[Decision] = [
         StopWork(turn_id),
         CloseDangling(turn_id, turn.open_calls, operations, message, at),
-        FailTurn(turn_id, reason, turn.usage, False, at),
+        FailTurn(turn_id, reason, turn.usage, False, at, cancelled=True),
     ]
     return [*decisions, *_start_next(state, turn_id, at)] if next_ else decisions
 
@@ -686,6 +698,32 @@ def _conversation_changed(
             assert_never(event)
 
 
+# ------------------------------------------------------------------------ the conversation's record
+
+
+def _mark(
+    state: ConversationState, event: ConversationEvent, decisions: list[Decision]
+) -> MarkConversation | None:
+    """The conversation row's change after ``decisions`` (``standing``), judged on the state as
+    the decisions will leave it."""
+    if not decisions or refused(decisions):
+        return None
+    return standing_mark(event, decisions, _simulated(state, decisions))
+
+
+def _simulated(state: ConversationState, decisions: list[Decision]) -> ConversationState:
+    """``state`` as it will be once ``decisions`` are applied (a shallow copy: ``apply``
+    replaces a turn's fields, never changes what they hold)."""
+    after = ConversationState(
+        state.conversation,
+        {turn_id: replace(turn) for turn_id, turn in state.turns.items()},
+        list(state.queue),
+    )
+    for decision in decisions:
+        apply(after, decision)
+    return after
+
+
 # --------------------------------------------------------------------------- apply
 
 
@@ -717,6 +755,10 @@ def apply(state: ConversationState, decision: Decision) -> None:
             _apply_step(state.turns[decision.turn_id], decision)
         case AppendAgentMessage() | HoldDelivery() | CloseDangling() | SettleOperation():
             _apply_delivery(state, decision)
+        case MarkConversation(status=status, joined=joined):
+            participants = [*state.conversation.participants, *joined]
+            update = {"status": status, "participants": participants}
+            state.conversation = state.conversation.model_copy(update=update)
         case Refuse() | NoteEvent() | StopWork() | CheckOperations():
             pass  # no state of their own: the shell acts on them
         case _:

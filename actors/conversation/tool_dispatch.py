@@ -227,7 +227,8 @@ class ToolDispatcher:
         parent = self.conversation
         store = self.ports.store
         turn_messages = store.messages.list(parent.id, turn_ids=[turn_id])
-        participants = [p for p in parent.participants if p.id != target_id]
+        # The parent's agents (not its users: they did not speak in the child), then the target.
+        participants = [p for p in parent.participants if p.type == "agent" and p.id != target_id]
         return create_child_conversation(
             store,
             parent=parent,
