@@ -3,7 +3,6 @@ cancellation, agent nodes. Each test uses its own workflow and task ids."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -149,12 +148,12 @@ async def test_fan_in_any_cancels_the_slow_branches(ray_cluster: Cluster) -> Non
             ],
         },
     )
-    started = asyncio.get_running_loop().time()
-    run_id = await start_workflow_run(workflow.id, {"delays": [20, 0.1, 20]})
-    run = await wait_for_run(run_id, 60)
+    # The slow branches sleep as long as the step allows (30 s): the run ends with the fast one,
+    # and their states below say they were cancelled, not waited for (no timing threshold).
+    run_id = await start_workflow_run(workflow.id, {"delays": [30, 0.1, 30]})
+    run = await wait_for_run(run_id, 120)
     assert run.status is RunStatus.COMPLETED
     assert run.output == {"winner": {"slept": 0.1}}
-    assert asyncio.get_running_loop().time() - started < 15
     states = sorted(r.state for r in get_history(run_id) if r.node_id == "work")
     assert states == ["cancelled", "cancelled", "done"]
 
