@@ -77,10 +77,10 @@ class CronScheduler:
     async def _fire(self, trigger: CronTrigger) -> Fired:
         due = trigger.next_due.isoformat()
         author = f"trigger:{trigger.id}"
-        standing = await asyncio.to_thread(
-            self.ports.quotas.standing, trigger.client_id, author, utc_now()
+        admission = await asyncio.to_thread(
+            self.ports.quotas.admission, trigger.client_id, author, utc_now()
         )
-        over = refuse_turn(standing)
+        over = refuse_turn(admission)
         if over is not None:  # claimed, so not retried: this due time is skipped
             log.warning("trigger %s due %s over quota: %s", trigger.id, due, over.message)
             return Fired(trigger.id, due, None, None, f"quota: {over.message}")

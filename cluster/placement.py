@@ -64,6 +64,12 @@ def executor_options(settings: Settings) -> Options:
     return _off_accelerators(settings)
 
 
+def workspace_options(settings: Settings) -> Options:
+    """A workspace actor with no worktree yet (or whose node is gone): off accelerator nodes.
+    Once its worktree exists it is pinned to that node (``core.workspaces.placement``)."""
+    return _off_accelerators(settings)
+
+
 def singleton_options() -> Options:
     """The directory and the async-operations runner: on the head node."""
     return {"resources": {HEAD_RESOURCE: PIN}}

@@ -153,11 +153,12 @@ def _executor_services(key: EnvKey) -> ActionServices:
 
 @functools.lru_cache(maxsize=8)
 def _workspaces(key: EnvKey) -> RayWorkspaces:
-    return RayWorkspaces(settings_from_env(dict(key)).workspace_idle_ttl_s)
+    settings = settings_from_env(dict(key))
+    return RayWorkspaces(store_for_settings(settings), settings)
 
 
 def workspaces(settings_env: dict[str, str]) -> RayWorkspaces:
-    """This process's way to the conversations' workspace actors."""
+    """This process's way to the workspace actors."""
     return _workspaces(_key(settings_env))
 
 

@@ -245,6 +245,9 @@ class Project(Model):
     origin: str | None = Field(None, description="The URL a managed clone was made from")
     managed: bool = False
     default_branch: str = "main"
+    push_on_merge: bool = Field(
+        False, description="Push the default branch back to origin after each merge into it"
+    )
     artifacts_repository: str
     created_at: datetime
 

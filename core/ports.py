@@ -30,7 +30,7 @@ from core.errors import ErrorCode, WonderError
 from core.jsontypes import JsonObject
 from core.llm.protocol import ChatModel
 from core.memory.embedding import Embedder
-from core.quotas import TurnStanding
+from core.quotas import TurnAdmission
 from core.workflows import ConversationParent, NodeRecord, WorkflowParent, WorkflowRun
 from core.workspaces import (
     ExecResult,
@@ -257,9 +257,9 @@ class TurnQuotas(Protocol):
     """What turn quotas are checked on, read from the store (``core.turn_quotas``): planning
     decides with these figures (``core.quotas``), the shell reads them."""
 
-    def standing(
+    def admission(
         self, client_id: str, user_id: str | None, at: datetime, *, excluding: str | None = None
-    ) -> TurnStanding:
+    ) -> TurnAdmission:
         """The client's (and ``user_id``'s) turn quotas with their figures: active turns and the
         day's tokens, the turn ``excluding`` left out."""
         ...
@@ -301,6 +301,7 @@ class WorkflowRuns(Protocol):
         *,
         client_id: str | None = None,
         run_id: str | None = None,
+        project_id: str | None = None,
     ) -> str: ...
 
     async def wait(self, run_id: str, timeout_s: float | None = None) -> WorkflowRun: ...
@@ -370,7 +371,7 @@ class ActorHost(Protocol):
 
 
 class Workspaces(Protocol):
-    """A conversation's workspace (its branch's worktree): sandboxed commands and ``repo.*``.
+    """A branch's workspace (its worktree): sandboxed commands and ``repo.*``.
 
     Paths are relative to the worktree; one that leaves it is a ``PermissionDenied``.
     """
@@ -394,6 +395,10 @@ class Workspaces(Protocol):
     async def commit(self, spec: WorkspaceSpec, message: str, author: str | None) -> RepoCommit: ...
 
     async def status(self, spec: WorkspaceSpec) -> WorkspaceStatus: ...
+
+    async def remove(self, spec: WorkspaceSpec) -> None:
+        """Remove the workspace's worktree and stop its actor (its owner was deleted)."""
+        ...
 
 
 class Lifecycle(Protocol):

@@ -13,7 +13,7 @@ without a stored quota gets ``Quota()`` / ``UserQuota()`` (everything unlimited)
   00:00 UTC.
 
 Over a quota the answer is a refusal with a ``retry_after_s``: HTTP 429 with ``Retry-After``, or a
-turn that fails with reason ``quota`` (``TurnStanding``: a turn an agent or a workflow starts).
+turn that fails with reason ``quota`` (``TurnAdmission``: a turn an agent or a workflow starts).
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ class TurnFigures:
 
 
 @dataclass(frozen=True, slots=True)
-class TurnStanding:
+class TurnAdmission:
     """What a new turn is admitted on: whom it works for (``user_id``: the user whose message,
     delegation or workflow started it; None when no user is behind it) and, for the client and
     that user, the turn quotas that apply with their figures (no scope: nothing limits it)."""
@@ -195,13 +195,13 @@ class TurnStanding:
     scopes: tuple[TurnFigures, ...] = ()
 
 
-def refuse_turn(standing: TurnStanding) -> Refusal | None:
+def refuse_turn(admission: TurnAdmission) -> Refusal | None:
     """The first quota a new turn would pass (concurrent turns, then the day's tokens; the
     client's, then the user's), or None."""
-    for scope in standing.scopes:
+    for scope in admission.scopes:
         refusal = check_count(
             Limit.TURNS, scope.active_turns, scope.concurrent_turns, "active turns", scope.whose
-        ) or check_tokens(scope.tokens_today, scope.tokens_per_day, standing.at, scope.whose)
+        ) or check_tokens(scope.tokens_today, scope.tokens_per_day, admission.at, scope.whose)
         if refusal is not None:
             return refusal
     return None

@@ -20,8 +20,8 @@ from core.domain import AgentCaller, Caller, UserCaller, WorkflowCaller
 from core.errors import NotFound
 from core.quotas import (
     Quota,
+    TurnAdmission,
     TurnFigures,
-    TurnStanding,
     UserQuota,
     start_of_utc_day,
     tokens_left,
@@ -115,9 +115,9 @@ class StoredQuotas:
 
     # ------------------------------------------------------------------ the port
 
-    def standing(
+    def admission(
         self, client_id: str, user_id: str | None, at: datetime, *, excluding: str | None = None
-    ) -> TurnStanding:
+    ) -> TurnAdmission:
         quota = self.client(client_id)
         user_quota = self.user(client_id, user_id) if user_id is not None else None
         limited = [
@@ -126,7 +126,7 @@ class StoredQuotas:
             if q is not None and q.limits_turns()
         ]
         if not limited:
-            return TurnStanding(user_id, at)
+            return TurnAdmission(user_id, at)
         tokens = any(q.tokens_per_day is not None for _, q in limited)
         usage = self.store.quotas.turn_usage(
             client_id,
@@ -144,7 +144,7 @@ class StoredQuotas:
             )
             for whose, q in limited
         )
-        return TurnStanding(user_id, at, scopes)
+        return TurnAdmission(user_id, at, scopes)
 
     async def tokens_left(self, client_id: str, turn_id: str, at: datetime) -> int | None:
         """After every model call: answered from the cache, without leaving the event loop,
@@ -168,8 +168,8 @@ class StoredQuotas:
             user_id = self.store.turns.get(turn_id).user_id
         except NotFound:
             return None
-        standing = self.standing(client_id, user_id, at, excluding=turn_id)
-        return tokens_left(tuple(s for s in standing.scopes if s.tokens_per_day is not None))
+        admission = self.admission(client_id, user_id, at, excluding=turn_id)
+        return tokens_left(tuple(s for s in admission.scopes if s.tokens_per_day is not None))
 
     def acting_user(self, client_id: str, caller: Caller) -> str | None:
         for _ in range(MAX_CALLER_HOPS):

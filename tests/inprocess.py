@@ -63,6 +63,7 @@ class NoWorkflows:
         *,
         client_id: str | None = None,
         run_id: str | None = None,
+        project_id: str | None = None,
     ) -> str:
         raise self._refuse()
 

@@ -40,6 +40,7 @@ from actors.conversation.domain import (
     ExtractMemories,
     FailTurn,
     HoldDelivery,
+    MarkConversation,
     MessageReceived,
     NoteEvent,
     OperationCompleted,
@@ -217,6 +218,8 @@ class ConversationActor:
                     ended.set()
             case SaveConversation(conversation=conversation):
                 self.tools.conversation = conversation
+            case MarkConversation():
+                self.tools.conversation = self.state.conversation
             case (
                 Refuse()
                 | BeginTurn()
@@ -328,10 +331,10 @@ class ConversationActor:
                     RecoveredTurn(turn, ops, moves, started.get(turn.id), resumes.get(turn.id, 0))
                 )
             elif turn.started_at is None:  # not started yet: the turn quotas may refuse it
-                standing = self.ports.quotas.standing(
+                admission = self.ports.quotas.admission(
                     self.state.conversation.client_id, turn.user_id, at, excluding=turn.id
                 )
-                turns.append(RecoveredTurn(turn, ops, standing=standing))
+                turns.append(RecoveredTurn(turn, ops, admission=admission))
             else:
                 turns.append(RecoveredTurn(turn, ops))
         return Recovered(tuple(turns), at)
@@ -493,8 +496,8 @@ class ConversationActor:
             policy_applies=False,
         )
         quotas, client_id = self.ports.quotas, self.state.conversation.client_id
-        standing = quotas.standing(client_id, quotas.acting_user(client_id, caller), event.at)
-        decisions, _acks = self._handle(replace(event, standing=standing))
+        admission = quotas.admission(client_id, quotas.acting_user(client_id, caller), event.at)
+        decisions, _acks = self._handle(replace(event, admission=admission))
         raise_refusal(decisions)
         return await self._answer(event.turn_id)
 
@@ -507,8 +510,8 @@ class ConversationActor:
                 raise NotFound(f"turn {turn_id} not found in this conversation")
             at = utc_now()
             client_id = self.state.conversation.client_id
-            standing = self.ports.quotas.standing(client_id, turn.user_id, at, excluding=turn.id)
-            self._handle(TurnRequested(turn, at, standing=standing))
+            admission = self.ports.quotas.admission(client_id, turn.user_id, at, excluding=turn.id)
+            self._handle(TurnRequested(turn, at, admission=admission))
         return await self._answer(turn_id)
 
     async def _answer(self, turn_id: str) -> AgentAnswer:

@@ -18,10 +18,12 @@ from core.domain import (
     Caller,
     ConcurrencyPolicy,
     Conversation,
+    ConversationStatus,
     Message,
     MessageSource,
     ModelProfile,
     Move,
+    Participant,
     Persona,
     Tool,
     ToolError,
@@ -32,7 +34,7 @@ from core.domain import (
 from core.errors import ErrorCode
 from core.jsontypes import JsonObject
 from core.llm.protocol import ChatRequest, ToolCallRequested
-from core.quotas import TurnStanding
+from core.quotas import TurnAdmission
 
 # --------------------------------------------------------------------------- what a turn works with
 
@@ -139,7 +141,7 @@ class MessageReceived:
 
     ``policy_applies`` is False for calls from agents and workflows: they always start at once.
     ``parent_turn_id`` is resolved by the shell (the replied-to message's turn, else the latest).
-    ``standing`` is what the turn quotas say, read by the shell: whom the turn works for, and
+    ``admission`` is what the turn quotas say, read by the shell: whom the turn works for, and
     the figures that refuse a call from an agent or a workflow over quota (a user's message was
     admitted by the gateway already). None: not read (the turn works for its user caller).
     """
@@ -155,20 +157,20 @@ class MessageReceived:
     parent_turn_id: str | None
     policy_applies: bool
     at: datetime
-    standing: TurnStanding | None = None
+    admission: TurnAdmission | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class TurnRequested:
     """Run a turn someone else wrote and acknowledged: a delegated child's first turn, or a
     user's message acknowledged while this actor was starting (``policy_applies``: it queues
-    behind a running turn in a ``queue`` conversation). ``standing``: as for
+    behind a running turn in a ``queue`` conversation). ``admission``: as for
     ``MessageReceived`` (a delegated child's turn over quota fails instead of starting)."""
 
     turn: Turn
     at: datetime
     policy_applies: bool = False
-    standing: TurnStanding | None = None
+    admission: TurnAdmission | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +189,7 @@ class RecoveredTurn:
     ``moves`` are the turn's recorded moves, ``started`` the last tool calls it recorded as
     started (their results are recorded as moves when they all return), ``resumes`` how many
     times it was resumed already (``turn.resumed`` events) and ``answered`` whether its answer
-    is stored. ``standing``: for a turn not started yet, what the turn quotas say (a delegated
+    is stored. ``admission``: for a turn not started yet, what the turn quotas say (a delegated
     child's turn over quota fails instead of starting, as with ``TurnRequested``)."""
 
     turn: Turn
@@ -196,7 +198,7 @@ class RecoveredTurn:
     started: StartedTools | None = None
     resumes: int = 0
     answered: bool = False
-    standing: TurnStanding | None = None
+    admission: TurnAdmission | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -582,6 +584,7 @@ class FailTurn:
     context_failed: bool
     at: datetime
     error: ToolError | None = None  # what failed, when a step did (``retriable``: ask again)
+    cancelled: bool = False  # stopped on purpose (a cancel, the interrupt policy): not a failure
 
 
 @dataclass(frozen=True, slots=True)
@@ -637,6 +640,16 @@ class SaveConversation:
     at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class MarkConversation:
+    """Record on the conversation row what its turns imply, with no event of its own (the
+    batch's own events announce the change): its ``status`` (``standing.conversation_status``)
+    and the users who joined by speaking."""
+
+    status: ConversationStatus
+    joined: tuple[Participant, ...] = ()
+
+
 Decision = (
     Refuse
     | BeginTurn
@@ -663,4 +676,5 @@ Decision = (
     | CheckOperations
     | SettleOperation
     | SaveConversation
+    | MarkConversation
 )

@@ -10,6 +10,7 @@ and the async-operations runner both dispatch through this class, with the same 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 
@@ -40,6 +41,7 @@ from core.errors import (
 from core.ids import new_id, utc_now
 from core.jsontypes import JsonObject
 from core.ports import AgentAnswer, InvocationMode, TaskContext, TaskOutcome, failed_outcome
+from core.projects import child_workplace
 from core.retry import RetryPolicy, with_retries
 from core.store import Store
 from core.workflows import ConversationParent
@@ -187,7 +189,13 @@ class ToolDispatcher:
         if existing is not None:
             answer = await conversations.start_agent_call(existing, message, caller, "delegate")
         else:
-            child_id, child_turn = self._create_child(turn_id, target.id, message, caller, label)
+            child_id = new_id("conv")
+            workplace = await asyncio.to_thread(
+                child_workplace, self.ports.store, parent, target, child_id
+            )
+            child_turn = self._create_child(
+                turn_id, child_id, target.id, workplace, message, caller, label
+            )
             answer = await conversations.run_agent_turn(child_id, child_turn)
         if answer.declined:
             reason = f"agent {target.id} declined: {answer.failure_reason}"
@@ -209,16 +217,27 @@ class ToolDispatcher:
         )
 
     def _create_child(
-        self, turn_id: str, target_id: str, message: str, caller: AgentCaller, label: str
-    ) -> tuple[str, str]:
-        """The child conversation and its first message, turn and session label, in one commit."""
+        self,
+        turn_id: str,
+        child_id: str,
+        target_id: str,
+        workplace: tuple[str | None, str | None],
+        message: str,
+        caller: AgentCaller,
+        label: str,
+    ) -> str:
+        """The child conversation (on ``workplace``: its project and branch) and its first
+        message, turn and session label, in one commit; the turn's id."""
         parent = self.conversation
         store = self.ports.store
         turn_messages = store.messages.list(parent.id, turn_ids=[turn_id])
-        participants = [p for p in parent.participants if p.id != target_id]
+        # The parent's agents (not its users: they did not speak in the child), then the target.
+        participants = [p for p in parent.participants if p.type == "agent" and p.id != target_id]
         return create_child_conversation(
             store,
             parent=parent,
+            child_id=child_id,
+            workplace=workplace,
             agent_id=target_id,
             participants=[*participants, Participant(type="agent", id=target_id)],
             title=f"delegated by {caller.agent_id}",

@@ -92,6 +92,7 @@ def create_api(context: GatewayContext) -> FastAPI:
         memories.router,
         projects.router,
         workspaces.router,
+        workspaces.run_router,
         admin.router,
         user_quotas.router,
         keys.router,

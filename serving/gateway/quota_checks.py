@@ -109,7 +109,7 @@ class QuotaGuard:
     def admit_turn(self, client_id: str, user_id: str | None = None) -> None:
         """Before a message starts a turn: concurrent turns and the day's model tokens, of the
         client and of ``user_id``."""
-        refused(refuse_turn(self.quotas.standing(client_id, user_id, self.wall())))
+        refused(refuse_turn(self.quotas.admission(client_id, user_id, self.wall())))
 
     def admit_conversation(self, client_id: str) -> None:
         allowed = self.quota(client_id).conversations

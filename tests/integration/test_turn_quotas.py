@@ -32,23 +32,23 @@ async def _ended(cluster: Cluster, turn_id: str) -> Any:
 
 
 def _boss(cluster: Cluster, client_id: str, ask: Any) -> Agent:
-    script = [
+    script = [  # rules: the first whose pattern is in the last message plays
+        {"match": "agent", "reply": "result: {{last_tool}}"},  # any result of ask_expert
         {"match": "go", "tool_calls": [{"name": "ask_expert", "arguments": {"input": "help"}}]},
-        {"reply": "result: {{last_tool}}"},
     ]
     return make_agent(cluster.store, client_id, scripted_profile(cluster.store, script), [ask])
 
 
-async def _delegate(cluster: Cluster, client_id: str, boss: Agent, user: str) -> tuple[Any, Any]:
-    """The boss's turn (it delegates once, in a new conversation: a fresh actor reads the
-    quotas) and its move's tool result; both turns ended."""
-    conv = make_conversation(cluster.store, client_id, boss)
-    ack = await post(conv.id, "go", user)
+async def _delegate(cluster: Cluster, client_id: str, conv_id: str, user: str) -> tuple[Any, Any]:
+    """A turn of the boss for ``user``, which delegates once (a new child conversation: a
+    fresh actor reads the quotas): its move's tool result and the child's turn, both ended."""
+    ack = await post(conv_id, "go", user)
     turn = await _ended(cluster, ack.turn_id)
     assert turn.status is TurnStatus.COMPLETED, turn.failure_reason
     [move, _answer] = cluster.store.moves.list(ack.turn_id)
-    [child] = cluster.store.conversations.list(client_id, parent_id=conv.id)
-    [child_turn] = cluster.store.turns.list(child.id)
+    children = cluster.store.conversations.list(client_id, parent_id=conv_id)
+    newest = max(children, key=lambda c: c.id)  # ids sort by creation
+    [child_turn] = cluster.store.turns.list(newest.id)
     return move.tool_result, child_turn
 
 
@@ -58,10 +58,11 @@ async def test_delegated_and_workflow_turns_over_quota_fail_with_reason_quota(
     store = ray_cluster.store
     client_id, _expert, ask = await _expert_setup(ray_cluster, "delegate")
     boss = _boss(ray_cluster, client_id, ask)
+    conv = make_conversation(store, client_id, boss)
 
     # One turn at a time for the client: the boss's own turn holds it, its delegation is refused.
     store.quotas.put(client_id, Quota(concurrent_turns=1), utc_now())
-    result, child = await _delegate(ray_cluster, client_id, boss, "alice")
+    result, child = await _delegate(ray_cluster, client_id, conv.id, "alice")
     assert result.success is False and result.error.code is ErrorCode.QUOTA_EXCEEDED
     assert result.error.retriable and result.error.message.endswith("retry in 1s")
     assert "quota concurrent_turns reached: 1 active turns (limit 1)" in result.error.message
@@ -75,18 +76,18 @@ async def test_delegated_and_workflow_turns_over_quota_fail_with_reason_quota(
     # for bob); alice's is refused by her own quota.
     store.quotas.put(client_id, Quota(), utc_now())
     store.quotas.put_user(client_id, "alice", UserQuota(concurrent_turns=1), utc_now())
-    result, child = await _delegate(ray_cluster, client_id, boss, "bob")
+    result, child = await _delegate(ray_cluster, client_id, conv.id, "bob")
     assert result.success, result
     assert child.status is TurnStatus.COMPLETED and child.user_id == "bob"
-    result, child = await _delegate(ray_cluster, client_id, boss, "alice")
+    result, child = await _delegate(ray_cluster, client_id, conv.id, "alice")
     assert result.error.code is ErrorCode.QUOTA_EXCEEDED
     assert "user alice: quota concurrent_turns reached" in result.error.message
     assert child.user_id == "alice"
 
     # A workflow's agent turn works for the user whose turn started the run: alice has spent her
-    # day's tokens, so the workflow's call (what an agent node does) is refused.
+    # day's tokens, so the workflow's call (what an agent node does) is refused. (A conversation
+    # whose actor has not cached the quotas before this change.)
     store.quotas.put_user(client_id, "alice", UserQuota(tokens_per_day=1), utc_now())
-    conv = make_conversation(store, client_id, boss)
     run = WorkflowRun(
         id=f"run-{conv.id}",
         workflow_id="w",
@@ -96,8 +97,9 @@ async def test_delegated_and_workflow_turns_over_quota_fail_with_reason_quota(
         created_at=utc_now(),
     )
     store.workflow_runs.insert(run)
+    called = make_conversation(store, client_id, boss)
     answer = await conversations().start_agent_call(
-        conv.id, "go", WorkflowCaller(run_id=run.id), "delegate"
+        called.id, "go", WorkflowCaller(run_id=run.id), "delegate"
     )
     assert answer.status is TurnStatus.FAILED and answer.over_quota
     assert answer.failure_reason is not None

@@ -33,8 +33,8 @@ from core.errors import ErrorCode, QuotaExceeded
 from core.quotas import (
     Limit,
     Quota,
+    TurnAdmission,
     TurnFigures,
-    TurnStanding,
     UserQuota,
     check_batch,
     check_turn_tokens,
@@ -53,13 +53,14 @@ from tests.unit.test_conversation_planning import (
     names,
     received,
     state_with,
+    turns_only,
 )
 
 ALICE = user_scope("alice")
 
 
-def standing(*scopes: TurnFigures, user: str | None = "alice") -> TurnStanding:
-    return TurnStanding(user, NOW, scopes)
+def admission(*scopes: TurnFigures, user: str | None = "alice") -> TurnAdmission:
+    return TurnAdmission(user, NOW, scopes)
 
 
 # --------------------------------------------------------------------------- the pure decisions
@@ -86,7 +87,7 @@ def standing(*scopes: TurnFigures, user: str | None = "alice") -> TurnStanding:
 def test_a_new_turn_is_refused_by_the_first_quota_it_would_pass(
     scopes: tuple[TurnFigures, ...], refused_by: str | None
 ) -> None:
-    refusal = refuse_turn(standing(*scopes))
+    refusal = refuse_turn(admission(*scopes))
     if refused_by is None:
         assert refusal is None
     else:
@@ -118,10 +119,10 @@ def test_a_batch_is_refused_whole() -> None:
 
 
 def test_an_agents_call_over_quota_is_recorded_and_fails_with_reason_quota() -> None:
-    over = standing(TurnFigures("", 1, None, active_turns=1))
-    decisions = planning.plan(state_with(), received(policy_applies=False, standing=over))
+    over = admission(TurnFigures("", 1, None, active_turns=1))
+    decisions = planning.plan(state_with(), received(policy_applies=False, admission=over))
     assert names(decisions) == ["BeginTurn", "FailTurn"]
-    begin, fail = decisions
+    begin, fail = turns_only(decisions)
     assert isinstance(begin, BeginTurn) and begin.turn.user_id == "alice"
     assert isinstance(fail, FailTurn) and fail.turn_id == "t-new"
     assert fail.reason.startswith("quota: quota concurrent_turns reached")
@@ -130,14 +131,14 @@ def test_an_agents_call_over_quota_is_recorded_and_fails_with_reason_quota() -> 
 
 
 def test_a_users_message_was_admitted_by_the_gateway_and_starts() -> None:
-    over = standing(TurnFigures("", 1, None, active_turns=5))
-    decisions = planning.plan(state_with(), received(standing=over))
+    over = admission(TurnFigures("", 1, None, active_turns=5))
+    decisions = planning.plan(state_with(), received(admission=over))
     assert names(decisions) == ["BeginTurn", "AssembleContext"]
 
 
 def test_an_agents_call_within_quota_starts_and_works_for_the_callers_user() -> None:
-    fine = standing(TurnFigures("", 2, 100, active_turns=1, tokens_today=10), user="bob")
-    decisions = planning.plan(state_with(), received(policy_applies=False, standing=fine))
+    fine = admission(TurnFigures("", 2, 100, active_turns=1, tokens_today=10), user="bob")
+    decisions = planning.plan(state_with(), received(policy_applies=False, admission=fine))
     assert names(decisions) == ["BeginTurn", "AssembleContext"]
     assert isinstance(decisions[0], BeginTurn) and decisions[0].turn.user_id == "bob"
 
@@ -149,7 +150,7 @@ def test_a_users_turn_works_for_its_author_unless_the_client_posts(
     author: str, user_id: str | None
 ) -> None:
     event = received(author=author, caller=UserCaller(user_id=author))
-    (begin, _) = planning.plan(state_with(), event)
+    (begin, _) = turns_only(planning.plan(state_with(), event))
     assert isinstance(begin, BeginTurn) and begin.turn.user_id == user_id
 
 
@@ -157,20 +158,20 @@ def test_a_delegated_turn_over_quota_fails_instead_of_starting() -> None:
     child = active_turn(
         "t-child", caller=AgentCaller(agent_id="a", turn_id="t0", conversation_id="p")
     )
-    over = standing(TurnFigures("", None, 50, tokens_today=50))
-    decisions = planning.plan(state_with(), TurnRequested(child, NOW, standing=over))
+    over = admission(TurnFigures("", None, 50, tokens_today=50))
+    decisions = planning.plan(state_with(), TurnRequested(child, NOW, admission=over))
     assert names(decisions) == ["FailTurn"]
-    (fail,) = decisions
+    (fail,) = turns_only(decisions)
     assert isinstance(fail, FailTurn) and fail.reason.startswith("quota: quota tokens_per_day")
-    within = standing(TurnFigures("", None, 50, tokens_today=49))
-    started = planning.plan(state_with(), TurnRequested(child, NOW, standing=within))
+    within = admission(TurnFigures("", None, 50, tokens_today=49))
+    started = planning.plan(state_with(), TurnRequested(child, NOW, admission=within))
     assert names(started) == ["StartTurn", "AssembleContext"]
 
 
 def test_an_unstarted_turn_found_at_recovery_is_checked_unless_a_user_started_it() -> None:
     """A delegated child's actor usually finds its first turn at start (recovery), before the
     delegator's call reaches it; a user's message acknowledged in the store was admitted."""
-    over = standing(TurnFigures("", 1, None, active_turns=1))
+    over = admission(TurnFigures("", 1, None, active_turns=1))
     delegated = active_turn(
         "t-child", caller=AgentCaller(agent_id="a", turn_id="t0", conversation_id="p")
     )
@@ -178,11 +179,12 @@ def test_an_unstarted_turn_found_at_recovery_is_checked_unless_a_user_started_it
     decisions = planning.plan(
         state_with(),
         Recovered(
-            (RecoveredTurn(delegated, standing=over), RecoveredTurn(users, standing=over)), NOW
+            (RecoveredTurn(delegated, admission=over), RecoveredTurn(users, admission=over)), NOW
         ),
     )
     assert names(decisions) == ["FailTurn", "StartTurn", "AssembleContext"]
-    assert [getattr(d, "turn_id", None) for d in decisions] == ["t-child", "t-user", "t-user"]
+    turn_ids = [getattr(d, "turn_id", None) for d in turns_only(decisions)]
+    assert turn_ids == ["t-child", "t-user", "t-user"]
 
 
 def test_the_days_tokens_running_out_mid_turn_stops_before_the_tools_run() -> None:
@@ -191,7 +193,7 @@ def test_the_days_tokens_running_out_mid_turn_stops_before_the_tools_run() -> No
     spent = ModelAnswered("t1", "", tools, Usage(prompt_tokens=60), ("op-1",), NOW, tokens_left=150)
     decisions = planning.plan(state_with(thinking), spent)
     assert names(decisions) == ["AddUsage", "FailTurn"]
-    fail = decisions[1]
+    fail = turns_only(decisions)[1]
     assert isinstance(fail, FailTurn) and fail.usage == Usage(prompt_tokens=160)
     assert "it used 160 model tokens and the day had 150 left" in fail.reason
     assert fail.error is not None and fail.error.code is ErrorCode.QUOTA_EXCEEDED
@@ -253,27 +255,27 @@ async def test_stored_quotas_read_the_figures_only_a_limit_asks_for(store: Store
     clock = [0.0]
     quotas = StoredQuotas(store, monotonic=lambda: clock[0])
     now = datetime.now(UTC)
-    assert quotas.standing(client_id, "alice", now) == TurnStanding("alice", now)
+    assert quotas.admission(client_id, "alice", now) == TurnAdmission("alice", now)
     assert await quotas.tokens_left(client_id, "t-alice", now) is None
 
     store.quotas.put(client_id, Quota(concurrent_turns=5, tokens_per_day=100), now)
     store.quotas.put_user(client_id, "alice", UserQuota(concurrent_turns=1), now)
-    assert quotas.standing(client_id, "alice", now).scopes == ()  # cached for 2 s
+    assert quotas.admission(client_id, "alice", now).scopes == ()  # cached for 2 s
     clock[0] += 2.0
-    figures = quotas.standing(client_id, "alice", now).scopes
+    figures = quotas.admission(client_id, "alice", now).scopes
     assert figures == (
         TurnFigures("", 5, 100, active_turns=1, tokens_today=30),
         TurnFigures(ALICE, 1, None, active_turns=1, tokens_today=0),
     )
-    refusal = refuse_turn(quotas.standing(client_id, "alice", now))
+    refusal = refuse_turn(quotas.admission(client_id, "alice", now))
     assert refusal is not None and refusal.message.startswith("user alice: quota concurrent")
-    assert refuse_turn(quotas.standing(client_id, "alice", now, excluding="t-alice")) is None
-    assert refuse_turn(quotas.standing(client_id, "bob", now)) is None  # bob has no own quota
+    assert refuse_turn(quotas.admission(client_id, "alice", now, excluding="t-alice")) is None
+    assert refuse_turn(quotas.admission(client_id, "bob", now)) is None  # bob has no own quota
     assert await quotas.tokens_left(client_id, "t-alice", now) == 70
 
     store.quotas.put_user(client_id, "bob", UserQuota(tokens_per_day=20), now)
     quotas.forget(client_id)  # a change made through this process is seen at once
-    refusal = refuse_turn(quotas.standing(client_id, "bob", now))
+    refusal = refuse_turn(quotas.admission(client_id, "bob", now))
     assert refusal is not None and "user bob: quota tokens_per_day reached: 30" in refusal.message
     assert store.quotas.users_with_quotas(client_id) == ["alice", "bob"]
     assert store.quotas.delete_user(client_id, "bob") and not store.quotas.delete_user(
