@@ -28,6 +28,7 @@ from cluster.workflows import RayCoordinators
 from cluster.workspaces import RayWorkspaces
 from core.settings import Settings, settings_from_env, wonder_env
 from core.store import store_for_settings
+from core.turn_quotas import StoredQuotas
 
 EnvKey = tuple[tuple[str, str], ...]
 
@@ -118,6 +119,7 @@ def conversation_ports(settings_env: dict[str, str]) -> ConversationPorts:
         residency=conversations_port,
         operations=RayAsyncOperations(lambda: runner_handle(settings_env, runner_ports)),
         models=ServedChatModels(tools.settings.allow_test_doubles),
+        quotas=StoredQuotas(tools.store),
         metrics=ray_metrics(),
     )
 

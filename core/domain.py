@@ -338,6 +338,11 @@ class Turn(Model):
     agent_id: str | None
     parent_turn_id: str | None = None
     caller: Caller
+    user_id: str | None = Field(
+        None,
+        description="The user this turn works for (per-user quotas): the author of a user's "
+        "message, or the user of the turn whose delegation or workflow started it",
+    )
     input: str
     source: MessageSource = "human"
     reply_to_message_id: str | None = None

@@ -135,6 +135,7 @@ def create_child_conversation(
     caller: AgentCaller,
     session_label: str,
     at: datetime,
+    user_id: str | None = None,
 ) -> str:
     """A delegated child conversation created atomically with its first message (seed 003).
 
@@ -162,6 +163,7 @@ def create_child_conversation(
         conversation_id=child.id,
         agent_id=agent_id,
         caller=caller,
+        user_id=user_id,
         input=content,
         source="agent",
         created_at=at,

@@ -150,6 +150,8 @@ class ToolDispatcher:
         if answer.declined:
             reason = f"agent {target.id} joined but declined: {answer.failure_reason}"
             return failed_outcome(ErrorCode.AGENT_DECLINED, reason)
+        if answer.over_quota:
+            return over_quota(target.id, answer)
         if answer.status is not TurnStatus.COMPLETED:
             reason = f"agent {target.id} joined but could not answer: {answer.failure_reason}"
             return failed_outcome(ErrorCode.EXECUTION_FAILED, reason, retriable=True)
@@ -198,6 +200,8 @@ class ToolDispatcher:
         if answer.declined:
             reason = f"agent {target.id} declined: {answer.failure_reason}"
             return failed_outcome(ErrorCode.AGENT_DECLINED, reason)
+        if answer.over_quota:
+            return over_quota(target.id, answer)
         if answer.status is not TurnStatus.COMPLETED:
             # Seed 001: a delegate that failed (crashed, interrupted, its model down) may be asked
             # again; the calling model decides.
@@ -242,6 +246,7 @@ class ToolDispatcher:
             caller=caller,
             session_label=label,
             at=utc_now(),
+            user_id=store.turns.get(turn_id).user_id,  # the child's turn works for the same user
         )
 
 
@@ -270,6 +275,12 @@ def persona_agent(store: Store, client_id: str, persona_id: str) -> Agent:
         return store.agents.insert(agent)
     except IntegrityError:  # created concurrently by another conversation
         return store.agents.get(agent_id, client_id)
+
+
+def over_quota(agent_id: str, answer: AgentAnswer) -> TaskOutcome:
+    """A called agent's turn refused by a quota: the caller may ask again when it reopens."""
+    reason = f"agent {agent_id} could not answer: {answer.failure_reason}"
+    return failed_outcome(ErrorCode.QUOTA_EXCEEDED, reason, retriable=True)
 
 
 def _failed(call_id: str, code: ErrorCode, message: str, *, retriable: bool) -> ToolResult:

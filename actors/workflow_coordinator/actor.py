@@ -401,12 +401,14 @@ class WorkflowCoordinator:
         if answer.status is not TurnStatus.COMPLETED:
             reason = answer.failure_reason or answer.status.value
             message = f"agent turn in {answer.conversation_id} failed: {reason}"
-            # Seed 001: an agent that declined is final; one that crashed may be asked again.
-            error = (
-                NodeError(ErrorCode.AGENT_DECLINED, message)
-                if answer.declined
-                else NodeError(ErrorCode.EXECUTION_FAILED, message, True)
-            )
+            # Seed 001: an agent that declined is final; one that crashed may be asked again,
+            # and one refused by a quota once the quota's window reopens (its reason says when).
+            if answer.declined:
+                error = NodeError(ErrorCode.AGENT_DECLINED, message)
+            elif answer.over_quota:
+                error = NodeError(ErrorCode.QUOTA_EXCEEDED, message, True)
+            else:
+                error = NodeError(ErrorCode.EXECUTION_FAILED, message, True)
             return NodeFailed(token_id, error, utc_now())
         output: JsonObject = {
             "answer": answer.content,

@@ -201,6 +201,16 @@ quotas = Table(
     Column("data", Text, nullable=False),
 )
 
+# Issue 17: quotas per user inside a client (the users a client names with ``X-Wonder-User``).
+user_quotas = Table(
+    "user_quotas",
+    metadata,
+    Column("client_id", String(64), primary_key=True),
+    Column("user_id", String(200), primary_key=True),
+    Column("updated_at", String(40), nullable=False),
+    Column("data", Text, nullable=False),
+)
+
 admin_keys = Table(
     "admin_keys",
     metadata,

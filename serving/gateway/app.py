@@ -28,6 +28,7 @@ from serving.gateway import (
     threads,
     triggers,
     turns,
+    user_quotas,
     workflows,
     workspaces,
 )
@@ -93,6 +94,7 @@ def create_api(context: GatewayContext) -> FastAPI:
         workspaces.router,
         workspaces.run_router,
         admin.router,
+        user_quotas.router,
         keys.router,
         members.router,
     ):

@@ -126,7 +126,8 @@ async def deliver(
     content = delivery_content(body)
     if len(content) > MAX_MESSAGE_CHARS:
         raise InvalidInput(f"the delivery's message is over {MAX_MESSAGE_CHARS} characters")
-    await admit_turn(guard, hook.client_id)
+    author = f"hook:{hook.id}"
+    await admit_turn(guard, hook.client_id, author)
     expires = replay_expiry(x_wonder_timestamp, window)
     first, result = await run_in_threadpool(
         context.store.hooks.claim_delivery, hook.id, signed, expires, utc_now()
@@ -136,7 +137,7 @@ async def deliver(
             raise Conflict("this delivery is being taken in now; it is not taken twice")
         response.status_code = 200
         return HookDelivery.model_validate_json(result).model_copy(update={"replayed": True})
-    message = MessageCreate(content=content, source="webhook", user_id=f"hook:{hook.id}")
+    message = MessageCreate(content=content, source="webhook", user_id=author)
     try:
         routed = await send_routed(context, guard, hook.client_id, hook.route, message)
     except Exception:  # not taken in (refused, failed): the sender's retry may be

@@ -29,11 +29,10 @@ from core.ids import utc_now
 from core.store import Store
 from core.store.members import Member
 from serving.gateway.admin import record
-from serving.gateway.auth import ClientId, Context
+from serving.gateway.auth import USER_HEADER, ClientId, Context
 from serving.gateway.context import GatewayContext
 from serving.gateway.protocol import Items, WireModel
 
-USER_HEADER = "X-Wonder-User"
 USER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@+-]{0,199}$"
 
 router = APIRouter(prefix="/v1/conversations/{conversation_id}/members", tags=["members"])

@@ -12,7 +12,7 @@ from core.errors import Conflict, InvalidInput
 from core.ids import new_id
 from core.model_override import check_override
 from core.turn_model import TurnModel
-from serving.gateway.auth import ClientId, Context, Guard
+from serving.gateway.auth import USER_HEADER, ClientId, Context, Guard
 from serving.gateway.context import GatewayContext
 from serving.gateway.conversations import owned_conversation
 from serving.gateway.history import (
@@ -24,7 +24,7 @@ from serving.gateway.history import (
     message_page,
     seq_window,
 )
-from serving.gateway.members import USER_HEADER, User
+from serving.gateway.members import User
 from serving.gateway.protocol import MessageAccepted, MessageCreate
 from serving.gateway.quota_checks import admit_turn
 
@@ -50,7 +50,7 @@ async def post_message(
     conversation = await run_in_threadpool(owned_conversation, context, client_id, conversation_id)
     if conversation.status == ConversationStatus.COMPLETED:
         raise Conflict(f"conversation {conversation_id} is completed")
-    await admit_turn(guard, client_id)
+    await admit_turn(guard, client_id, body.user_id or user)
     return await accept_message(context, client_id, conversation_id, body, user)
 
 

@@ -133,7 +133,7 @@ def delete_session(label: Label, context: Context, client_id: ClientId) -> Delet
 async def post_routed(
     body: RoutedMessageCreate, context: Context, client_id: ClientId, guard: Guard, user: User
 ) -> MessageRouted:
-    await admit_turn(guard, client_id)
+    await admit_turn(guard, client_id, body.user_id or user)
     message = MessageCreate.model_validate(body.model_dump(exclude={"to"}))
     return await send_routed(context, guard, client_id, body.to.as_route(), message, user)
 

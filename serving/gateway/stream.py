@@ -35,14 +35,14 @@ from core.access import Action, check
 from core.domain import Conversation
 from core.errors import InvalidInput, Unauthorized, WonderError
 from core.keys import hash_key
-from serving.gateway.auth import authenticate, websocket_key
+from serving.gateway.auth import USER_HEADER, authenticate, websocket_key
 from serving.gateway.context import GatewayContext, get_context
 from serving.gateway.conversations import owned_conversation
 from serving.gateway.errors import as_wonder_error
 from serving.gateway.history import visible_events
 from serving.gateway.key_watch import get_key_watch
 from serving.gateway.limits import MAX_FRAME_BYTES
-from serving.gateway.members import USER_HEADER, USER_PATTERN, level_of
+from serving.gateway.members import USER_PATTERN, level_of
 from serving.gateway.messages import accept_message
 from serving.gateway.protocol import ClientMessageFrame
 from serving.gateway.quota_checks import get_guard
@@ -212,17 +212,17 @@ class StreamSession:
                 error = WonderError("internal error")
             await self.send(error_frame(error.to_dict(), request_id or frame_id(raw)))
 
-    def admit_message(self, here: bool) -> None:
+    def admit_message(self, here: bool, author: str | None) -> None:
         authenticate(self.context, self.secret)
         if self.user is not None and here:  # a routed message is checked where it goes
             level = level_of(self.context, self.client_id, self.conversation.id, self.user)
             check(level, Action.WRITE, self.user, self.conversation.id)
-        get_guard(self.websocket).admit_turn(self.client_id)
+        get_guard(self.websocket).admit_turn(self.client_id, author)
 
     async def post(self, frame: ClientMessageFrame) -> dict[str, Any]:
         # One thread hop: the key may have been revoked since the stream opened (never start a
         # turn on it), a member may have lost its level, and the turn quotas.
-        await run_in_threadpool(self.admit_message, frame.to is None)
+        await run_in_threadpool(self.admit_message, frame.to is None, frame.user_id or self.user)
         routed = await (self.post_here(frame) if frame.to is None else self.post_routed(frame))
         ack = {
             "seq": None,
