@@ -167,6 +167,7 @@ class LocalEngine:
         self._engine = engine
         self._state = state
         self.spec = spec
+        self._stats_task: asyncio.Task[None] | None = None
 
     @classmethod
     async def start(cls, spec: EngineSpec, stat_loggers: list[Any] | None = None) -> LocalEngine:
@@ -198,7 +199,28 @@ class LocalEngine:
         logger.info(
             "vLLM ready in %.1f s (%s, %s)", time.monotonic() - started, spec.device, spec.model_dir
         )
-        return cls(engine, state, spec)
+        local = cls(engine, state, spec)
+        if stat_loggers:
+            from vllm import envs
+
+            local.log_stats_every(envs.VLLM_LOG_STATS_INTERVAL)
+        return local
+
+    def log_stats_every(self, interval_s: float) -> None:
+        """Have the stat loggers log every ``interval_s``, as ``vllm serve``'s server does: vLLM
+        records stats after each step but only a server task calls ``do_log_stats`` (its
+        throughput line, and the tokens/s of ``serving.llm_metrics``)."""
+
+        async def log_stats() -> None:
+            while True:
+                await asyncio.sleep(interval_s)
+                try:
+                    await self._engine.do_log_stats()
+                except Exception:  # a stats failure must not stop the next ones
+                    logger.exception("vLLM stats logging failed")
+
+        if self._stats_task is None:
+            self._stats_task = asyncio.create_task(log_stats(), name="vllm-log-stats")
 
     async def models(self) -> JsonObject:
         listing = await self._state.openai_serving_models.show_available_models()
@@ -248,6 +270,8 @@ class LocalEngine:
         await self._engine.check_health()
 
     def shutdown(self) -> None:
+        if self._stats_task is not None:
+            self._stats_task.cancel()
         self._engine.shutdown()
 
 
