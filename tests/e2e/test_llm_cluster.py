@@ -331,14 +331,17 @@ async def test_two_model_profiles_answer_from_two_deployments(
         listed = (await client.get(f"{llm_app.base_url}/models")).json()
     assert {second, "default"} <= {m["id"] for m in listed["data"]}
 
+    question = [{"role": "user", "content": "Name a colour."}]
+    # Its engine stats from the replica that answers it (the router keeps a key on one replica).
+    key = conversation_key({"model": second, "messages": question})
+
     async def generated(deployment: str) -> int:
-        handle = serve.get_deployment_handle(deployment, app_name=app)
+        handle = serve.get_deployment_handle(deployment, app_name=app).options(session_id=key)
         stats: dict[str, Any] = await handle.engine_stats.remote()
         return int(stats["generation_tokens"])
 
     primary, other = PRIMARY_DEPLOYMENT_NAME, deployment_name_for(second)
     before = await generated(primary), await generated(other)
-    question = [{"role": "user", "content": "Name a colour."}]
     assert await turn(VllmHandleModel(model=second, app_name=app), question)  # handle, direct
     after_handle = await generated(primary), await generated(other)
     assert after_handle[0] == before[0] and after_handle[1] > before[1]
