@@ -6,14 +6,17 @@ One burst, recorded once by the module fixture ``burst`` and checked by two test
 one replica to two and back:
 
 1. **burst**: four streams at a time, each re-opened as it ends, until a second replica is running
-   (its engine starts on the two cores the first one decodes on: about a minute here);
-2. two conversations are found whose router picks each replica (tiny probe requests), and each
-   keeps one stream open on its replica from then on (a chain of streams, one after the other);
+   (its engine starts on the two cores the first one decodes on: one to three minutes here);
+2. conversations are found whose router picks each replica (tiny probe requests): one keeps a
+   stream open on the first replica, two keep streams open on the second, each a chain of streams
+   one after the other, the second replica's two half a stream apart (so one of them always has
+   half its tokens to go);
 3. **affinity**, at two replicas: four conversations take three turns each (the chains keep the
    load above the target, so the deployment stays at two);
-4. **back to one**: the load is now the two chains (2 = the target): Serve removes a replica,
-   which stops taking requests and drains its open stream (graceful shutdown), and the test checks
-   that the stream it saw open on that replica ended with all its tokens.
+4. **back to one**: the first replica's chain stops; the load is the second replica's two streams
+   (2 = the target for one replica): Serve removes a replica (the newest first), which stops taking
+   requests and drains its open streams (graceful shutdown); the test checks that streams were
+   open on it when it was seen stopping and that they ended with all their tokens.
 
 Every stream asks for a fixed number of tokens with ``ignore_eos``: complete means vLLM's own count
 of generated tokens is that number and the stream ended for ``length`` (a cut stream has no final
@@ -49,6 +52,7 @@ SYSTEM = {"role": "system", "content": "You are a helpful assistant. " * 40}  # 
 BURST_STREAMS = 4  # at once: twice the target, so the autoscaler asks for a second replica
 BURST_TOKENS = 48
 CHAIN_TOKENS = 96
+DRAIN_TOKENS = 128  # the second replica's chains: ≥ 64 tokens (seconds) to go when it is removed
 SCALE_TIMEOUT_S = 600.0  # a second engine's start on two loaded cores (75 to 170 s measured)
 
 
@@ -103,12 +107,21 @@ async def stream(app: LlmApp, session: str, max_tokens: int, label: str) -> Stre
 
 
 async def repeat(
-    app: LlmApp, label: str, sessions: Iterator[str], max_tokens: int, stop: asyncio.Event
+    app: LlmApp,
+    label: str,
+    sessions: Iterator[str],
+    max_tokens: int,
+    stop: asyncio.Event,
+    first_tokens: int | None = None,
 ) -> list[Stream]:
-    """Streams one after the other (one always open) until ``stop`` is set."""
+    """Streams one after the other (one always open) until ``stop`` is set; the first one asks
+    for ``first_tokens`` (a chain started with a half stream stays half a stream behind another
+    decoded beside it: the engine steps both a token at a time)."""
     done: list[Stream] = []
+    tokens = first_tokens or max_tokens
     while not stop.is_set():
-        done.append(await stream(app, next(sessions), max_tokens, label))
+        done.append(await stream(app, next(sessions), tokens, label))
+        tokens = max_tokens
     return done
 
 
@@ -203,17 +216,18 @@ class Burst:
     took_s: float = 0.0
 
 
-async def sessions_on(app: LlmApp, replicas: set[str]) -> dict[str, str]:
-    """A conversation (session id) per replica, found by probing: replica → session."""
-    found: dict[str, str] = {}
-    for session in numbered("probe"):
+async def sessions_on(app: LlmApp, wanted: dict[str, int]) -> dict[str, list[str]]:
+    """``wanted[replica]`` conversations (session ids) the router sends to each replica, found
+    by probing (the ring picks a new session's replica): replica → sessions."""
+    found: dict[str, list[str]] = {replica: [] for replica in wanted}
+    for n, session in enumerate(numbered("probe")):
         probe = await stream(app, session, 1, "probe")
         assert probe.complete, probe
-        if probe.replica in replicas and probe.replica not in found:
-            found[probe.replica] = session
-        if set(found) == replicas:
+        if probe.replica in found and len(found[probe.replica]) < wanted[probe.replica]:
+            found[probe.replica].append(session)
+        if all(len(found[r]) == count for r, count in wanted.items()):
             return found
-        assert int(session.rsplit("-", 1)[1]) < 60, f"no session routed to each of {replicas}"
+        assert n < 80, f"probes did not reach {wanted} ({found})"
     raise AssertionError("unreachable")
 
 
@@ -256,21 +270,30 @@ async def burst(llm_app: LlmApp, ray_cluster: Cluster) -> AsyncIterator[Burst]:
         (second,) = added
         stop_burst.set()
         record = Burst(first=first, second=second)
-        homes = await sessions_on(llm_app, {first, second})
-        stop_chains = asyncio.Event()
+        homes = await sessions_on(llm_app, {first: 1, second: 2})
+        stop_first, stop_second = asyncio.Event(), asyncio.Event()
+        (keep,), (drain_a, drain_b) = homes[first], homes[second]
         chains = [
-            asyncio.create_task(
-                repeat(llm_app, f"chain@{r}", forever(s), CHAIN_TOKENS, stop_chains)
-            )
-            for r, s in homes.items()
+            repeat(llm_app, "chain@first", forever(keep), CHAIN_TOKENS, stop_first),
+            repeat(llm_app, "chain@second", forever(drain_a), DRAIN_TOKENS, stop_second),
+            repeat(
+                llm_app,
+                "chain@second",
+                forever(drain_b),
+                DRAIN_TOKENS,
+                stop_second,
+                first_tokens=DRAIN_TOKENS // 2,
+            ),
         ]
+        chain_tasks = [asyncio.create_task(chain) for chain in chains]
         before = watch.running()
         await affinity_turns(llm_app, record)
         record.running_during_turns = (before, watch.running())
-        # Now only the chains: 2 ongoing requests, the target for one replica.
+        # Now only the second replica's two streams: 2 ongoing requests, one replica's target.
+        stop_first.set()
         await async_wait_for(lambda: watch.stopping, timeout=SCALE_TIMEOUT_S, interval=0.5)
-        stop_chains.set()
-        for task in [*burst_tasks, *chains]:
+        stop_second.set()
+        for task in [*burst_tasks, *chain_tasks]:
             record.streams += await task
         await async_wait_for(
             lambda: len(watch.now) == 1 and watch.running(), timeout=SCALE_TIMEOUT_S
@@ -289,8 +312,8 @@ async def test_a_burst_scales_one_to_two_replicas_and_back_without_cutting_a_str
     assert burst.at_end == {burst.first: "RUNNING"}, burst.timeline  # back to one, the first
     assert set(burst.stopping) == {burst.second}, burst.stopping
     seen_at, open_streams = burst.stopping[burst.second]
-    # The replica was removed while a stream of ours was open on it (its chain) ...
-    assert open_streams >= 1, burst.stopping
+    # The replica was removed while streams of ours were open on it (its chains) ...
+    assert open_streams >= 1, (burst.stopping, burst.timeline)
     drained = [s for s in burst.streams if s.replica == burst.second and s.ended > seen_at]
     assert drained, [(s.label, s.replica, s.ended - seen_at) for s in burst.streams]
     # ... and that stream, like every other, ended with all its tokens.
