@@ -27,6 +27,7 @@ stream from the affinity router's route log (``last_route``) and its in-flight c
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import threading
 import time
@@ -52,8 +53,8 @@ SYSTEM = {"role": "system", "content": "You are a helpful assistant. " * 40}  # 
 BURST_STREAMS = 4  # at once: twice the target, so the autoscaler asks for a second replica
 BURST_TOKENS = 48
 CHAIN_TOKENS = 96
-DRAIN_TOKENS = 128  # the second replica's chains: ≥ 64 tokens (seconds) to go when it is removed
-SCALE_TIMEOUT_S = 600.0  # a second engine's start on two loaded cores (75 to 170 s measured)
+DRAIN_TOKENS = 128  # the second replica's chains: one has ≥ 64 tokens (3-6 s) to go at any time
+SCALE_TIMEOUT_S = 600.0  # a second engine's start on two loaded cores (75 to 200 s measured)
 
 
 # --------------------------------------------------------------------------- streams
@@ -126,15 +127,7 @@ async def repeat(
 
 
 def numbered(prefix: str) -> Iterator[str]:
-    n = 0
-    while True:
-        yield f"{prefix}-{n}"
-        n += 1
-
-
-def forever(session: str) -> Iterator[str]:
-    while True:
-        yield session
+    return (f"{prefix}-{n}" for n in itertools.count())
 
 
 async def turn(model: VllmHandleModel, messages: list[dict[str, Any]]) -> str:
@@ -255,53 +248,62 @@ async def affinity_turns(app: LlmApp, burst: Burst) -> None:
 async def burst(llm_app: LlmApp, ray_cluster: Cluster) -> AsyncIterator[Burst]:
     deployment = deployment_name_for(llm_app.second_model)
     started = time.monotonic()
+    tasks: list[asyncio.Task[list[Stream]]] = []
     with ReplicaWatch(ray_cluster.dashboard_url, llm_app.app_name, deployment) as watch:
-        (first,) = wait_for(watch.running, timeout=60)
-        stop_burst = asyncio.Event()
-        burst_tasks = [
-            asyncio.create_task(
-                repeat(llm_app, "burst", numbered(f"burst{i}"), BURST_TOKENS, stop_burst)
-            )
-            for i in range(BURST_STREAMS)
-        ]
-        added = await async_wait_for(
-            lambda: watch.running() - {first}, timeout=SCALE_TIMEOUT_S, interval=0.5
-        )
-        (second,) = added
-        stop_burst.set()
-        record = Burst(first=first, second=second)
-        homes = await sessions_on(llm_app, {first: 1, second: 2})
-        stop_first, stop_second = asyncio.Event(), asyncio.Event()
-        (keep,), (drain_a, drain_b) = homes[first], homes[second]
-        chains = [
-            repeat(llm_app, "chain@first", forever(keep), CHAIN_TOKENS, stop_first),
-            repeat(llm_app, "chain@second", forever(drain_a), DRAIN_TOKENS, stop_second),
-            repeat(
-                llm_app,
-                "chain@second",
-                forever(drain_b),
-                DRAIN_TOKENS,
-                stop_second,
-                first_tokens=DRAIN_TOKENS // 2,
-            ),
-        ]
-        chain_tasks = [asyncio.create_task(chain) for chain in chains]
-        before = watch.running()
-        await affinity_turns(llm_app, record)
-        record.running_during_turns = (before, watch.running())
-        # Now only the second replica's two streams: 2 ongoing requests, one replica's target.
-        stop_first.set()
-        await async_wait_for(lambda: watch.stopping, timeout=SCALE_TIMEOUT_S, interval=0.5)
-        stop_second.set()
-        for task in [*burst_tasks, *chain_tasks]:
-            record.streams += await task
-        await async_wait_for(
-            lambda: len(watch.now) == 1 and watch.running(), timeout=SCALE_TIMEOUT_S
-        )
-        record.timeline, record.stopping, record.at_end = watch.timeline, watch.stopping, watch.now
+        try:
+            record = await run_burst(llm_app, watch, tasks)
+        except BaseException:  # no stream of a failed burst goes on into the next tests
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
     record.took_s = time.monotonic() - started
     print(f"burst 1 → 2 → 1 replicas in {record.took_s:.1f} s, {len(record.streams)} streams")
     yield record
+
+
+async def run_burst(
+    app: LlmApp, watch: ReplicaWatch, tasks: list[asyncio.Task[list[Stream]]]
+) -> Burst:
+    (first,) = wait_for(watch.running, timeout=60)
+    stop_burst = asyncio.Event()
+    for i in range(BURST_STREAMS):
+        burst = repeat(app, "burst", numbered(f"burst{i}"), BURST_TOKENS, stop_burst)
+        tasks.append(asyncio.create_task(burst))
+    added = await async_wait_for(
+        lambda: watch.running() - {first}, timeout=SCALE_TIMEOUT_S, interval=0.5
+    )
+    (second,) = added
+    stop_burst.set()
+    record = Burst(first=first, second=second)
+    homes = await sessions_on(app, {first: 1, second: 2})
+    stop_first, stop_second = asyncio.Event(), asyncio.Event()
+    (keep,), (drain_a, drain_b) = homes[first], homes[second]
+    chains = [
+        repeat(app, "chain@first", itertools.repeat(keep), CHAIN_TOKENS, stop_first),
+        repeat(app, "chain@second", itertools.repeat(drain_a), DRAIN_TOKENS, stop_second),
+        repeat(
+            app,
+            "chain@second",
+            itertools.repeat(drain_b),
+            DRAIN_TOKENS,
+            stop_second,
+            first_tokens=DRAIN_TOKENS // 2,
+        ),
+    ]
+    tasks += [asyncio.create_task(chain) for chain in chains]
+    before = watch.running()
+    await affinity_turns(app, record)
+    record.running_during_turns = (before, watch.running())
+    # Now only the second replica's two streams: 2 ongoing requests, one replica's target.
+    stop_first.set()
+    await async_wait_for(lambda: watch.stopping, timeout=SCALE_TIMEOUT_S, interval=0.5)
+    stop_second.set()
+    for task in tasks:
+        record.streams += await task
+    await async_wait_for(lambda: len(watch.now) == 1 and watch.running(), timeout=SCALE_TIMEOUT_S)
+    record.timeline, record.stopping, record.at_end = watch.timeline, watch.stopping, watch.now
+    return record
 
 
 async def test_a_burst_scales_one_to_two_replicas_and_back_without_cutting_a_stream(
@@ -316,7 +318,7 @@ async def test_a_burst_scales_one_to_two_replicas_and_back_without_cutting_a_str
     assert open_streams >= 1, (burst.stopping, burst.timeline)
     drained = [s for s in burst.streams if s.replica == burst.second and s.ended > seen_at]
     assert drained, [(s.label, s.replica, s.ended - seen_at) for s in burst.streams]
-    # ... and that stream, like every other, ended with all its tokens.
+    # ... and those streams, like every other, ended with all their tokens.
     cut = [s for s in burst.streams if not s.complete]
     assert not cut, cut
     by_replica: dict[str | None, int] = defaultdict(int)
