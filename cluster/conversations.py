@@ -323,10 +323,11 @@ class RayConversations:
         caller: Caller,
         mode: InvocationMode = "delegate",
         agent_id: str | None = None,
+        message_id: str | None = None,
     ) -> AgentAnswer:
         return await self._call(
             conversation_id,
-            lambda actor: actor.start_agent_call.remote(input, caller, mode, agent_id),
+            lambda actor: actor.start_agent_call.remote(input, caller, mode, agent_id, message_id),
         )
 
     async def run_agent_turn(self, conversation_id: str, turn_id: str) -> AgentAnswer:

@@ -134,6 +134,11 @@ class TaskDef(Model):
     version: int = 0
     description: str = Field("", max_length=2000)
     actions: list[TaskAction] = Field(min_length=1, max_length=50)
+    idempotent: bool = Field(
+        False,
+        description="Safe to run twice with the same input: a workflow task node cut by a lost "
+        "coordinator is run again (otherwise the node fails as interrupted)",
+    )
 
 
 class Constraints(Model):

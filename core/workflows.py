@@ -543,8 +543,31 @@ class WorkflowRun(_Model):
     events: list[RunEvent] = Field(default_factory=list)
 
 
+class JoinProgress(_Model):
+    """How one join collecting a fan-out stands: the branches arrived so far (index → output;
+    emptied once it fired)."""
+
+    node_id: str
+    arrivals: dict[int, Any] = Field(default_factory=dict)
+    fired: bool = False
+
+
+class FanOut(_Model):
+    """The fan-out a token started when it finished: its group of branches and its joins."""
+
+    group_id: str
+    size: int
+    join_node_id: str | None = None
+    joins: list[JoinProgress] = Field(default_factory=list)
+
+
 class NodeRecord(_Model):
-    """One token's visit to one node: the run's node history."""
+    """One token's visit to one node: the run's node history.
+
+    Everything the coordinator's planning knows about the token is here (its fan-out item and
+    index, a join's branches, the fan-out it started), so a re-created coordinator rebuilds the
+    run from these records (docs/workflows.md, "A coordinator that dies").
+    """
 
     run_id: str
     token_id: str
@@ -561,6 +584,11 @@ class NodeRecord(_Model):
     child_run_id: str | None = None
     created_at: datetime
     finished_at: datetime | None = None
+    item: Any = None
+    index: int | None = None
+    from_foreach: bool = False
+    branches: list[Any] | None = Field(None, description="A join token: the joined outputs")
+    fanout: FanOut | None = Field(None, description="The fan-out this token started")
 
 
 for _model in (AllOf, AnyOf, NotOf, Edge):

@@ -172,8 +172,11 @@ class InProcessCluster:
         caller: Caller,
         mode: InvocationMode = "delegate",
         agent_id: str | None = None,
+        message_id: str | None = None,
     ) -> AgentAnswer:
-        return await self.actor(conversation_id).start_agent_call(input, caller, mode, agent_id)
+        return await self.actor(conversation_id).start_agent_call(
+            input, caller, mode, agent_id, message_id
+        )
 
     async def run_agent_turn(self, conversation_id: str, turn_id: str) -> AgentAnswer:
         return await self.actor(conversation_id).run_agent_turn(turn_id)
