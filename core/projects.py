@@ -18,7 +18,7 @@ from pathlib import Path
 
 from core.domain import Agent, Project
 from core.errors import Conflict, InvalidInput, NotFound, PermissionDenied
-from core.git import GitRepository, conversation_branch, looks_like_url
+from core.git import GitError, GitRepository, conversation_branch, looks_like_url
 from core.ids import new_id, utc_now
 from core.settings import Settings
 from core.store import Store
@@ -43,11 +43,18 @@ def _local_repository(settings: Settings, location: str) -> GitRepository:
     resolved = path.resolve()
     data_dir = settings.data_dir.resolve()
     if resolved == data_dir or data_dir in resolved.parents:
-        raise InvalidInput("repository: paths inside Wonder's data directory are not allowed")
+        raise PermissionDenied("repository: paths inside Wonder's data directory are not allowed")
     roots = [Path(root).resolve() for root in settings.project_path_roots]
     if roots and not any(resolved == r or r in resolved.parents for r in roots):
         raise PermissionDenied(f"repository: {location} is outside the allowed project roots")
     return GitRepository.open(resolved)
+
+
+def _cloned(url: str, path: Path) -> GitRepository:
+    try:
+        return GitRepository.clone_bare(url, path)
+    except GitError as exc:  # nothing there to clone (or not reachable from here)
+        raise NotFound(f"repository: cannot clone {url}: {exc.message}") from None
 
 
 def create_project(
@@ -69,12 +76,12 @@ def create_project(
         if repository is None:
             repo = GitRepository.init_bare(home / CODE_REPOSITORY, default_branch or "main")
         elif looks_like_url(repository):
-            repo = GitRepository.clone_bare(repository, home / CODE_REPOSITORY)
+            repo = _cloned(repository, home / CODE_REPOSITORY)
         else:
             repo = _local_repository(settings, repository)
         branch = default_branch or repo.head_branch() or "main"
         if not repo.has_branch(branch):
-            raise InvalidInput(f"default_branch: {branch} does not exist in the repository")
+            raise NotFound(f"default_branch: {branch} does not exist in the repository")
         artifacts = GitRepository.init_bare(home / ARTIFACTS_REPOSITORY, "main")
     except BaseException:
         shutil.rmtree(home, ignore_errors=True)
@@ -98,7 +105,7 @@ def update_project(
     store: Store, project: Project, *, name: str | None = None, default_branch: str | None = None
 ) -> Project:
     if default_branch is not None and not repository_of(project).has_branch(default_branch):
-        raise InvalidInput(f"default_branch: {default_branch} does not exist in the repository")
+        raise NotFound(f"default_branch: {default_branch} does not exist in the repository")
     changes: dict[str, str] = {}
     if name is not None:
         changes["name"] = name
@@ -128,7 +135,7 @@ def check_agent_projects(store: Store, client_id: str, project_ids: list[str]) -
         try:
             store.projects.get(project_id, client_id=client_id)
         except NotFound:
-            raise InvalidInput(f"project_ids: project {project_id} not found") from None
+            raise NotFound(f"project_ids: project {project_id} not found") from None
 
 
 def project_for_conversation(

@@ -79,9 +79,7 @@ def create_session(
         try:
             store.conversations.get(conversation_id, client_id=client_id)
         except NotFound:
-            raise InvalidInput(
-                f"conversation_id: conversation {conversation_id} not found"
-            ) from None
+            raise NotFound(f"conversation_id: conversation {conversation_id} not found") from None
         if not store.session_labels.create(client_id, label, conversation_id, _now()):
             raise Conflict(f"session {label} exists")
         return get_session(store, client_id, label)
@@ -89,7 +87,7 @@ def create_session(
     try:
         store.agents.get(agent_id, client_id=client_id)
     except NotFound:
-        raise InvalidInput(f"agent_id: agent {agent_id} not found") from None
+        raise NotFound(f"agent_id: agent {agent_id} not found") from None
     return _session_with_new_conversation(store, client_id, label, agent_id, exists_ok=False)
 
 
@@ -101,7 +99,7 @@ def persona_session(store: Store, client_id: str, persona_id: str) -> Session:
     try:
         store.personas.get(persona_id, client_id=client_id)
     except NotFound:
-        raise InvalidInput(f"persona {persona_id} not found in the library") from None
+        raise NotFound(f"persona {persona_id} not found in the library") from None
     agent = _persona_agent(store, client_id, persona_id)
     return _session_with_new_conversation(store, client_id, label, agent.id, exists_ok=True)
 

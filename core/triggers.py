@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from core.cron import next_due, parse_cron
-from core.errors import InvalidInput, NotFound
+from core.errors import NotFound
 from core.ids import new_id, utc_now
 from core.routes import Route
 from core.store import Store
@@ -23,12 +23,13 @@ from core.trigger_model import CronTrigger
 def create_trigger(
     store: Store, client_id: str, schedule: str, template: str, route: Route
 ) -> CronTrigger:
-    """A new trigger, first due at the schedule's next time (``InvalidInput`` for a bad one)."""
+    """A new trigger, first due at the schedule's next time (``InvalidInput`` for a bad one,
+    ``NotFound`` for a route to an unknown persona)."""
     if route.kind == "persona":
         try:
             store.personas.get(route.target, client_id=client_id)
         except NotFound:
-            raise InvalidInput(f"route: persona {route.target} not found in the library") from None
+            raise NotFound(f"route: persona {route.target} not found in the library") from None
     now = utc_now()
     trigger = CronTrigger(
         id=new_id("trigger"),

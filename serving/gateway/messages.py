@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 
 from core.domain import ConversationStatus
-from core.errors import Conflict, InvalidInput
+from core.errors import Conflict
 from core.ids import new_id
 from core.model_override import check_override
 from core.turn_model import TurnModel
@@ -48,7 +48,7 @@ async def post_message(
     user: User,
 ) -> MessageAccepted:
     if user is not None and body.user_id not in (None, user):
-        raise InvalidInput(f"user_id: the acting user is {user} (header {USER_HEADER})")
+        raise Conflict(f"user_id: the acting user is {user} (header {USER_HEADER})")
     conversation = await run_in_threadpool(owned_conversation, context, client_id, conversation_id)
     if conversation.status == ConversationStatus.COMPLETED:
         raise Conflict(f"conversation {conversation_id} is completed")

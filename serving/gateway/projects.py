@@ -10,6 +10,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.domain import Project
+from core.git import REPOSITORY_PATTERN
 from core.projects import create_project, delete_project, update_project
 from core.settings import settings_from_env
 from serving.gateway.auth import ClientId, Context
@@ -17,7 +18,9 @@ from serving.gateway.protocol import Items
 
 router = APIRouter(prefix="/v1/projects", tags=["projects"])
 
-BRANCH_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$"
+# Git's rules for a branch name, as far as a pattern says them: "/"-separated components, dots
+# only inside a component (no "..", none leading or trailing).
+BRANCH_PATTERN = r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*(/[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*)*$"
 
 
 class ProjectCreate(BaseModel):
@@ -28,10 +31,15 @@ class ProjectCreate(BaseModel):
         None,
         min_length=1,
         max_length=1000,
-        description="An absolute local path, or a URL to clone; omit to get a new repository",
+        pattern=REPOSITORY_PATTERN,
+        description="An absolute local path, or a URL to clone (scheme://... or user@host:path); "
+        "omit to get a new repository",
     )
     default_branch: str | None = Field(
-        None, pattern=BRANCH_PATTERN, description="Default: the repository's HEAD, else main"
+        None,
+        max_length=200,
+        pattern=BRANCH_PATTERN,
+        description="Default: the repository's HEAD, else main",
     )
 
 
@@ -39,7 +47,7 @@ class ProjectUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str | None = Field(None, min_length=1, max_length=200)
-    default_branch: str | None = Field(None, pattern=BRANCH_PATTERN)
+    default_branch: str | None = Field(None, max_length=200, pattern=BRANCH_PATTERN)
 
 
 ProjectList = Items[Project]

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
-from pydantic import Field, model_validator
+from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 
 from core.domain import ConversationStatus
@@ -17,7 +17,7 @@ from core.sessions import Session, create_session, get_session, route
 from serving.gateway.auth import ClientId, Context, Guard
 from serving.gateway.context import GatewayContext
 from serving.gateway.messages import accept_message
-from serving.gateway.protocol import Deleted, MessageCreate, WireModel
+from serving.gateway.protocol import Deleted, MessageCreate, OneOfFields, WireModel
 
 router = APIRouter(tags=["sessions"])
 
@@ -32,8 +32,10 @@ class SessionOut(WireModel):
     created_at: datetime
 
 
-class SessionCreate(WireModel):
+class SessionCreate(OneOfFields):
     """Exactly one of ``conversation_id`` (an existing conversation) or ``agent_id`` (a new one)."""
+
+    one_of = ("conversation_id", "agent_id")
 
     conversation_id: str | None = Field(None, max_length=64)
     agent_id: str | None = Field(None, max_length=64)
@@ -44,20 +46,16 @@ class SessionPage(WireModel):
     next_after: str | None = Field(None, description="Pass as after for the next page")
 
 
-class RouteTarget(WireModel):
+class RouteTarget(OneOfFields):
     """Exactly one: a thread (turn id), a session label, or a persona (its main session)."""
+
+    one_of = ("thread", "session", "persona")
 
     thread: str | None = Field(
         None, max_length=64, description="Turn id: append at the tip, otherwise fork from it"
     )
     session: str | None = Field(None, pattern=LABEL_PATTERN)
     persona: str | None = Field(None, max_length=128, description="Its main session <persona>:main")
-
-    @model_validator(mode="after")
-    def _one(self) -> RouteTarget:
-        if sum(v is not None for v in (self.thread, self.session, self.persona)) != 1:
-            raise ValueError("give exactly one of thread, session or persona")
-        return self
 
 
 class RoutedMessageCreate(MessageCreate):

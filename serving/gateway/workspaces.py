@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from core.domain import Conversation, Project
-from core.errors import Conflict, InvalidInput, Unavailable
+from core.errors import Conflict, Unavailable
 from core.git import GitRepository
 from core.projects import repository_of
 from core.settings import settings_from_env
@@ -70,7 +70,7 @@ def _branch_of(
 ) -> tuple[Conversation, Project, GitRepository]:
     conversation = context.store.conversations.get(conversation_id, client_id=client_id)
     if conversation.branch is None or conversation.project_id is None:
-        raise InvalidInput(f"conversation {conversation_id} has no project branch")
+        raise Conflict(f"conversation {conversation_id} has no project branch")
     project = context.store.projects.get(conversation.project_id, client_id=client_id)
     return conversation, project, repository_of(project)
 
