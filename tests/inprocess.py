@@ -120,6 +120,19 @@ class InProcessCoordinators:
             )
         return self.live[run_id]
 
+    def lose(self, run_id: str) -> None:
+        """Lose the run's coordinator as a kill -9 would: its work stops, nothing more is
+        written, and it is gone (the next ``get``/``wait``/``cancel`` of the run revives it)."""
+        coordinator = self.live.pop(run_id)
+
+        async def stop() -> None:
+            work = [*coordinator._inflight.values(), *coordinator._background]
+            for task in work:
+                task.cancel()
+            await asyncio.gather(*work, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(timeout=10)
+
     async def launch(self, run_id: str) -> None:
         await self._on_loop(lambda: self._coordinator(run_id).start())
 

@@ -7,6 +7,7 @@ tests/integration/test_durable_workflows.py.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,7 +28,11 @@ from actors.workflow_coordinator.domain import (
 from actors.workflow_coordinator.planning import plan
 from actors.workflow_coordinator.records import fanout_of, node_record, restored_state, run_error
 from actors.workflow_coordinator.resumption import MAX_RESUMPTIONS, agent_call_ids
+from core.domain import TaskAction, TaskDef
+from core.ids import utc_now
 from core.workflows import NodeRecord, RunStatus, WorkflowDef, WorkflowRun
+from tests.conftest import async_wait_for
+from tests.inprocess import InProcessCluster
 from tests.unit.test_workflow_planning import (
     BOOM,
     FLAKY,
@@ -375,3 +380,39 @@ def test_interrupted_error_names_the_task() -> None:
         "interrupted: the coordinator was lost while task idem ran, so the task may or may not "
         "have taken effect; it is not run again because it is not declared idempotent",
     )
+
+
+# --------------------------------------------------------------------------- the shell, in-process
+
+
+async def test_a_coordinator_gone_for_good_is_recreated_by_the_next_read_and_resumes(
+    tmp_path: Path,
+) -> None:
+    """The production coordinator and run service in this process (no Ray): the coordinator is
+    lost mid-task; reading the run makes a new one, which re-runs the idempotent task."""
+    cluster = InProcessCluster({"WONDER_DATA_DIR": str(tmp_path), "WONDER_EMBEDDER": "local"})
+    try:
+        store, effects = cluster.store, tmp_path / "effects"
+        count = "tests.callables:count_then_wait"  # a line per run; waits the first time only
+        task = TaskDef(
+            id="count",
+            actions=[TaskAction(kind="python", params={"callable": count})],
+            idempotent=True,
+        )
+        store.tasks.put(task, utc_now())
+        mapping = {"path": {"const": str(effects)}, "seconds": {"const": 60}}
+        node = {"id": "a", "kind": "task", "target_id": "count", "input_mapping": mapping}
+        store.workflows.put(WorkflowDef.model_validate({"id": "wf", "nodes": [node]}), utc_now())
+        runs = cluster.workflows
+        run_id = await runs.start("wf", {})
+        await async_wait_for(effects.exists, timeout=30)
+
+        cluster.coordinators.lose(run_id)
+        assert runs.get(run_id).status is RunStatus.RUNNING  # and a new coordinator is made
+        run = await runs.wait(run_id, 30)
+
+        assert run.status is RunStatus.COMPLETED and run.output == {"runs": 2}
+        events = [e.type for e in run.events]
+        assert events == ["workflow_started", "workflow_resumed", "workflow_completed"]
+    finally:
+        cluster.close()
