@@ -11,7 +11,9 @@ Starts its own local Ray and the gateway (``benchmarks.harness``). Two parts, on
   client (send, wait for ``turn.completed``, next), while a conversation actor picked at random
   among the resident ones is killed every S seconds (default 3). Counted: turns completed, turns
   failed, kills, and for every conversation its durable event stream as the client saw it (from
-  seq 1 across every reconnect the gateway makes for it): gaps and duplicates.
+  seq 1 across every reconnect the gateway makes for it): gaps and duplicates; and why each client
+  stream broke (a close by the server with its code and error frame, or 30 s of silence, with
+  whether the store then held events the client had not seen).
 
 Prints progress, then ONE JSON object as the last line.
 """
@@ -263,11 +265,19 @@ async def load(
     rng = random.Random(12)
 
     async def killer() -> None:
+        # On a fixed cadence (a slow kill does not delay the next), a conversation whose actor is
+        # up (asking the directory starts nothing; asking the actor for its pid would start a
+        # cold one and wait for it).
         nonlocal kills
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
         while not stop.is_set():
-            await asyncio.sleep(every_s)
+            next_at += every_s
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
             for conv in rng.sample(convs, len(convs)):
                 try:
+                    if not await port.is_ready(conv):
+                        continue
                     status = await asyncio.wait_for(port.status(conv), 5)
                     os.kill(int(status["pid"]), signal.SIGKILL)
                 except Exception:

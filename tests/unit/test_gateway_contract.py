@@ -8,9 +8,10 @@ each) and stateful sequences, sent to the real app over a real SQLite store with
 Conversation actors (``tests.inprocess``), every check on every response.
 
 Every check must pass, on every route (the key revoke/rotate routes included: the run renews its
-own credentials when it has revoked them, ``RenewedKey``). Behind the app: the production memory
-service (LanceDB in a tmp dir, a hashing embedder) and workflow runtime (coordinators in this
-process), so no route answers 503 for want of a runtime.
+own credentials when it has lost them, ``RenewedKey``), with one configured exception, explained
+in ``schemathesis_config``. Behind the app: the production memory service (LanceDB in a tmp dir,
+a hashing embedder) and workflow runtime (coordinators in this process), so no route answers 503
+for want of a runtime.
 """
 
 from __future__ import annotations
