@@ -44,6 +44,7 @@ from core.ports import (
 )
 from core.settings import settings_from_env
 from core.store import open_store
+from core.turn_quotas import StoredQuotas
 
 T = TypeVar("T")
 
@@ -203,6 +204,7 @@ class InProcessCluster:
             residency=self,
             operations=self,
             models=ServedChatModels(tools.settings.allow_test_doubles),
+            quotas=StoredQuotas(tools.store),
         )
 
     def coordinator_ports(self, lifecycle: Lifecycle) -> CoordinatorPorts:
