@@ -66,7 +66,9 @@ def _local_repository(settings: Settings, location: str) -> GitRepository:
     resolved = path.resolve()
     for wonders in (settings.data_dir.resolve(), workspaces_root(settings)):
         if resolved == wonders or wonders in resolved.parents:
-            raise PermissionDenied("repository: paths inside Wonder's data directory are not allowed")
+            raise PermissionDenied(
+                "repository: paths inside Wonder's data directory are not allowed"
+            )
     roots = [Path(root).resolve() for root in settings.project_path_roots]
     if roots and not any(resolved == r or r in resolved.parents for r in roots):
         raise PermissionDenied(f"repository: {location} is outside the allowed project roots")

@@ -7,11 +7,11 @@ a bare repository under its data dir). Another client's project is a 404, like a
 from __future__ import annotations
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 from starlette.concurrency import run_in_threadpool
 
 from core.domain import Project
-from core.git import REPOSITORY_PATTERN
+from core.git import REPOSITORY_PATTERN, looks_like_url
 from core.projects import (
     check_deletable,
     create_project,
@@ -50,8 +50,16 @@ class ProjectCreate(BaseModel):
         description="Default: the repository's HEAD, else main",
     )
     push_on_merge: StrictBool = Field(
-        False, description="Push the default branch back to the URL after each merge into it"
+        False,
+        description="Push the default branch back to the URL after each merge into it (needs a "
+        "repository URL: only a cloned project has an origin)",
     )
+
+    @model_validator(mode="after")
+    def _origin_to_push_to(self) -> ProjectCreate:
+        if self.push_on_merge and (self.repository is None or not looks_like_url(self.repository)):
+            raise ValueError("push_on_merge: only a project cloned from a URL has an origin")
+        return self
 
 
 class ProjectUpdate(BaseModel):

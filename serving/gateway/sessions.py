@@ -22,6 +22,7 @@ from serving.gateway.protocol import (
     LABEL_PATTERN,
     Deleted,
     MessageCreate,
+    OneOfFields,
     RouteTarget,
     WireModel,
 )

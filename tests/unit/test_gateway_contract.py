@@ -130,15 +130,15 @@ def schemathesis_config() -> SchemathesisConfig:
             },
             "operations": [
                 {
-                    # A library object's own cross-references cannot be said in JSON Schema: a
-                    # workflow's edges and start name its nodes (unique ids), an embedded
-                    # input_schema must itself be a valid JSON Schema. The server answers 422
-                    # naming the field; every other rule of these bodies is in the schema.
-                    "include-method": "PUT",
-                    "include-path-regex": r"^/v1/(workflows|tools)/\{obj_id\}$",
+                    # Rules across fields cannot be said in JSON Schema: a workflow's edges and
+                    # start name its nodes (unique ids), a tool's embedded input_schema must
+                    # itself be a valid JSON Schema, a project's push_on_merge needs a repository
+                    # URL. The server answers 422 naming the field; every other rule of these
+                    # bodies is in the schema. (429: the run sets user quotas it then meets.)
+                    "include-path-regex": r"^/v1/((workflows|tools)/\{obj_id\}|projects)$",
                     "checks": {
                         "positive_data_acceptance": {
-                            "expected-statuses": ["2xx", "401", "403", "404", "409", "422"]
+                            "expected-statuses": ["2xx", "401", "403", "404", "409", "422", "429"]
                         }
                     },
                 }

@@ -329,4 +329,5 @@ def test_a_clone_pushes_its_default_branch_back(
     assert no_origin.status_code == 409 and "origin" in error_of(no_origin)["message"]
     assert api.patch(f"/v1/projects/{local['id']}", json={"push_on_merge": 1}).status_code == 422
     refused_at_creation = api.post("/v1/projects", json={"name": "x", "push_on_merge": True})
-    assert refused_at_creation.status_code == 400
+    assert refused_at_creation.status_code == 422  # a rule across fields of the body
+    assert "origin" in error_of(refused_at_creation)["message"]
