@@ -550,9 +550,9 @@ def test_stream_message_frames_route_and_override_the_model(
                 ({"to": {"thread": tip, "persona": persona_id}}, "INVALID_INPUT", "exactly one"),
                 ({"to": {"thread": "turn_01NOPE"}}, "NOT_FOUND", "thread turn_01NOPE not found"),
                 ({"to": {"session": "nope"}}, "NOT_FOUND", "session nope not found"),
-                ({"to": {"persona": "nope"}}, "INVALID_INPUT", "persona nope not found"),
+                ({"to": {"persona": "nope"}}, "NOT_FOUND", "persona nope not found"),
                 ({"to": {"conversation": conv}}, "INVALID_INPUT", "to.conversation"),
-                ({"model": {"model_profile_id": "no-such"}}, "INVALID_INPUT", "no-such not found"),
+                ({"model": {"model_profile_id": "no-such"}}, "NOT_FOUND", "no-such not found"),
                 ({"model": {"temperature": 5}}, "INVALID_INPUT", "model.temperature"),
                 ({"to": {"persona": persona_id}, "model": {"top_k": 1}}, "INVALID_INPUT", "top_k"),
                 ({"source": "agent"}, "INVALID_INPUT", "source"),
@@ -616,7 +616,7 @@ def test_routing_acts_as_the_user(gateway_url: str, api: httpx.Client, key: str)
         mismatch = ws.reply(
             {"type": "message", "content": "x", "to": to, "user_id": "wes", "id": "b"}
         )
-        assert mismatch["error"]["code"] == "INVALID_INPUT", mismatch
+        assert mismatch["error"]["code"] == "CONFLICT", mismatch
         there = ws.reply({"type": "message", "content": "x", "to": to, "id": "c"})
         assert there["type"] == "ack" and there["streamed_here"] is False, there
         assert there["conversation_id"] == mine.json()["id"]
@@ -724,9 +724,9 @@ def test_webhooks_are_signed_and_routed(
         ({"persona": "nope"}, "persona nope not found"),
     ):
         refused = api.post("/v1/hooks", json={"route": route})
-        assert refused.status_code == 400 and fragment in error_of(refused)["message"]
+        assert refused.status_code == 404 and fragment in error_of(refused)["message"]
     theirs = stranger.post("/v1/hooks", json={"route": {"thread": thread}})
-    assert theirs.status_code == 400 and "not found" in error_of(theirs)["message"]
+    assert theirs.status_code == 404 and "not found" in error_of(theirs)["message"]
     assert api.post("/v1/hooks", json={"route": {"thread": thread}}).status_code == 201
 
     assert stranger.get(f"/v1/hooks/{hook_id}").status_code == 404
