@@ -11,7 +11,7 @@ from typing import Any
 
 from ray.serve import Application
 
-from cluster import placement
+from cluster import niceness, placement
 from cluster.gateway import build_gateway_app
 from core.settings import Settings, load_settings, wonder_env
 
@@ -22,9 +22,8 @@ def placed_llm_app(settings: Settings) -> Application:
 
     spec = engine_spec(settings)
     options = replica_options(spec, settings)
-    actor_options = placement.merged(
-        options["ray_actor_options"],
-        placement.llm_actor_options(settings),
+    actor_options = niceness.at_worker_niceness(
+        placement.merged(options["ray_actor_options"], placement.llm_actor_options(settings))
     )
     deployment: Any = LLMServer
     app: Application = deployment.options(**{**options, "ray_actor_options": actor_options}).bind(
@@ -37,7 +36,8 @@ def placed_embedder_app(settings: Settings, **kwargs: Any) -> Application:
     """The embedder application with ``placement.embedder_actor_options``."""
     from serving.embedder_app import build_embedder_app
 
-    return build_embedder_app(placement=placement.embedder_actor_options(settings), **kwargs)
+    options = niceness.at_worker_niceness(placement.embedder_actor_options(settings))
+    return build_embedder_app(placement=options, **kwargs)
 
 
 # Builders for a Serve config file (KubeRay's ``serveConfigV2``, ``serve deploy``): each reads
