@@ -4,6 +4,7 @@ SQLite store, the gateway guard's per-user buckets, and ``wonder quota set --use
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,7 +21,9 @@ from actors.conversation.domain import (
     TurnPhase,
     TurnRequested,
 )
+from actors.scheduler import CronScheduler, SchedulerPorts
 from cluster.cli import main
+from core.conversations import create_conversation
 from core.domain import (
     AgentCaller,
     Turn,
@@ -30,6 +33,7 @@ from core.domain import (
     WorkflowCaller,
 )
 from core.errors import ErrorCode, QuotaExceeded
+from core.ids import utc_now
 from core.quotas import (
     Limit,
     Quota,
@@ -42,9 +46,13 @@ from core.quotas import (
     tokens_left,
     user_scope,
 )
+from core.routes import Route
 from core.store import Store
+from core.trigger_model import CronTrigger
 from core.turn_quotas import StoredQuotas
 from core.workflows import ConversationParent, WorkflowParent, WorkflowRun
+from serving.gateway.quota_checks import QuotaGuard
+from tests.factories import make_client
 from tests.unit.test_conversation_planning import (
     NOW,
     active_turn,
@@ -222,7 +230,6 @@ def store(tmp_path: Path) -> Store:
 def _turns(store: Store, client_id: str) -> str:
     """A conversation of ``client_id`` with turns: alice's active one, bob's finished one of
     today (30 tokens), alice's finished one of yesterday (500 tokens); returns its id."""
-    from core.conversations import create_conversation
 
     conv = create_conversation(store, client_id=client_id)
     today = datetime.now(UTC)
@@ -248,7 +255,6 @@ def _turns(store: Store, client_id: str) -> str:
 
 
 async def test_stored_quotas_read_the_figures_only_a_limit_asks_for(store: Store) -> None:
-    from tests.factories import make_client
 
     client_id, _ = make_client(store)
     _turns(store, client_id)
@@ -284,7 +290,6 @@ async def test_stored_quotas_read_the_figures_only_a_limit_asks_for(store: Store
 
 
 def test_the_acting_user_follows_delegations_and_workflow_runs(store: Store) -> None:
-    from tests.factories import make_client
 
     client_id, _ = make_client(store)
     conv_id = _turns(store, client_id)
@@ -313,9 +318,6 @@ def test_the_acting_user_follows_delegations_and_workflow_runs(store: Store) -> 
 
 
 def test_the_guard_keeps_a_bucket_per_user(store: Store) -> None:
-    from core.ids import utc_now
-    from serving.gateway.quota_checks import QuotaGuard
-    from tests.factories import make_client
 
     client_id, _ = make_client(store)
     store.quotas.put(client_id, Quota(requests_per_second=100), utc_now())
@@ -364,13 +366,7 @@ def test_cli_sets_a_users_quota(
     assert entries[1].details["user_id"] == "alice"
 
 
-async def test_a_cron_trigger_over_its_clients_turn_quota_is_skipped(store: Store) -> None:
-    from actors.scheduler import CronScheduler, SchedulerPorts
-    from core.ids import utc_now
-    from core.routes import Route
-    from core.trigger_model import CronTrigger
-    from tests.factories import make_client
-
+def test_a_cron_trigger_over_its_clients_turn_quota_is_skipped(store: Store) -> None:
     class NoPosts:
         async def post_message(self, *args: object, **kwargs: object) -> None:
             raise AssertionError("a trigger over quota must not post")
@@ -389,7 +385,10 @@ async def test_a_cron_trigger_over_its_clients_turn_quota_is_skipped(store: Stor
     )
     store.triggers.save(trigger)
     ports = SchedulerPorts(store=store, conversations=NoPosts(), quotas=StoredQuotas(store))  # type: ignore[arg-type]
-    [fired] = await CronScheduler(lambda: ports, tick_s=60).tick()
+    # Built outside an event loop, the scheduler does not start its own ticking (which would
+    # race this test's tick for the claim): the test drives one tick.
+    scheduler = CronScheduler(lambda: ports, tick_s=60)
+    [fired] = asyncio.run(scheduler.tick())
     assert fired.turn_id is None and fired.error is not None
     assert fired.error.startswith("quota: quota concurrent_turns reached: 0 active turns")
     assert store.triggers.fired("cron-1")  # claimed: this due time is not fired again
