@@ -47,9 +47,10 @@ ACTOR_CALL = RetryPolicy(8, (0.05, 0.2, 0.5, 1.0, 2.0, 4.0, 8.0), None)
 being evicted — eight attempts over about sixteen seconds: a restart takes a worker process, and
 an actor whose node was lost restarts only once Ray has declared the node dead (its health checks
 take about 15 s), tests/cluster/test_node_loss.py."""
-STREAM_RESUME = RetryPolicy(4, (0.1, 0.25, 0.5), None)
-"""An event stream cut by an actor restart resumes from its last ``seq``, up to 3 times in a row
-(a resubscription that delivers starts the count over)."""
+STREAM_RESUME = RetryPolicy(ACTOR_CALL.attempts, ACTOR_CALL.backoffs_s, None)
+"""An event stream cut by an actor restart resumes from its last ``seq``: subscriptions that fail
+in a row are tried as a call to the actor is (``ACTOR_CALL``: a restart takes a worker process, a
+lost node about fifteen seconds); one that works starts the count over."""
 DELIVERY = RetryPolicy(8, (0.2, 0.4, 0.8, 1.6, 3.2, 5.0), None)
 """Handing a finished async operation to its conversation (which may be restarting)."""
 
