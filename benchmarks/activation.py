@@ -14,6 +14,11 @@ scripted echo without hooks, so what is measured is Wonder's own cost. In one ru
 - ``reactivation``: a message to an evicted conversation through the ``Conversations`` adapter:
   acknowledged (p50/p99) and answered (p50/p99), beside the bare actor start.
 
+``--ack-only``: the burst's clients leave once acknowledged (the acknowledgement under the burst's
+starts, without waiting minutes for 200 first turns). ``--gateway-niceness 15``: the gateway
+replica and the Serve proxy at Ray's worker niceness, as before ``cluster.niceness`` (the
+baseline for the default, 0). The summary carries the 1-minute load average before and after.
+
 Prints progress, then ONE JSON object as the last line.
 """
 
