@@ -342,11 +342,15 @@ def deploy(settings: Settings) -> list[str]:
     from ray import serve
 
     from cluster.gateway import build_gateway_app
+    from cluster.niceness import serve_controller_options
     from cluster.preflight import check_placement
 
     check_placement(settings)
     say(f"starting Serve on {settings.gateway_host}:{settings.gateway_port}")
-    serve.start(http_options={"host": settings.gateway_host, "port": settings.gateway_port})
+    serve.start(
+        http_options={"host": settings.gateway_host, "port": settings.gateway_port},
+        controller_options=serve_controller_options(settings),
+    )
     say("deploying the gateway")
     serve.run(build_gateway_app(settings.env()), name="gateway", route_prefix="/")
     apps = ["gateway"]

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from ray import serve
 from ray.serve import Application
 
-from cluster import placement, wiring
+from cluster import niceness, placement, wiring
 from cluster.models import ProcessMemory, ServedEmbedders
 from cluster.scheduler import scheduler_handle
 from core.settings import settings_from_env, wonder_env
@@ -46,8 +46,10 @@ class Gateway:
 def build_gateway_app(settings_env: dict[str, str]) -> Application:
     """The gateway as a Serve application; run it with ``serve.run(app, name="gateway")``."""
     deployment: Any = Gateway
-    options = {"num_cpus": 0, "runtime_env": {"env_vars": wonder_env(settings_env)}}
-    placed = placement.gateway_actor_options(settings_from_env(settings_env))
+    settings = settings_from_env(settings_env)
+    env_vars = {**wonder_env(settings_env), **niceness.raised_env(settings)}
+    options = {"num_cpus": 0, "runtime_env": {"env_vars": env_vars}}
+    placed = placement.gateway_actor_options(settings)
     configured = deployment.options(ray_actor_options=placement.merged(options, placed))
     app: Application = configured.bind(settings_env)
     return app

@@ -74,6 +74,13 @@ class Settings(BaseSettings):
 
     gateway_host: str = "127.0.0.1"
     gateway_port: int = 8000
+    gateway_niceness: int = Field(
+        0,
+        ge=0,
+        le=19,
+        description="CPU niceness of the gateway replicas and the Serve proxy (Ray runs its "
+        "other workers at 15 once started; a starting worker runs at 0 and would outrank them)",
+    )
     scheduler_tick_s: float = Field(
         5.0, gt=0, le=60, description="How often the cron scheduler looks for due triggers"
     )
