@@ -69,7 +69,7 @@ lint: install
 
 bench: install
 	$(BIN)/python benchmarks/turn_overhead.py
-	@for b in activation llm_streaming memory_search workflow_overhead shell_exec chaos; do \
+	@for b in activation llm_streaming memory_search memory_embed workflow_overhead shell_exec chaos; do \
 	  if [ -f benchmarks/$$b.py ]; then $(BIN)/python benchmarks/$$b.py || exit 1; fi; done
 
 clean:

@@ -44,7 +44,7 @@ def run_here(job: str, args: list[str]) -> int:
     """Run ``job`` in this process (a Ray Job's driver, or ``--local``)."""
     match job:
         case "embed":
-            return embed.main(args)
+            return embed.main(args, ServedEmbedders(Settings().env()))
         case "consolidate":
             return consolidate.main(args, consolidation_ports)
         case "compact":

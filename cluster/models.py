@@ -74,7 +74,7 @@ class ProcessMemory:
         def opened() -> MemoryService:
             with _services_lock:
                 if key not in _services:
-                    opened = open_memory_service(settings, embedder)
+                    opened = open_memory_service(settings, embedder, settings.memory_tuning)
                     _services[key] = MeasuredMemoryService(opened.ops, opened.embedder)
                 return _services[key]
 

@@ -15,6 +15,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from core.memory.tuning import VectorIndexKind, VectorTuning
+
 
 class LlmModelSettings(BaseModel):
     """One more model served beside the primary one (``WONDER_LLM_MODELS``, a JSON list).
@@ -51,6 +53,20 @@ class Settings(BaseSettings):
         4, ge=0, description="Extra connections a process may open briefly (never more)"
     )
     s3_endpoint_url: str | None = Field(None, description="S3-compatible endpoint for s3:// URIs")
+    # Memory vector search (core/memory/tuning.py, docs/memory.md "Indexes").
+    memory_vector_index: VectorIndexKind = Field(
+        "ivf_sq", description="Vector index the compact job builds: ivf_sq, ivf_pq, ivf_hnsw_sq"
+    )
+    memory_partition_rows: int | None = Field(
+        None, ge=1, description="Rows per IVF partition when the index is built; None: √rows"
+    )
+    memory_nprobes: int = Field(20, ge=1, description="IVF partitions each memory search probes")
+    memory_refine_factor: int = Field(
+        1, ge=1, description="Re-score refine_factor * pool candidates on full vectors"
+    )
+    memory_flat_max_rows: int = Field(
+        1000, ge=0, description="Agents with at most this many memories are searched exactly"
+    )
 
     ray_address: str | None = Field(None, description="Ray cluster to attach to; None = start one")
     ray_namespace: str = "wonder"
@@ -195,6 +211,16 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.data_dir / 'wonder.db').resolve()}"
+
+    @cached_property
+    def memory_tuning(self) -> VectorTuning:
+        return VectorTuning(
+            index=self.memory_vector_index,
+            partition_rows=self.memory_partition_rows,
+            nprobes=self.memory_nprobes,
+            refine_factor=self.memory_refine_factor,
+            flat_max_rows=self.memory_flat_max_rows,
+        )
 
     @cached_property
     def resolved_lance_uri(self) -> str:

@@ -1,7 +1,8 @@
 """``python -m jobs.compact``: LanceDB upkeep for the memories table.
 
 Creates the indexes that are missing (BITMAP ``agent_id``/``type``, BTREE ``id``, FTS ``content``,
-and the IVF_SQ vector index once the table reaches ``--vector-index-min-rows``), then
+and the vector index of ``WONDER_MEMORY_VECTOR_INDEX`` once the table reaches
+``--vector-index-min-rows``; ``--rebuild-vector-index`` replaces an existing one), then
 ``optimize()``: small fragments from one-row appends are compacted, new rows are added to every
 index, and versions older than ``--keep-versions-hours`` are removed. LanceDB commits are
 optimistic, so this is safe while conversations write (a conflicting commit is retried).
@@ -15,8 +16,8 @@ from datetime import timedelta
 from typing import Any
 
 from core.memory import MemoryOps, open_existing_memory_ops
-from core.memory.lance import VECTOR_INDEX_MIN_ROWS
 from core.memory.operations import with_commit_retries
+from core.memory.tuning import VECTOR_INDEX_MIN_ROWS
 from jobs.runtime import Progress, job_settings, print_result
 
 
@@ -24,6 +25,7 @@ from jobs.runtime import Progress, job_settings, print_result
 class CompactOptions:
     vector_index_min_rows: int = VECTOR_INDEX_MIN_ROWS
     keep_versions: timedelta = timedelta(hours=24)
+    rebuild_vector_index: bool = False
 
 
 def table_stats(ops: MemoryOps) -> dict[str, Any]:
@@ -44,7 +46,8 @@ def table_stats(ops: MemoryOps) -> dict[str, Any]:
 
 def run_compact(options: CompactOptions) -> dict[str, Any]:
     say = Progress("compact")
-    ops = open_existing_memory_ops(job_settings())
+    settings = job_settings()
+    ops = open_existing_memory_ops(settings, settings.memory_tuning)
     before = table_stats(ops)
     say.say(
         f"before: {before['rows']} rows in {before['fragments']} fragments, "
@@ -53,6 +56,14 @@ def run_compact(options: CompactOptions) -> dict[str, Any]:
     created = with_commit_retries(lambda: ops.table.ensure_indexes(options.vector_index_min_rows))
     if created:
         say.say(f"created indexes on {created}")
+    if (
+        options.rebuild_vector_index
+        and "vector" in ops.table.index_names()
+        and "vector" not in created
+    ):
+        with_commit_retries(ops.table.rebuild_vector_index)
+        created.append("vector")
+        say.say(f"rebuilt the vector index ({ops.table.tuning.index})")
     with_commit_retries(lambda: ops.table.table.optimize(cleanup_older_than=options.keep_versions))
     after = table_stats(ops)
     say.say(
@@ -72,10 +83,17 @@ def parse_args(argv: list[str] | None) -> CompactOptions:
     parser = argparse.ArgumentParser(prog="python -m jobs.compact", description=__doc__)
     parser.add_argument("--vector-index-min-rows", type=int, default=VECTOR_INDEX_MIN_ROWS)
     parser.add_argument("--keep-versions-hours", type=float, default=24.0)
+    parser.add_argument(
+        "--rebuild-vector-index",
+        action="store_true",
+        help="replace the vector index per the WONDER_MEMORY_* settings (another kind or "
+        "partition size; indexes built before this option merged their partitions away)",
+    )
     args = parser.parse_args(argv)
     return CompactOptions(
         vector_index_min_rows=args.vector_index_min_rows,
         keep_versions=timedelta(hours=args.keep_versions_hours),
+        rebuild_vector_index=args.rebuild_vector_index,
     )
 
 

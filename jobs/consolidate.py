@@ -205,7 +205,8 @@ async def consolidate_one(
 ) -> AgentReport:
     """One agent in this process: open the stores, pick the summariser and embedder, run."""
     wired = ports(settings_env)
-    ops = open_existing_memory_ops(settings_from_env(settings_env))
+    settings = settings_from_env(settings_env)
+    ops = open_existing_memory_ops(settings, settings.memory_tuning)
     embedder = await wired.embedders.embedder()
     summarise = (
         with_model(options.model_profile, settings_env, options.summary_chars, wired.chat_models)
@@ -264,7 +265,7 @@ def run_consolidate(options: ConsolidateOptions, ports: PortsFactory) -> dict[st
     settings = job_settings()
     env = settings.env()
     now = utc_now()
-    ops = open_existing_memory_ops(settings)
+    ops = open_existing_memory_ops(settings, settings.memory_tuning)
     agents = list(options.agents) or ops.agent_ids(
         types=(MemoryType.EPISODE.value, *sorted(UPDATABLE_TYPES))
     )

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         WriteOutcome,
     )
     from core.memory.service import MemoryService, SearchRequest
+    from core.memory.tuning import VectorTuning
 
 _LAZY = {
     "Embedder": "embedding",
@@ -104,29 +105,38 @@ class MemoryLocations(Protocol):
     def s3_endpoint_url(self) -> str | None: ...
 
 
-def open_memory_ops(locations: MemoryLocations, dim: int) -> MemoryOps:
-    """The memories table and object store named by ``locations`` (created when missing)."""
+def open_memory_ops(
+    locations: MemoryLocations, dim: int, tuning: VectorTuning | None = None
+) -> MemoryOps:
+    """The memories table and object store named by ``locations`` (created when missing);
+    ``tuning`` is how its vector index is built and searched (``Settings.memory_tuning``)."""
     from core.memory.lance import MemoryTable
     from core.memory.objects import open_object_store
     from core.memory.operations import MemoryOps
 
     endpoint = locations.s3_endpoint_url
-    table = MemoryTable(locations.resolved_lance_uri, dim, endpoint_url=endpoint)
+    table = MemoryTable(locations.resolved_lance_uri, dim, endpoint_url=endpoint, tuning=tuning)
     return MemoryOps(table, open_object_store(locations.resolved_object_uri, endpoint))
 
 
-def open_existing_memory_ops(locations: MemoryLocations) -> MemoryOps:
+def open_existing_memory_ops(
+    locations: MemoryLocations, tuning: VectorTuning | None = None
+) -> MemoryOps:
     """The memories table as it is (dimension from its schema) and the object store: for jobs."""
     from core.memory.lance import MemoryTable
     from core.memory.objects import open_object_store
     from core.memory.operations import MemoryOps
 
     endpoint = locations.s3_endpoint_url
-    table = MemoryTable.open_existing(locations.resolved_lance_uri, endpoint_url=endpoint)
+    table = MemoryTable.open_existing(
+        locations.resolved_lance_uri, endpoint_url=endpoint, tuning=tuning
+    )
     return MemoryOps(table, open_object_store(locations.resolved_object_uri, endpoint))
 
 
-def open_memory_service(locations: MemoryLocations, embedder: Embedder) -> MemoryService:
+def open_memory_service(
+    locations: MemoryLocations, embedder: Embedder, tuning: VectorTuning | None = None
+) -> MemoryService:
     from core.memory.service import MemoryService
 
-    return MemoryService(open_memory_ops(locations, embedder.dim), embedder)
+    return MemoryService(open_memory_ops(locations, embedder.dim, tuning), embedder)

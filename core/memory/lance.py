@@ -11,25 +11,17 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, assert_never
 
 import pyarrow as pa
 
 from core.errors import InvalidInput, NotFound
 from core.memory.records import Memory
+from core.memory.tuning import VECTOR_INDEX_MIN_ROWS, VectorTuning
 
 TABLE_NAME = "memories"
-# Below this many rows a flat (exact) prefiltered scan is as fast as an index and always exact.
-VECTOR_INDEX_MIN_ROWS = 50_000
-# IVF probes: at least this many, and 1/20 of the partitions (√rows). Measured on 1M synthetic
-# clustered rows, one agent of 10k prefiltered: 20 of 1000 partitions gave recall@10 0.77,
-# 50 gave 1.0 (benchmarks/memory_search.py; docs/memory.md).
-MIN_NPROBES = 20
-NPROBES_SHARE = 20
-NPROBES_CACHE_S = 60.0
 
 DATA_COLUMNS = [
     "id",
@@ -92,11 +84,6 @@ def storage_options_for(uri: str, endpoint_url: str | None) -> dict[str, str]:
     }
 
 
-def ivf_partitions(rows: int) -> int:
-    """IVF partitions for a table of ``rows``: about √rows, at most 4096."""
-    return max(1, min(4096, int(rows**0.5)))
-
-
 def memory_to_row(memory: Memory, vector: Sequence[float]) -> dict[str, Any]:
     row = memory.model_dump(mode="python")
     row["metadata"] = json.dumps(memory.metadata, separators=(",", ":"), sort_keys=True)
@@ -129,12 +116,14 @@ class MemoryTable:
         *,
         endpoint_url: str | None = None,
         table_name: str = TABLE_NAME,
+        tuning: VectorTuning | None = None,
     ) -> None:
         import lancedb
 
         self.uri = uri
         self.dim = dim
         self.table_name = table_name
+        self.tuning = tuning or VectorTuning()
         self.storage_options = storage_options_for(uri, endpoint_url)
         self.db = lancedb.connect(
             uri,
@@ -143,20 +132,15 @@ class MemoryTable:
         )
         self.table = self._open_or_create()
         self._check_dim()
-        self._nprobes = (MIN_NPROBES, -NPROBES_CACHE_S)
-
-    def nprobes(self) -> int:
-        """IVF partitions to probe for the table's current size (re-read once a minute)."""
-        value, at = self._nprobes
-        if time.monotonic() - at > NPROBES_CACHE_S:
-            partitions = ivf_partitions(int(self.table.count_rows()))
-            value = max(MIN_NPROBES, partitions // NPROBES_SHARE)
-            self._nprobes = (value, time.monotonic())
-        return value
 
     @classmethod
     def open_existing(
-        cls, uri: str, *, endpoint_url: str | None = None, table_name: str = TABLE_NAME
+        cls,
+        uri: str,
+        *,
+        endpoint_url: str | None = None,
+        table_name: str = TABLE_NAME,
+        tuning: VectorTuning | None = None,
     ) -> MemoryTable:
         """The table as it is (its vector dimension read from its schema); jobs use this."""
         import lancedb
@@ -168,7 +152,7 @@ class MemoryTable:
         except ValueError as exc:
             raise NotFound(f"no memories table at {uri}") from exc
         dim = int(table.schema.field("vector").type.list_size)
-        return cls(uri, dim, endpoint_url=endpoint_url, table_name=table_name)
+        return cls(uri, dim, endpoint_url=endpoint_url, table_name=table_name, tuning=tuning)
 
     def _open_or_create(self) -> Any:
         try:
@@ -202,23 +186,26 @@ class MemoryTable:
     def ensure_indexes(self, vector_index_min_rows: int = VECTOR_INDEX_MIN_ROWS) -> list[str]:
         """Create the missing indexes; returns what it created. Idempotent.
 
-        Scalar indexes (BITMAP on ``agent_id`` and ``type``, BTREE on ``id``) and the full-text
-        index on ``content`` always; the IVF_SQ vector index once the table has
+        Scalar indexes (BITMAP on ``agent_id``, ``type`` and ``consolidated_into``, BTREE on
+        ``id``) and the full-text
+        index on ``content`` always; the vector index (``self.tuning``) once the table has
         ``vector_index_min_rows`` rows (below that a prefiltered flat scan is fast and exact).
         """
-        from lancedb.index import FTS, Bitmap, BTree, IvfSq
+        from lancedb.index import FTS, Bitmap, BTree
 
         existing = self.index_names()
         wanted: list[tuple[str, Any]] = [
             ("agent_id", Bitmap()),
             ("type", Bitmap()),
+            # Every search prefilters ``consolidated_into IS NULL``: without an index that reads
+            # the column for each of the agent's rows (~7 ms for 10k rows; docs/memory.md).
+            ("consolidated_into", Bitmap()),
             ("id", BTree()),
             ("content", FTS(with_position=False)),
         ]
         rows = self.table.count_rows()
         if rows >= vector_index_min_rows:
-            partitions = ivf_partitions(rows)
-            wanted.append(("vector", IvfSq(distance_type="cosine", num_partitions=partitions)))
+            wanted.append(("vector", self.vector_index_config(rows)))
         created: list[str] = []
         for column, config in wanted:
             if column in existing:
@@ -231,3 +218,28 @@ class MemoryTable:
                 continue
             created.append(column)
         return created
+
+    def rebuild_vector_index(self) -> None:
+        """Replace the vector index with one built per ``self.tuning`` (another index kind or
+        partition size; or an index built before partitions were given as a size)."""
+        config = self.vector_index_config(self.table.count_rows())
+        self.table.create_index("vector", config=config, replace=True)
+
+    def vector_index_config(self, rows: int) -> Any:
+        """The LanceDB vector index for a table of ``rows`` rows, per ``self.tuning``."""
+        from lancedb.index import HnswSq, IvfPq, IvfSq
+
+        size = self.tuning.partition_rows_for(rows)
+        match self.tuning.index:
+            case "ivf_sq":
+                return IvfSq(distance_type="cosine", target_partition_size=size)
+            case "ivf_pq":
+                # 8 dimensions per sub-vector: 48 bytes per 384-d vector instead of SQ's 384.
+                sub_vectors = self.dim // 8 if self.dim % 8 == 0 else None
+                return IvfPq(
+                    distance_type="cosine", target_partition_size=size, num_sub_vectors=sub_vectors
+                )
+            case "ivf_hnsw_sq":
+                return HnswSq(distance_type="cosine", target_partition_size=size)
+            case other:
+                assert_never(other)

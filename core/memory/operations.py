@@ -34,6 +34,7 @@ _TS = pa.timestamp("us", tz="UTC")
 T = TypeVar("T")
 
 _COMMIT_ATTEMPTS = 5
+_COUNTS_CACHE = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,16 @@ class Found:
 
     memory: Memory
     raw_score: float
+
+
+@dataclass(frozen=True, slots=True)
+class Nearest:
+    """A vector search candidate before its row is read: what ranking needs."""
+
+    memory_id: str
+    significance: float
+    distance: float
+    row_id: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +103,7 @@ class MemoryOps:
     def __init__(self, table: MemoryTable, objects: ObjectStore) -> None:
         self.table = table
         self.objects = objects
+        self._counts: dict[str, tuple[int, float]] = {}
 
     @property
     def dim(self) -> int:
@@ -181,19 +193,23 @@ class MemoryOps:
     def set_vectors(
         self,
         ids: Sequence[str],
-        vectors: Sequence[Sequence[float]],
+        vectors: Sequence[Sequence[float]] | pa.Array,
         model: str,
         updated_at: Sequence[datetime],
     ) -> int:
         """Store new embeddings for rows whose ``updated_at`` is unchanged (a row edited since it
-        was read keeps its newer vector: the next embed run picks it up). Returns rows updated."""
+        was read keeps its newer vector: the next embed run picks it up). Returns rows updated.
+        ``vectors`` may be an Arrow array already (the embed job's batches: no copy to Python)."""
         if not ids:
             return 0
+        vector_type = pa.list_(pa.float32(), self.dim)
         data = pa.table(
             {
                 "id": pa.array(ids, pa.string()),
-                "vector": pa.array(
-                    [[float(x) for x in v] for v in vectors], pa.list_(pa.float32(), self.dim)
+                "vector": (
+                    vectors.cast(vector_type)
+                    if isinstance(vectors, pa.Array)
+                    else pa.array([[float(x) for x in v] for v in vectors], vector_type)
                 ),
                 "embedding_model": pa.array([model] * len(ids), pa.string()),
                 "updated_at": pa.array(updated_at, pa.timestamp("us", tz="UTC")),
@@ -297,21 +313,84 @@ class MemoryOps:
     def count(self, where: MemoryFilter) -> int:
         return int(self.table.table.count_rows(where.sql()))
 
-    def vector_search(
-        self, where: MemoryFilter, vector: Sequence[float], limit: int, nprobes: int | None = None
-    ) -> list[Found]:
-        """Nearest by cosine distance among the agent's memories (prefiltered, so never short)."""
-        rows = (
+    def agent_rows(self, agent_id: str) -> int:
+        """How many rows ``agent_id`` has (any state), cached per process for
+        ``tuning.count_cache_s``: it only chooses how to search."""
+        return self._cached_count(f"agent_id = {sql_literal(agent_id)}")
+
+    def _cached_count(self, where: str) -> int:
+        cached = self._counts.get(where)
+        now = time.monotonic()
+        if cached is not None and now - cached[1] < self.table.tuning.count_cache_s:
+            return cached[0]
+        rows = int(self.table.table.count_rows(where or None))
+        if len(self._counts) >= _COUNTS_CACHE:
+            self._counts.clear()
+        self._counts[where] = (rows, now)
+        return rows
+
+    def nearest(self, where: MemoryFilter, vector: Sequence[float], limit: int) -> list[Nearest]:
+        """The ``limit`` nearest of the agent's memories by cosine distance (prefiltered, so never
+        short), without their contents: id, significance, distance and row id only.
+
+        An agent with at most ``tuning.flat_max_rows`` rows is searched exactly (flat); a larger
+        one through the vector index with ``tuning.probes`` (rows not indexed yet are always
+        searched flat by LanceDB).
+        """
+        tuning = self.table.tuning
+        query = (
             self.table.table.search(list(vector), vector_column_name="vector")
             .distance_type("cosine")
             .where(where.sql(), prefilter=True)
-            .nprobes(nprobes or self.table.nprobes())
-            .refine_factor(2)
-            .select([*DATA_COLUMNS, "_distance"])
-            .limit(limit)
+            .with_row_id(True)
+        )
+        agent_rows = self.agent_rows(where.agent_id)
+        if agent_rows <= tuning.flat_max_rows:
+            query = query.bypass_vector_index()
+        else:
+            query = query.nprobes(tuning.probes(self._cached_count(""), agent_rows))
+            # Exact cosine distances for the pool: unrefined IVF distances are on another scale.
+            query = query.refine_factor(max(1, tuning.refine_factor))
+        rows = query.select(["id", "significance", "_distance"]).limit(limit).to_arrow()
+        return [
+            Nearest(memory_id, float(sig), float(distance), int(row_id))
+            for memory_id, sig, distance, row_id in zip(
+                rows.column("id").to_pylist(),
+                rows.column("significance").to_pylist(),
+                rows.column("_distance").to_pylist(),
+                rows.column("_rowid").to_pylist(),
+                strict=True,
+            )
+        ]
+
+    def take(self, agent_id: str, nearest: Sequence[Nearest]) -> dict[str, Memory]:
+        """The full memories of ``nearest`` by row id (one read of the winners only). A row id
+        can change when the table is compacted meanwhile: rows that do not match their id and
+        agent are read again by id."""
+        if not nearest:
+            return {}
+        rows = (
+            self.table.table.take_row_ids([n.row_id for n in nearest])
+            .select(DATA_COLUMNS)
             .to_list()
         )
-        return [Found(row_to_memory(row), float(row["_distance"])) for row in rows]
+        wanted = {n.memory_id for n in nearest}
+        found = {
+            row["id"]: row_to_memory(row)
+            for row in rows
+            if row["id"] in wanted and row["agent_id"] == agent_id
+        }
+        missing = [i for i in wanted if i not in found]
+        found.update((m.id, m) for m in self.get_many(agent_id, missing))
+        return found
+
+    def vector_search(
+        self, where: MemoryFilter, vector: Sequence[float], limit: int
+    ) -> list[Found]:
+        """Nearest by cosine distance among the agent's memories, with their rows."""
+        nearest = self.nearest(where, vector, limit)
+        rows = self.take(where.agent_id, nearest)
+        return [Found(rows[n.memory_id], n.distance) for n in nearest if n.memory_id in rows]
 
     def text_search(self, where: MemoryFilter, query: str, limit: int) -> list[Found]:
         """Best BM25 matches on ``content`` among the agent's memories."""

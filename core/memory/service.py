@@ -17,7 +17,7 @@ from core.errors import InvalidInput
 from core.ids import new_id, utc_now
 from core.memory.embedding import Embedder
 from core.memory.lance import sql_in
-from core.memory.operations import Found, MemoryFilter, MemoryOps
+from core.memory.operations import MemoryFilter, MemoryOps, Nearest
 from core.memory.planning import (
     DEFAULT_SIMILARITY_THRESHOLD,
     UPDATABLE_TYPES,
@@ -178,17 +178,23 @@ class MemoryService:
     def _search(
         self, where: MemoryFilter, request: SearchRequest, vector: list[float] | None, pool: int
     ) -> list[MemoryHit]:
-        found: dict[str, Found] = {}
+        # Candidates are ranked on id, significance and relevance only; rows are read for the
+        # ``k`` winners (full-text hits come with their rows).
+        nearest: dict[str, Nearest] = {}
+        loaded: dict[str, Memory] = {}
+        significance: dict[str, float] = {}
         vector_rel: dict[str, float] = {}
         text_rel: dict[str, float] = {}
         if vector is not None:
-            for hit in self.ops.vector_search(where, vector, pool):
-                found[hit.memory.id] = hit
-                vector_rel[hit.memory.id] = relevance_from_cosine_distance(hit.raw_score)
+            for near in self.ops.nearest(where, vector, pool):
+                nearest[near.memory_id] = near
+                significance[near.memory_id] = near.significance
+                vector_rel[near.memory_id] = relevance_from_cosine_distance(near.distance)
         if request.mode in (SearchMode.FTS, SearchMode.HYBRID):
             text_hits = self.ops.text_search(where, request.query, pool)
             for hit in text_hits:
-                found.setdefault(hit.memory.id, hit)
+                loaded[hit.memory.id] = hit.memory
+                significance[hit.memory.id] = hit.memory.significance
             text_rel = normalize_text_scores({h.memory.id: h.raw_score for h in text_hits})
         if request.mode is SearchMode.VECTOR:
             relevance = vector_rel
@@ -200,12 +206,14 @@ class MemoryService:
             for memory_id, other in self.ops.vectors(where.agent_id, missing).items():
                 vector_rel[memory_id] = cosine_relevance(vector, other)
             relevance = fuse_relevance(vector_rel, text_rel, request.text_weight)
-        candidates = [
-            Candidate(i, relevance.get(i, 0.0), found[i].memory.significance) for i in found
-        ]
+        candidates = [Candidate(i, relevance.get(i, 0.0), sig) for i, sig in significance.items()]
+        ranked = rank(candidates, request.k, request.weights)
+        unread = [nearest[r.memory_id] for r in ranked if r.memory_id not in loaded]
+        loaded.update(self.ops.take(where.agent_id, unread))
         return [
-            MemoryHit(memory=found[r.memory_id].memory, relevance=r.relevance, score=r.score)
-            for r in rank(candidates, request.k, request.weights)
+            MemoryHit(memory=loaded[r.memory_id], relevance=r.relevance, score=r.score)
+            for r in ranked
+            if r.memory_id in loaded  # deleted between the search and the read
         ]
 
     # ------------------------------------------------------------------ read, list, delete

@@ -74,8 +74,11 @@ def test_embed_job_backfills_vectors_with_the_model(
     asyncio.run(stand_in.write("agent-e", [NewMemory(content=t) for t in texts], dedupe="none"))
 
     env = [f"WONDER_DATA_DIR={tmp_path}"]
-    result = run_job(ray_cluster, "embed", env, "--actors", "1", "--write-chunk", "16")
+    pool = ["--actors", "1", "--in-process-max-rows", "0"]  # the Ray Data path, however small
+    batches = ["--batch-size", "16", "--write-chunk", "16"]  # 3 batches: a steady rate to time
+    result = run_job(ray_cluster, "embed", env, *pool, *batches)
     assert result["selected"] == result["written"] == len(texts)
+    assert result["mode"] == "ray_data" and result["steady_rows_per_s"] > 0
     out = capsys.readouterr().out
     assert "embedded 16/42" in out  # progress in the job log, followed by the CLI
 
@@ -86,8 +89,33 @@ def test_embed_job_backfills_vectors_with_the_model(
     hits = asyncio.run(real.search("agent-e", SearchRequest("what is the wifi password", k=1)))
     assert hits[0].memory.content == "The wifi password is hunter2"
 
-    again = run_job(ray_cluster, "embed", env, "--actors", "1")
+    again = run_job(ray_cluster, "embed", env, *pool)
     assert again["selected"] == 0  # idempotent: nothing left to do
+
+
+def test_embed_job_embeds_a_small_selection_in_its_own_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from core.memory.embedding import encode_texts, load_sentence_transformer
+    from jobs.embed import EmbedOptions, run_embed
+
+    where = Locations(str(tmp_path / "lance"), str(tmp_path / "objects"))
+    stand_in = open_memory_service(where, HashingEmbedder(384, name="stand-in"))
+    texts = [f"fact {i}: the build takes {i} minutes" for i in range(20)]
+    texts.append("y" * 5000 + " an archived design note")  # content in the object store
+    asyncio.run(stand_in.write("agent-p", [NewMemory(content=t) for t in texts], dedupe="none"))
+    monkeypatch.setenv("WONDER_DATA_DIR", str(tmp_path))
+    result = run_embed(EmbedOptions(write_chunk=8))  # 21 rows: under --in-process-max-rows
+    assert result["mode"] == "in_process" and result["written"] == len(texts)
+
+    stored = stand_in.ops.list_all(MemoryFilter("agent-p"))
+    assert {m.embedding_model for m in stored} == {"all-MiniLM-L6-v2"}
+    vectors = stand_in.ops.vectors("agent-p", [m.id for m in stored])
+    expected = dict(zip(texts, encode_texts(load_sentence_transformer(), texts), strict=True))
+    for memory in stored:
+        want = expected[stand_in.ops.content(memory)]
+        got = vectors[memory.id]
+        assert sum(a * b for a, b in zip(got, want, strict=True)) > 0.999  # the model's vector
 
 
 def seed_history(service: MemoryService, agent: str) -> list[str]:
@@ -173,7 +201,13 @@ def test_compact_job_builds_indexes_and_compacts_fragments(
         asyncio.run(service.write("agent-k", [NewMemory(content=f"small write {i}")]))
     env = [f"WONDER_DATA_DIR={tmp_path}"]
     result = run_job(ray_cluster, "compact", env, "--vector-index-min-rows", "1000000")
-    assert set(result["created_indexes"]) == {"agent_id", "type", "id", "content"}
+    assert set(result["created_indexes"]) == {
+        "agent_id",
+        "type",
+        "consolidated_into",
+        "id",
+        "content",
+    }
     assert result["before"]["fragments"] == 30 and result["after"]["fragments"] == 1
     assert result["after"]["rows"] == 30
     hits = asyncio.run(service.search("agent-k", SearchRequest("small write 7", k=1)))

@@ -5,17 +5,30 @@ from __future__ import annotations
 
 import asyncio
 import math
+from dataclasses import dataclass
+from pathlib import Path
 
+import pytest
 import ray
 
 from cluster.executor import execute_task
+from cluster.models import ServedEmbedders
 from cluster.wiring import executor_services
 from core.domain import TaskDef
+from core.memory import HashingEmbedder, MemoryFilter, NewMemory, open_memory_service
 from core.memory.embedding import SentenceTransformerEmbedder
 from core.ports import TaskContext
+from jobs.embed import EmbedOptions, run_embed
 from serving.embedder import ServeEmbedder, get_embedder, reset_embedder_cache
 from tests.conftest import Cluster
 from tests.factories import make_agent, make_client, scripted_profile
+
+
+@dataclass(frozen=True)
+class Locations:
+    resolved_lance_uri: str
+    resolved_object_uri: str
+    s3_endpoint_url: str | None = None
 
 
 def _close(a: list[float], b: list[float]) -> bool:
@@ -85,3 +98,28 @@ def test_executor_tasks_use_the_deployment(embedder_app: str, ray_cluster: Clust
     )
     assert found.result["memories"][0]["content"] == "The office is in Lyon"
     assert handle.info.remote().result()["requests"] > before
+
+
+def test_a_small_embed_job_embeds_through_the_warm_deployment(
+    embedder_app: str, ray_cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ray import serve
+
+    where = Locations(str(tmp_path / "lance"), str(tmp_path / "objects"))
+    stand_in = open_memory_service(where, HashingEmbedder(384, name="stand-in"))
+    texts = [f"decision {i}: ship on day {i}" for i in range(12)]
+    asyncio.run(stand_in.write("agent-w", [NewMemory(content=t) for t in texts], dedupe="none"))
+    monkeypatch.setenv("WONDER_DATA_DIR", str(tmp_path))
+    handle = serve.get_app_handle(embedder_app)
+    before = handle.info.remote().result()["requests"]
+    reset_embedder_cache()
+    result = run_embed(EmbedOptions(write_chunk=5), ServedEmbedders(ray_cluster.env))
+    assert result["mode"] == "in_process" and result["written"] == len(texts)
+    assert handle.info.remote().result()["requests"] - before == 3  # 12 rows in batches of 5
+
+    stored = stand_in.ops.list_all(MemoryFilter("agent-w"))
+    vectors = stand_in.ops.vectors("agent-w", [m.id for m in stored])
+    local = dict(zip(texts, SentenceTransformerEmbedder().embed_sync(texts), strict=True))
+    for memory in stored:
+        assert _close(vectors[memory.id], local[memory.content])
+    assert {m.embedding_model for m in stored} == {"all-MiniLM-L6-v2"}

@@ -23,6 +23,7 @@ from core.memory import (
 )
 from core.memory.operations import MemoryFilter
 from core.memory.records import INLINE_LIMIT_BYTES, RankWeights
+from core.memory.tuning import VectorTuning
 
 DIM = 64
 
@@ -198,10 +199,47 @@ def test_indexes_are_created_once_and_search_still_works(service: MemoryService)
         *[NewMemory(content=f"memory number {i} about topic {i % 7}") for i in range(300)],
     )
     created = service.ops.table.ensure_indexes(vector_index_min_rows=256)
-    assert set(created) == {"agent_id", "type", "id", "content", "vector"}
+    assert set(created) == {"agent_id", "type", "consolidated_into", "id", "content", "vector"}
     assert service.ops.table.ensure_indexes(vector_index_min_rows=256) == []
     hits = run(service.search("agent-a", SearchRequest("memory number 42 about topic 0", k=3)))
     assert hits and hits[0].memory.content == "memory number 42 about topic 0"
+
+
+def ivf_partitions(table: MemoryTable) -> list[int]:
+    import lance
+
+    stats = lance.dataset(table.dataset_uri).stats.index_stats("vector_idx")
+    return [int(index["num_partitions"]) for index in stats["indices"]]
+
+
+def test_the_vector_index_keeps_its_partitions_through_optimize_and_is_searched(
+    tmp_path: Path,
+) -> None:
+    # Through the index even for a small agent (flat_max_rows=0), two agents sharing the table.
+    tuning = VectorTuning(partition_rows=25, flat_max_rows=0)
+    table = MemoryTable(str(tmp_path / "lance"), DIM, tuning=tuning)
+    service = MemoryService(
+        MemoryOps(table, LocalObjectStore(tmp_path / "o")), HashingEmbedder(DIM)
+    )
+    for agent in ("agent-a", "agent-b"):
+        contents = [f"{agent} memory {i} about topic {i % 7}" for i in range(200)]
+        run(service.write(agent, [NewMemory(content=c) for c in contents], dedupe="none"))
+    assert "vector" in table.ensure_indexes(vector_index_min_rows=256)
+    assert ivf_partitions(table)[0] >= 12  # 400 rows, 25 per partition
+    table.table.optimize()  # what the compact job runs next
+    # LanceDB merges the partitions of an index built with num_partitions down to its own
+    # target size (1,000 -> 31 at 1M rows); one built with a target size keeps most of them.
+    assert ivf_partitions(table)[0] >= 8
+    assert service.ops.nearest(MemoryFilter("agent-a"), [1.0] * DIM, 5)  # never short
+    hits = run(service.search("agent-a", SearchRequest("agent-a memory 42 about topic 0", k=3)))
+    assert hits[0].memory.content == "agent-a memory 42 about topic 0"
+    assert {h.memory.agent_id for h in hits} == {"agent-a"}
+
+    table.tuning = dataclasses.replace(tuning, index="ivf_pq")
+    table.rebuild_vector_index()
+    assert table.index_names()["vector"] == "IvfPq"
+    hits = run(service.search("agent-b", SearchRequest("agent-b memory 7 about topic 0", k=1)))
+    assert hits[0].memory.content == "agent-b memory 7 about topic 0"
 
 
 def test_set_vectors_skips_rows_edited_since_they_were_read(service: MemoryService) -> None:
