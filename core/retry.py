@@ -50,6 +50,9 @@ take about 15 s), tests/cluster/test_node_loss.py."""
 STREAM_RESUME = RetryPolicy(4, (0.1, 0.25, 0.5), None)
 """An event stream cut by an actor restart resumes from its last ``seq``, up to 3 times in a row
 (a resubscription that delivers starts the count over)."""
+STORE_OUTAGE = RetryPolicy(64, (0.2, 0.5, 1.0, 2.0, 5.0), None)
+"""Recording a turn's failure after the store went away mid-turn: tried again for about five
+minutes (a database restart, a failover) before the turn is left to the next activation."""
 DELIVERY = RetryPolicy(8, (0.2, 0.4, 0.8, 1.6, 3.2, 5.0), None)
 """Handing a finished async operation to its conversation (which may be restarting)."""
 

@@ -58,6 +58,14 @@ class Settings(BaseSettings):
 
     gateway_host: str = "127.0.0.1"
     gateway_port: int = 8000
+    gateway_num_replicas: int = Field(
+        1, ge=1, description="Gateway replicas (Serve spreads them over non-accelerator nodes)"
+    )
+    serve_proxy_location: Literal["EveryNode", "HeadOnly"] = Field(
+        "EveryNode",
+        description="Where Serve runs its HTTP proxies: EveryNode (each node with a replica, "
+        "behind a load balancer) or HeadOnly (one proxy on the head)",
+    )
     scheduler_tick_s: float = Field(
         5.0, gt=0, le=60, description="How often the cron scheduler looks for due triggers"
     )

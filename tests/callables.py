@@ -83,3 +83,17 @@ def fail_times(data: dict[str, Any]) -> dict[str, Any]:
     if runs <= int(args.get("times") or 0):
         raise RetryableError(f"flaky, attempt {runs}")
     return {"runs": runs}
+
+
+@library_callable
+async def record_then_wait(data: dict[str, Any]) -> dict[str, Any]:
+    """A tool with an effect to count on every call: append a line to ``path``, then wait
+    ``seconds`` (an operation still running when something fails). Returns the lines so far."""
+    import asyncio
+
+    args = data.get("input") if isinstance(data.get("input"), dict) else data
+    with open(str(args["path"]), "a") as f:
+        f.write("ran\n")
+    await asyncio.sleep(float(args.get("seconds") or 1))
+    with open(str(args["path"])) as f:
+        return {"runs": len(f.readlines())}

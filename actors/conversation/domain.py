@@ -300,12 +300,14 @@ class CancelRequested:
 
 @dataclass(frozen=True, slots=True)
 class StepFailed:
-    """A step of the turn could not go on (its agent is gone, a bug): the turn fails with
-    ``reason`` and is not left dangling."""
+    """A step of the turn could not go on (its agent is gone, a bug, the store went away): the
+    turn fails with ``reason`` (and ``error``, when the caller may ask again) and is not left
+    dangling."""
 
     turn_id: str
     reason: str
     at: datetime
+    error: ToolError | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -630,7 +630,7 @@ def _step_failed(state: ConversationState, event: StepFailed) -> list[Decision]:
         decisions.append(CloseDangling(turn.turn_id, turn.open_calls, (), message, event.at))
     return [
         *decisions,
-        FailTurn(turn.turn_id, event.reason, turn.usage, False, event.at),
+        FailTurn(turn.turn_id, event.reason, turn.usage, False, event.at, event.error),
         *_start_next(state, turn.turn_id, event.at),
     ]
 
