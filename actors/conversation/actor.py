@@ -207,8 +207,8 @@ class ConversationActor:
                 self._spawn(turn_id, self.steps.run_tools(turn_id, agent_id, plans))
             case ExtractMemories(turn_id=turn_id, agent_id=agent_id, task_id=task_id):
                 self._spawn(turn_id, self.steps.extract_memories(turn_id, agent_id, task_id))
-            case CheckOperations(turn_id=turn_id, operations=operations):
-                self._side_step(turn_id, self.steps.check_operations(turn_id, operations))
+            case CheckOperations(turn_id=turn_id, agent_id=agent_id, operations=operations):
+                self._side_step(turn_id, self.steps.check_operations(turn_id, agent_id, operations))
             case StopWork(turn_id=turn_id):
                 work = self._work.get(turn_id)
                 if work is not None:

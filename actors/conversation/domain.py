@@ -603,9 +603,11 @@ class StopWork:
 
 @dataclass(frozen=True, slots=True)
 class CheckOperations:
-    """Ask the runner whether a recovered turn's pending operations are still running."""
+    """Ask the runner whether a recovered turn's pending operations are still running (those it
+    never took are handed to it now)."""
 
     turn_id: str
+    agent_id: str | None
     operations: tuple[AsyncOperation, ...]
 
 

@@ -349,7 +349,7 @@ def _resume_interrupted(recovered: RecoveredTurn, at: datetime) -> list[Decision
     decisions += [HoldDelivery(turn.id, op) for op in completed]
     pending = tuple(op for op in ops if op.status is OperationStatus.PENDING)
     if pending:
-        decisions.append(CheckOperations(turn.id, pending))
+        decisions.append(CheckOperations(turn.id, turn.agent_id, pending))
     return decisions
 
 
@@ -365,7 +365,7 @@ def _resume_waiting(recovered: RecoveredTurn, at: datetime) -> list[Decision]:
     decisions += _deliveries(turn.id, turn.agent_id, completed, free=True)
     pending = tuple(op for op in ops if op.status is OperationStatus.PENDING)
     if pending:
-        decisions.append(CheckOperations(turn.id, pending))
+        decisions.append(CheckOperations(turn.id, turn.agent_id, pending))
     return decisions
 
 

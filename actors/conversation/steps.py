@@ -43,7 +43,7 @@ from actors.conversation.records import WAITING
 from actors.conversation.tool_calls import build_catalog
 from actors.conversation.tool_dispatch import ToolDispatcher
 from core.context_contract import CONTEXT_CONTRACT, parse_hook_answer
-from core.domain import AsyncOperation, Message, ToolError, ToolResult, Turn, Usage
+from core.domain import AsyncOperation, Message, OperationStatus, ToolError, ToolResult, Turn, Usage
 from core.errors import NotFound, WonderError
 from core.forks import messages_of_turns, recent_turn_ids_visible
 from core.ids import new_id, utc_now
@@ -292,9 +292,24 @@ class TurnSteps:
         return MemoriesExtracted(turn_id, utc_now())
 
     async def check_operations(
-        self, turn_id: str, operations: Sequence[AsyncOperation]
+        self, turn_id: str, agent_id: str | None, operations: Sequence[AsyncOperation]
     ) -> OperationsChecked:
-        """Which of a recovered turn's pending operations the runner no longer has."""
+        """Which of a recovered turn's pending operations the runner no longer has.
+
+        One the runner never took (``started_at`` unset: the previous incarnation recorded it,
+        then died before handing it over — a lost node) has not run: it is handed over now, not
+        lost. One that finished meanwhile is the runner's to deliver."""
         running = await self.ports.operations.running()
-        lost = tuple(op for op in operations if op.id not in running)
-        return OperationsChecked(turn_id, lost, utc_now())
+        lost: list[AsyncOperation] = []
+        for op in operations:
+            if op.id in running:
+                continue
+            stored = self.store.async_operations.get(op.id)
+            if stored.status is not OperationStatus.PENDING:
+                continue
+            if stored.started_at is None:
+                agent = agent_id or self.store.conversations.get(self.conversation_id).agent_id
+                await self.ports.operations.start(op.id, agent or "")
+                continue
+            lost.append(op)
+        return OperationsChecked(turn_id, tuple(lost), utc_now())

@@ -208,6 +208,38 @@ async def test_a_completed_operation_is_delivered_by_the_next_incarnation(
     assert event_types(cluster.store, conv).count("operation.delivered") == 1
 
 
+async def test_an_operation_never_handed_to_the_runner_is_handed_over_on_recovery(
+    cluster: InProcessCluster, tmp_path: Path
+) -> None:
+    """Its actor died after recording the operation and before the runner took it (a lost
+    node): the next incarnation hands it over (it never ran), instead of calling it lost."""
+    runs = tmp_path / "runs"
+    record = task_tool(
+        cluster.store,
+        "record",
+        [{"kind": "python", "params": {"callable": "tests.callables:record_then_wait"}}],
+        **{"async": True},
+    )
+    script = [
+        {"match": "go", "tool_calls": [{"name": "record", "arguments": {"path": str(runs)}}]},
+        {"match": "dispatched", "reply": "started"},
+        {"match": "[background result]", "reply": "done: {{last_user}}"},
+    ]
+    conv = conversation(cluster.store, script, tools=[record])
+    cluster.lost_starts = 1
+    ack = await cluster.post_message(conv, "go", "user-1")
+    await async_wait_for(lambda: cluster.store.turns.get(ack.turn_id).awaiting_operations, 10)
+    [op] = cluster.store.async_operations.list(conv)
+    assert op.started_at is None and not runs.exists()  # recorded, never handed over
+    cluster.crash(conv)
+    assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+    [op] = cluster.store.async_operations.list(conv)
+    assert op.status is OperationStatus.DELIVERED and op.started_at is not None
+    assert op.result is not None and op.result.success
+    assert runs.read_text().count("ran") == 1
+    assert event_types(cluster.store, conv).count("operation.delivered") == 1
+
+
 async def test_cancel_closes_the_open_tool_call(cluster: InProcessCluster) -> None:
     slow = task_tool(
         cluster.store,
