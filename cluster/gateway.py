@@ -48,14 +48,16 @@ class Gateway:
 def build_gateway_app(settings_env: dict[str, str]) -> Application:
     """The gateway as a Serve application; run it with ``serve.run(app, name="gateway")``.
 
-    ``WONDER_GATEWAY_NUM_REPLICAS`` replicas, which Serve spreads over the nodes the placement
-    rules allow (a replica per node while there are nodes to spare)."""
+    ``WONDER_GATEWAY_NUM_REPLICAS`` replicas over the nodes the placement rules allow, at most
+    ``WONDER_GATEWAY_MAX_REPLICAS_PER_NODE`` on one (default 1: a lost node takes one replica
+    with it; a replica beyond the nodes that can hold one waits for a node)."""
     deployment: Any = Gateway
     settings = settings_from_env(settings_env)
     options = {"num_cpus": 0, "runtime_env": {"env_vars": wonder_env(settings_env)}}
     placed = placement.gateway_actor_options(settings)
     configured = deployment.options(
         num_replicas=settings.gateway_num_replicas,
+        max_replicas_per_node=settings.gateway_max_replicas_per_node,
         ray_actor_options=placement.merged(options, placed),
     )
     app: Application = configured.bind(settings_env)

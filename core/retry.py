@@ -45,8 +45,9 @@ MEMORY_EXTRACTION = RetryPolicy(3, (0.1, 0.2, 0.4), 60.0)
 ACTOR_CALL = RetryPolicy(8, (0.05, 0.2, 0.5, 1.0, 2.0, 4.0, 8.0), None)
 """A call to a named actor: tried again (re-activated) when the actor died, is restarting or was
 being evicted — eight attempts over about sixteen seconds: a restart takes a worker process, and
-an actor whose node was lost restarts only once Ray has declared the node dead (its health checks
-take about 15 s), tests/cluster/test_node_loss.py."""
+an actor whose node was lost restarts only once Ray has declared the node dead (about 3 s with
+the health-check settings `wonder up` and the deployment files use, about 15 s with Ray's
+defaults; docs/deploy.md "Losing a node"), tests/cluster/test_node_loss.py."""
 STREAM_RESUME = RetryPolicy(4, (0.1, 0.25, 0.5), None)
 """An event stream cut by an actor restart resumes from its last ``seq``, up to 3 times in a row
 (a resubscription that delivers starts the count over)."""
