@@ -99,7 +99,15 @@ class PostgresServer:
         )
 
     def start(self) -> None:
-        """Start the server (again) on its port and data dir; returns once it accepts."""
+        """Start the server (again) on its port and data dir; returns once it accepts (at once
+        when it runs already)."""
+        running = subprocess.run(
+            [str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "status"],
+            user=self.user,
+            capture_output=True,
+        )
+        if running.returncode == 0:
+            return
         log = self.data_dir.parent / "server.log"
         self._pg_ctl("-o", self.options, "-l", str(log), "-w", "-t", "60", "start")
 

@@ -68,7 +68,12 @@ async def test_a_turn_cut_by_a_database_outage_fails_retriably_and_nothing_acked
     assert refused["error"]["code"] == "UNAVAILABLE" and refused["error"]["retriable"] is True
 
     await asyncio.to_thread(multinode.database.start)
-    ended = await stream.wait_turn(slow, 120)
+    try:
+        ended = await stream.wait_turn(slow, 120)
+    except TimeoutError as exc:
+        stored = store.turns.get(str(seen.turn_id))
+        events = [e.type for e in store.events.list(conv)]
+        raise AssertionError((stored.status, stored.failure_reason, events, stream.breaks)) from exc
     assert ended.ended == "turn.failed"
     failed = store.turns.get(str(seen.turn_id))
     assert failed.status is TurnStatus.FAILED and failed.failure_code == "UNAVAILABLE"

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from cluster.naming import DIRECTORY_NAME, conversation_actor_name
 from core.domain import MessageRole
 from tests.cluster.conftest import MultiNode, actor_nodes
 from tests.conftest import wait_for
 from tests.factories import make_agent, make_client, make_conversation, scripted_profile
 
+pytestmark = pytest.mark.timeout(900)  # a head restart on a loaded 2-core box: minutes
 CONVERSATIONS = 4
 
 
