@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from core.errors import WonderError
 from core.ids import utc_now
-from core.ports import Conversations
+from core.ports import Conversations, TurnQuotas
+from core.quotas import refuse_turn
 from core.sessions import route
 from core.store import Store
 from core.trigger_model import CronTrigger
@@ -27,6 +28,7 @@ log = logging.getLogger("wonder.scheduler")
 class SchedulerPorts:
     store: Store
     conversations: Conversations
+    quotas: TurnQuotas  # a trigger's turn counts toward its client's turn quotas
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,14 @@ class CronScheduler:
 
     async def _fire(self, trigger: CronTrigger) -> Fired:
         due = trigger.next_due.isoformat()
+        author = f"trigger:{trigger.id}"
+        admission = await asyncio.to_thread(
+            self.ports.quotas.admission, trigger.client_id, author, utc_now()
+        )
+        over = refuse_turn(admission)
+        if over is not None:  # claimed, so not retried: this due time is skipped
+            log.warning("trigger %s due %s over quota: %s", trigger.id, due, over.message)
+            return Fired(trigger.id, due, None, None, f"quota: {over.message}")
         try:
             kind, target = trigger.route.kind, trigger.route.target
             destination = await asyncio.to_thread(
@@ -82,7 +92,7 @@ class CronScheduler:
             ack = await self.ports.conversations.post_message(
                 destination.conversation_id,
                 message_for(trigger),
-                f"trigger:{trigger.id}",
+                author,
                 source="cron",
             )
         except WonderError as exc:  # claimed, so not retried: at most once

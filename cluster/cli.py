@@ -8,7 +8,8 @@
     wonder keys create NAME        a new client and its API key (--admin: an operator key)
     wonder keys list [CLIENT_ID]   keys (id, client, scope, status), never their secrets
     wonder keys revoke KEY_ID      stop a key at once (its open streams close)
-    wonder quota set CLIENT ...    a client's quotas (docs/security.md); `quota show CLIENT`
+    wonder quota set CLIENT ...    a client's quotas, --user USER a user's (docs/security.md);
+                                   `quota show CLIENT [--user USER]`
     wonder job ...                 batch jobs (embed, consolidate), when installed
 
 Settings are ``WONDER_*`` environment variables (core/settings.py); ``--data-dir`` sets
@@ -167,42 +168,79 @@ QUOTA_FIELDS = (
     "memories",
     "tokens_per_day",
 )
+USER_QUOTA_FIELDS = ("requests_per_second", "burst", "concurrent_turns", "tokens_per_day")
 
 
 def cmd_quota_set(args: argparse.Namespace) -> int:
-    """Set a client's quota: the given fields change, ``--unlimited FIELD`` clears one."""
+    """Set a client's quota (or, with ``--user``, one of its users'): the given fields change,
+    ``--unlimited FIELD`` clears one."""
     from pydantic import ValidationError
 
     from core.errors import NotFound
     from core.ids import utc_now
-    from core.quotas import Quota
+    from core.quotas import Quota, UserQuota
 
     store = open_settings_store(load_settings())
     try:
         store.clients.get(args.client_id)
     except NotFound as exc:
         return fail(exc.message)
-    before = store.quotas.get(args.client_id) or Quota()
+    named = [f for f in QUOTA_FIELDS if getattr(args, f) is not None] + (args.unlimited or [])
+    user = args.user
+    if user is not None:
+        refused = user_refusal(user, [f for f in named if f not in USER_QUOTA_FIELDS])
+        if refused:
+            return fail(refused)
+    before = (
+        store.quotas.get_user(args.client_id, user) or UserQuota()
+        if user is not None
+        else store.quotas.get(args.client_id) or Quota()
+    )
     fields = before.model_dump(exclude_none=True)
     fields.update({f: getattr(args, f) for f in QUOTA_FIELDS if getattr(args, f) is not None})
     for name in args.unlimited or []:
         fields.pop(name, None)
     try:
-        quota = Quota.model_validate(fields)
+        quota = type(before).model_validate(fields)
     except ValidationError as exc:
         return fail(f"invalid quota: {exc}")
-    store.quotas.put(args.client_id, quota, utc_now())
-    details = {"before": before.model_dump(exclude_none=True), "after": fields}
-    cli_audit(store, "quota.set", f"client:{args.client_id}", details, args.client_id)
+    details: dict[str, Any] = {"before": before.model_dump(exclude_none=True), "after": fields}
+    if isinstance(quota, Quota):
+        store.quotas.put(args.client_id, quota, utc_now())
+        target = f"client:{args.client_id}"
+    else:
+        store.quotas.put_user(args.client_id, user, quota, utc_now())
+        target, details = f"user:{user}", {"user_id": user, **details}
+    cli_audit(store, "quota.set", target, details, args.client_id)
     print(json.dumps(quota.model_dump(exclude_none=True), indent=2))
     return 0
 
 
+def user_refusal(user: str, client_only: list[str]) -> str | None:
+    """Why ``--user USER`` cannot be set as asked (a malformed id, a client-only field)."""
+    import re
+
+    from serving.gateway.members import USER_PATTERN
+
+    if not re.match(USER_PATTERN, user):
+        return f"--user: a user id of 1-200 letters, digits and _.:@+- (got {user!r})"
+    if client_only:
+        return (
+            f"a user's quota has {', '.join(USER_QUOTA_FIELDS)}; "
+            f"{', '.join(client_only)} are the client's only"
+        )
+    return None
+
+
 def cmd_quota_show(args: argparse.Namespace) -> int:
-    from core.quotas import Quota
+    from core.quotas import Quota, UserQuota
 
     store = open_settings_store(load_settings())
-    quota = store.quotas.get(args.client_id) or Quota()
+    quota: Quota | UserQuota
+    if args.user is not None:
+        quota = store.quotas.get_user(args.client_id, args.user) or UserQuota()
+    else:
+        quota = store.quotas.get(args.client_id) or Quota()
     print(json.dumps(quota.model_dump(exclude_none=True), indent=2))
     return 0
 
@@ -763,15 +801,18 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("key_id", metavar="KEY_ID")
     revoke.set_defaults(func=cmd_keys_revoke)
 
-    quota = sub.add_parser("quota", help="per-client quotas (docs/security.md)")
+    quota = sub.add_parser("quota", help="per-client and per-user quotas (docs/security.md)")
     quota_sub = quota.add_subparsers(dest="quota_command", required=True, metavar="ACTION")
     quota_set = quota_sub.add_parser(
         "set",
-        help="set a client's quota",
-        description="Change the given limits of CLIENT_ID (others keep their value; a new "
-        "client's are unlimited). Recorded in the audit trail.",
+        help="set a client's quota, or one of its users' (--user)",
+        description="Change the given limits of CLIENT_ID, or with --user USER of that user of "
+        "CLIENT_ID (others keep their value; a new client's or user's are unlimited). A user's "
+        "quota has --requests-per-second, --burst, --concurrent-turns and --tokens-per-day; the "
+        "client's applies on top. Recorded in the audit trail.",
     )
     quota_set.add_argument("client_id", metavar="CLIENT_ID")
+    quota_set.add_argument("--user", metavar="USER", help="a user of the client (X-Wonder-User)")
     quota_set.add_argument("--requests-per-second", dest="requests_per_second", type=float)
     quota_set.add_argument("--burst", type=int, help="token bucket size (default: 1 s of requests)")
     for name in QUOTA_FIELDS[2:]:
@@ -780,8 +821,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--unlimited", action="append", choices=QUOTA_FIELDS, metavar="FIELD", help="clear a limit"
     )
     quota_set.set_defaults(func=cmd_quota_set)
-    quota_show = quota_sub.add_parser("show", help="show a client's quota")
+    quota_show = quota_sub.add_parser("show", help="show a client's quota (or a user's)")
     quota_show.add_argument("client_id", metavar="CLIENT_ID")
+    quota_show.add_argument("--user", metavar="USER", help="a user of the client")
     quota_show.set_defaults(func=cmd_quota_show)
 
     model = sub.add_parser("model", help="the local model")

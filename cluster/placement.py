@@ -64,6 +64,12 @@ def executor_options(settings: Settings) -> Options:
     return _off_accelerators(settings)
 
 
+def workspace_options(settings: Settings) -> Options:
+    """A workspace actor with no worktree yet (or whose node is gone): off accelerator nodes.
+    Once its worktree exists it is pinned to that node (``core.workspaces.placement``)."""
+    return _off_accelerators(settings)
+
+
 def singleton_options() -> Options:
     """The directory and the async-operations runner: on the head node."""
     return {"resources": {HEAD_RESOURCE: PIN}}
@@ -85,6 +91,21 @@ def llm_actor_options(settings: Settings) -> Options:
     if not llm_on_accelerators(settings):
         return {}
     return {"resources": {settings.accelerator_resource: 1}}
+
+
+def llm_deployment_options(options: Mapping[str, Any], settings: Settings) -> Options:
+    """A vLLM deployment's Serve options placed: ``llm_actor_options`` merged into the replica's
+    actor options and, for a model split over several GPUs, into the first placement-group
+    bundle too (the replica actor runs in it, so what it asks must be in the bundle)."""
+    extra = llm_actor_options(settings)
+    if not extra:
+        return dict(options)
+    placed: Options = {**options, "ray_actor_options": merged(options["ray_actor_options"], extra)}
+    bundles = options.get("placement_group_bundles")
+    if bundles:
+        first = {**bundles[0], **{k: float(v) for k, v in extra.get("resources", {}).items()}}
+        placed["placement_group_bundles"] = [first, *bundles[1:]]
+    return placed
 
 
 def embedder_actor_options(settings: Settings) -> Options:

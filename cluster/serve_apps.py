@@ -17,20 +17,13 @@ from core.settings import Settings, load_settings, wonder_env
 
 
 def placed_llm_app(settings: Settings) -> Application:
-    """The vLLM application (``serving.llm``) with ``placement.llm_actor_options`` merged in."""
-    from serving.llm import LLMServer, engine_spec, replica_options
+    """The vLLM application (``serving.llm``: every model's deployment) placed on the
+    accelerator nodes as ``placement.llm_deployment_options`` says."""
+    from serving.llm import build_llm_app
 
-    spec = engine_spec(settings)
-    options = replica_options(spec, settings)
-    actor_options = placement.merged(
-        options["ray_actor_options"],
-        placement.llm_actor_options(settings),
+    return build_llm_app(
+        settings, placement=lambda options: placement.llm_deployment_options(options, settings)
     )
-    deployment: Any = LLMServer
-    app: Application = deployment.options(**{**options, "ray_actor_options": actor_options}).bind(
-        spec
-    )
-    return app
 
 
 def placed_embedder_app(settings: Settings, **kwargs: Any) -> Application:

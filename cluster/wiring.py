@@ -28,6 +28,7 @@ from cluster.workflows import RayCoordinators
 from cluster.workspaces import RayWorkspaces
 from core.settings import Settings, settings_from_env, wonder_env
 from core.store import store_for_settings
+from core.turn_quotas import StoredQuotas
 
 EnvKey = tuple[tuple[str, str], ...]
 
@@ -118,6 +119,7 @@ def conversation_ports(settings_env: dict[str, str]) -> ConversationPorts:
         residency=conversations_port,
         operations=RayAsyncOperations(lambda: runner_handle(settings_env, runner_ports)),
         models=ServedChatModels(tools.settings.allow_test_doubles),
+        quotas=StoredQuotas(tools.store),
         metrics=ray_metrics(),
     )
 
@@ -151,11 +153,12 @@ def _executor_services(key: EnvKey) -> ActionServices:
 
 @functools.lru_cache(maxsize=8)
 def _workspaces(key: EnvKey) -> RayWorkspaces:
-    return RayWorkspaces(settings_from_env(dict(key)).workspace_idle_ttl_s)
+    settings = settings_from_env(dict(key))
+    return RayWorkspaces(store_for_settings(settings), settings)
 
 
 def workspaces(settings_env: dict[str, str]) -> RayWorkspaces:
-    """This process's way to the conversations' workspace actors."""
+    """This process's way to the workspace actors."""
     return _workspaces(_key(settings_env))
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from enum import IntEnum, StrEnum
 
+from core.errors import NotFound, PermissionDenied
+
 
 class Level(IntEnum):
     """A member's access level; higher levels include everything below."""
@@ -66,3 +68,20 @@ def action_for_grant(current: Level | None, wanted: Level | None) -> Action:
     if Level.OWNER in (current, wanted):
         return Action.TRANSFER
     return Action.MANAGE
+
+
+def check(level: Level, action: Action, user: str, conversation_id: str) -> None:
+    """``PermissionDenied`` naming the level ``action`` needs unless ``level`` allows it."""
+    if not allows(level, action):
+        raise PermissionDenied(
+            f"user {user} is a {level.label} of conversation {conversation_id}: "
+            f"{action.value} needs {REQUIRED[action].label}"
+        )
+
+
+def require(level: Level | None, action: Action, user: str, conversation_id: str) -> None:
+    """``check``, and a user who is not a member gets ``NotFound``: to it the conversation is
+    not there."""
+    if level is None:
+        raise NotFound(f"conversation {conversation_id} not found")
+    check(level, action, user, conversation_id)

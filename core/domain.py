@@ -245,6 +245,9 @@ class Project(Model):
     origin: str | None = Field(None, description="The URL a managed clone was made from")
     managed: bool = False
     default_branch: str = "main"
+    push_on_merge: bool = Field(
+        False, description="Push the default branch back to origin after each merge into it"
+    )
     artifacts_repository: str
     created_at: datetime
 
@@ -335,6 +338,11 @@ class Turn(Model):
     agent_id: str | None
     parent_turn_id: str | None = None
     caller: Caller
+    user_id: str | None = Field(
+        None,
+        description="The user this turn works for (per-user quotas): the author of a user's "
+        "message, or the user of the turn whose delegation or workflow started it",
+    )
     input: str
     source: MessageSource = "human"
     reply_to_message_id: str | None = None

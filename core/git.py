@@ -1,19 +1,21 @@
 """Git as Wonder uses it: plain ``git`` subprocesses on a repository path (no Ray, no store).
 
 A project's repository is a local git directory (bare or not). Conversations work on branches
-(``wonder/conv-<id>``) checked out in worktrees; merging into the default branch happens without a
-working tree (``git merge-tree --write-tree`` + ``commit-tree`` + a compare-and-swap
-``update-ref``), so a merge never touches anyone's checkout and a conflict changes nothing.
+(``wonder/conv-<id>``), workflow runs on ``wonder/run-<id>``, each checked out in one worktree;
+merging into the default branch happens without a working tree (``git merge-tree --write-tree`` +
+``commit-tree`` + a compare-and-swap ``update-ref``), so a merge never touches anyone's checkout and
+a conflict changes nothing.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.errors import Conflict, InvalidInput, NonRetryableError, NotFound
+from core.errors import Conflict, InvalidInput, NonRetryableError, NotFound, Unavailable
 
 WONDER_IDENTITY = {
     "GIT_AUTHOR_NAME": "Wonder",
@@ -23,7 +25,9 @@ WONDER_IDENTITY = {
 }
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 BRANCH_PREFIX = "wonder/conv-"
+RUN_BRANCH_PREFIX = "wonder/run-"
 GIT_TIMEOUT_S = 120.0
+PUSH_TIMEOUT_S = 60.0
 
 
 class GitError(NonRetryableError):
@@ -43,17 +47,21 @@ def run_git(
     stdin: str | None = None,
     check: bool = True,
     env: dict[str, str] | None = None,
+    timeout_s: float = GIT_TIMEOUT_S,
 ) -> subprocess.CompletedProcess[str]:
     """``git -C cwd ARGS``; a non-zero exit raises ``GitError`` unless ``check`` is false."""
-    done = subprocess.run(
-        ["git", "-C", str(cwd), *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=git_env(env),
-        timeout=GIT_TIMEOUT_S,
-        check=False,
-    )
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(cwd), *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=git_env(env),
+            timeout=timeout_s,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise Unavailable(f"git {args[0]} took longer than {timeout_s:.0f}s") from None
     if check and done.returncode != 0:
         detail = (done.stderr or done.stdout).strip()[:2000]
         raise GitError(f"git {args[0]} failed: {detail}")
@@ -63,6 +71,23 @@ def run_git(
 def conversation_branch(conversation_id: str) -> str:
     """The working branch of a conversation (seed 001: ``wonder/conv-<conversation_id>``)."""
     return f"{BRANCH_PREFIX}{conversation_id}"
+
+
+def run_branch(run_id: str) -> str:
+    """The working branch of a workflow run that touches a project: ``wonder/run-<run_id>``."""
+    return f"{RUN_BRANCH_PREFIX}{run_id}"
+
+
+def branch_owner(branch: str) -> str:
+    """The conversation or run id a Wonder branch belongs to: its workspace's key.
+
+    A branch has one checkout, kept by its owner's workspace; whoever else works on the branch (a
+    delegated child, a workflow's agent node) works in that same workspace.
+    """
+    for prefix in (BRANCH_PREFIX, RUN_BRANCH_PREFIX):
+        if branch.startswith(prefix) and len(branch) > len(prefix):
+            return branch[len(prefix) :]
+    raise InvalidInput(f"{branch} is not a Wonder working branch")
 
 
 def looks_like_url(location: str) -> bool:
@@ -160,6 +185,40 @@ class GitRepository:
         self.git("branch", branch, start_commit)
         return start_commit
 
+    def delete_branch_if_merged(self, branch: str, into: str) -> bool:
+        """Delete ``branch`` when ``into`` holds all of it (nothing is lost); True if deleted."""
+        head = self.resolve(f"refs/heads/{branch}")
+        if head is None:
+            return False
+        target = self.require_branch(into)
+        merged = run_git(self.path, "merge-base", "--is-ancestor", head, target, check=False)
+        if merged.returncode != 0:
+            return False
+        # Compare-and-swap: a commit that lands meanwhile keeps the branch.
+        gone = run_git(self.path, "update-ref", "-d", f"refs/heads/{branch}", head, check=False)
+        return gone.returncode == 0
+
+    def push(self, branch: str, remote: str = "origin") -> str:
+        """Push ``branch`` to ``remote`` (fast-forward only); the commit pushed.
+
+        Raises:
+            Conflict: the remote refused (it has commits this repository lacks).
+            Unavailable: the remote could not be reached or refused us (auth, network).
+        """
+        commit = self.require_branch(branch)
+        refspec = f"refs/heads/{branch}:refs/heads/{branch}"
+        done = run_git(
+            self.path, "push", "--porcelain", remote, refspec, check=False, timeout_s=PUSH_TIMEOUT_S
+        )
+        if done.returncode == 0:
+            return commit
+        detail = (done.stderr + done.stdout).strip()[:2000]
+        if "[rejected]" in detail or "non-fast-forward" in detail or "fetch first" in detail:
+            raise Conflict(
+                f"{remote} refused {branch}: it has commits this project lacks ({detail})"
+            )
+        raise Unavailable(f"pushing {branch} to {remote} failed: {detail}")
+
     def branches(self, prefix: str = "") -> list[str]:
         out = self.git("for-each-ref", "--format=%(refname:short)", f"refs/heads/{prefix}")
         return [line for line in out.splitlines() if line]
@@ -236,17 +295,23 @@ class GitRepository:
 
     # ------------------------------------------------------------------ worktrees
 
-    def add_worktree(self, path: Path, branch: str) -> None:
-        """Check ``branch`` out at ``path`` (an existing worktree there is kept)."""
+    def add_worktree(self, path: Path, branch: str) -> bool:
+        """Check ``branch`` out at ``path``; an existing worktree there is kept. True if made.
+
+        ``--force`` re-registers a worktree whose files are gone (its node was lost): the branch
+        is then checked out afresh. Nothing is pruned: on a cluster whose worktrees live on
+        node-local disks, a worktree missing here may be alive on another node.
+        """
         if (path / ".git").exists():
-            return
+            return False
         path.parent.mkdir(parents=True, exist_ok=True)
-        run_git(self.path, "worktree", "prune")
-        self.git("worktree", "add", "--quiet", str(path), branch)
+        self.git("worktree", "add", "--force", "--quiet", str(path), branch)
+        return True
 
     def remove_worktree(self, path: Path) -> None:
-        run_git(self.path, "worktree", "remove", "--force", str(path), check=False)
-        run_git(self.path, "worktree", "prune", check=False)
+        """Remove the worktree at ``path``: its files and its registration."""
+        run_git(self.path, "worktree", "remove", "--force", "--force", str(path), check=False)
+        shutil.rmtree(path, ignore_errors=True)  # what git left (ignored files, a broken tree)
 
     def common_dir(self) -> Path:
         return Path(self.git("rev-parse", "--path-format=absolute", "--git-common-dir").strip())

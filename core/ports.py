@@ -10,6 +10,7 @@ engine-core ↔ executor interfaces are the models for this shape).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import Field
@@ -29,6 +30,7 @@ from core.errors import ErrorCode, WonderError
 from core.jsontypes import JsonObject
 from core.llm.protocol import ChatModel
 from core.memory.embedding import Embedder
+from core.quotas import TurnAdmission
 from core.workflows import ConversationParent, NodeRecord, WorkflowParent, WorkflowRun
 from core.workspaces import (
     ExecResult,
@@ -73,6 +75,11 @@ class AgentAnswer(Model):
     @property
     def declined(self) -> bool:
         return self.failure_code is ErrorCode.AGENT_DECLINED
+
+    @property
+    def over_quota(self) -> bool:
+        """The turn was refused by a quota (its reason says which, and when to retry)."""
+        return self.failure_code is ErrorCode.QUOTA_EXCEEDED
 
 
 class TurnOutcome(Model):
@@ -246,6 +253,28 @@ class Conversations(Protocol):
     async def stop_conversations(self, conversation_ids: list[str]) -> None: ...
 
 
+class TurnQuotas(Protocol):
+    """What turn quotas are checked on, read from the store (``core.turn_quotas``): planning
+    decides with these figures (``core.quotas``), the shell reads them."""
+
+    def admission(
+        self, client_id: str, user_id: str | None, at: datetime, *, excluding: str | None = None
+    ) -> TurnAdmission:
+        """The client's (and ``user_id``'s) turn quotas with their figures: active turns and the
+        day's tokens, the turn ``excluding`` left out."""
+        ...
+
+    async def tokens_left(self, client_id: str, turn_id: str, at: datetime) -> int | None:
+        """The model tokens the day has left for ``turn_id`` under its client's and user's
+        ``tokens_per_day`` (other turns' recorded tokens counted, its own not); None: no limit."""
+        ...
+
+    def acting_user(self, client_id: str, caller: Caller) -> str | None:
+        """The user a new turn works for: a user caller (not the client acting as itself), or
+        the user of the turn whose delegation or workflow calls."""
+        ...
+
+
 class Residency(Protocol):
     """What a Conversation actor asks of the directory that keeps resident actors bounded."""
 
@@ -272,6 +301,7 @@ class WorkflowRuns(Protocol):
         *,
         client_id: str | None = None,
         run_id: str | None = None,
+        project_id: str | None = None,
     ) -> str: ...
 
     async def wait(self, run_id: str, timeout_s: float | None = None) -> WorkflowRun: ...
@@ -341,7 +371,7 @@ class ActorHost(Protocol):
 
 
 class Workspaces(Protocol):
-    """A conversation's workspace (its branch's worktree): sandboxed commands and ``repo.*``.
+    """A branch's workspace (its worktree): sandboxed commands and ``repo.*``.
 
     Paths are relative to the worktree; one that leaves it is a ``PermissionDenied``.
     """
@@ -365,6 +395,10 @@ class Workspaces(Protocol):
     async def commit(self, spec: WorkspaceSpec, message: str, author: str | None) -> RepoCommit: ...
 
     async def status(self, spec: WorkspaceSpec) -> WorkspaceStatus: ...
+
+    async def remove(self, spec: WorkspaceSpec) -> None:
+        """Remove the workspace's worktree and stop its actor (its owner was deleted)."""
+        ...
 
 
 class Lifecycle(Protocol):

@@ -1,27 +1,47 @@
-"""Projects and conversation branches: the rules (``store.projects`` stores, ``core.git`` runs git).
+"""Projects and working branches: the rules (``store.projects`` stores, ``core.git`` runs git).
 
 A project names the git repository agents work on. Wonder keeps its own repositories under
 ``<data_dir>/projects/<project_id>/``: ``code.git`` when it creates one (no repository given) or
 clones one (a URL given), and always ``artifacts.git``. A local path names a repository Wonder works
 in place (never inside Wonder's data dir: that holds other clients' repositories and workspaces).
 
-An agent is scoped to projects (``Agent.project_ids``) and touches only those: a conversation of an
-agent scoped to exactly one project (or started with an explicit ``project_id`` among them) gets
-the branch ``wonder/conv-<conversation_id>`` from the project's default branch, recorded on the
-conversation (``project_id``, ``branch``).
+An agent is scoped to projects (``Agent.project_ids``) and touches only those. Who works on which
+branch (seed 001, "Shell Operations and Branch Context"):
+
+- a conversation of an agent scoped to exactly one project (or started with an explicit
+  ``project_id`` among them) gets ``wonder/conv-<conversation_id>`` from the default branch;
+- a workflow run started with a ``project_id`` gets ``wonder/run-<run_id>``; a run started by a
+  conversation works on that conversation's branch; a subworkflow on its parent run's;
+- a delegated call (a conversation's agent tool, a workflow's agent node) continues on its
+  caller's branch and creates none, when the called agent is scoped to that project; a child
+  conversation whose parent has no branch (for that agent) follows the first rule.
+
+``project_id`` and ``branch`` are recorded on the conversation (or the run's context). A branch has
+one workspace, keyed by the branch's owner (``core.git.branch_owner``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
-from core.domain import Agent, Project
-from core.errors import Conflict, InvalidInput, NotFound, PermissionDenied
-from core.git import GitRepository, conversation_branch, looks_like_url
+from core.domain import Agent, Conversation, Project
+from core.errors import Conflict, InvalidInput, NotFound, PermissionDenied, WonderError
+from core.git import (
+    GitRepository,
+    MergeOutcome,
+    branch_owner,
+    conversation_branch,
+    looks_like_url,
+    run_branch,
+)
 from core.ids import new_id, utc_now
+from core.ports import Workspaces
 from core.settings import Settings
 from core.store import Store
+from core.workspaces import WorkspaceSpec
 
 CODE_REPOSITORY = "code.git"
 ARTIFACTS_REPOSITORY = "artifacts.git"
@@ -32,7 +52,9 @@ def projects_root(settings: Settings) -> Path:
 
 
 def workspaces_root(settings: Settings) -> Path:
-    """Where conversation worktrees live (``<data_dir>/workspaces/<conversation_id>``)."""
+    """Where worktrees live (``<workspaces_dir>/<owner id>``; default ``<data_dir>/workspaces``)."""
+    if settings.workspaces_dir is not None:
+        return settings.workspaces_dir.resolve()
     return settings.data_dir.resolve() / "workspaces"
 
 
@@ -41,9 +63,9 @@ def _local_repository(settings: Settings, location: str) -> GitRepository:
     if not path.is_absolute():
         raise InvalidInput(f"repository: a local path must be absolute, got {location!r}")
     resolved = path.resolve()
-    data_dir = settings.data_dir.resolve()
-    if resolved == data_dir or data_dir in resolved.parents:
-        raise InvalidInput("repository: paths inside Wonder's data directory are not allowed")
+    for wonders in (settings.data_dir.resolve(), workspaces_root(settings)):
+        if resolved == wonders or wonders in resolved.parents:
+            raise InvalidInput("repository: paths inside Wonder's data directory are not allowed")
     roots = [Path(root).resolve() for root in settings.project_path_roots]
     if roots and not any(resolved == r or r in resolved.parents for r in roots):
         raise PermissionDenied(f"repository: {location} is outside the allowed project roots")
@@ -58,11 +80,15 @@ def create_project(
     name: str,
     repository: str | None = None,
     default_branch: str | None = None,
+    push_on_merge: bool = False,
 ) -> Project:
     """Create a project: a new bare repository, a bare clone of a URL, or a local repository.
 
     The default branch must exist (a new repository gets one empty initial commit on it).
+    ``push_on_merge`` needs an origin (a project cloned from a URL).
     """
+    if push_on_merge and (repository is None or not looks_like_url(repository)):
+        raise InvalidInput("push_on_merge: only a project cloned from a URL has an origin")
     project_id = new_id("proj")
     home = projects_root(settings) / project_id
     try:
@@ -75,6 +101,9 @@ def create_project(
         branch = default_branch or repo.head_branch() or "main"
         if not repo.has_branch(branch):
             raise InvalidInput(f"default_branch: {branch} does not exist in the repository")
+        if repository is None or looks_like_url(repository):
+            # Worktrees on other nodes' disks look missing from here: git gc must never prune them.
+            repo.git("config", "gc.worktreePruneExpire", "never")
         artifacts = GitRepository.init_bare(home / ARTIFACTS_REPOSITORY, "main")
     except BaseException:
         shutil.rmtree(home, ignore_errors=True)
@@ -88,6 +117,7 @@ def create_project(
         origin=repository if managed and repository else None,
         managed=managed,
         default_branch=branch,
+        push_on_merge=push_on_merge,
         artifacts_repository=str(artifacts.path),
         created_at=utc_now(),
     )
@@ -95,25 +125,42 @@ def create_project(
 
 
 def update_project(
-    store: Store, project: Project, *, name: str | None = None, default_branch: str | None = None
+    store: Store,
+    project: Project,
+    *,
+    name: str | None = None,
+    default_branch: str | None = None,
+    push_on_merge: bool | None = None,
 ) -> Project:
     if default_branch is not None and not repository_of(project).has_branch(default_branch):
         raise InvalidInput(f"default_branch: {default_branch} does not exist in the repository")
-    changes: dict[str, str] = {}
+    if push_on_merge and project.origin is None:
+        raise Conflict(f"push_on_merge: project {project.id} has no origin (not cloned from a URL)")
+    changes: dict[str, str | bool] = {}
     if name is not None:
         changes["name"] = name
     if default_branch is not None:
         changes["default_branch"] = default_branch
+    if push_on_merge is not None:
+        changes["push_on_merge"] = push_on_merge
     return store.projects.save(project.model_copy(update=changes))
 
 
-def delete_project(store: Store, settings: Settings, project: Project) -> None:
-    """Delete a project no agent is scoped to (its managed repositories go with it)."""
+def check_deletable(store: Store, project: Project) -> None:
+    """A project may go once no agent is scoped to it."""
     users = [
         a.id for a in store.agents.list_for_client(project.client_id) if project.id in a.project_ids
     ]
     if users:
         raise Conflict(f"project {project.id} is used by agents {users}")
+
+
+def delete_project(store: Store, settings: Settings, project: Project) -> None:
+    """Delete a project no agent is scoped to (its managed repositories go with it).
+
+    Its workspaces are removed first by the caller (their worktrees may be on other nodes).
+    """
+    check_deletable(store, project)
     store.projects.delete(project.id)
     shutil.rmtree(projects_root(settings) / project.id, ignore_errors=True)
 
@@ -152,6 +199,139 @@ def start_conversation_branch(project: Project, conversation_id: str) -> str:
     return branch
 
 
+def start_run_branch(store: Store, client_id: str, project_id: str, run_id: str) -> str:
+    """Create ``wonder/run-<run_id>`` from the default branch of the client's ``project_id``."""
+    try:
+        project = store.projects.get(project_id, client_id=client_id)
+    except NotFound:
+        raise InvalidInput(f"project_id: project {project_id} not found") from None
+    branch = run_branch(run_id)
+    repository_of(project).create_branch(branch, project.default_branch)
+    return branch
+
+
+def delegated_workplace(
+    agent: Agent, project_id: str | None, branch: str | None
+) -> tuple[str | None, str | None]:
+    """Where a delegated call of ``agent`` works: on its caller's branch when the agent is scoped
+    to the caller's project (seed 001: "no new branch is created"); else nowhere."""
+    if project_id is not None and branch is not None and project_id in agent.project_ids:
+        return project_id, branch
+    return None, None
+
+
+def child_workplace(
+    store: Store, parent: Conversation, agent: Agent, child_id: str
+) -> tuple[str | None, str | None]:
+    """The ``(project_id, branch)`` of a conversation's delegated child ``child_id``: its
+    parent's branch (``delegated_workplace``), else, like any new conversation of ``agent``, a
+    branch of its own when the agent has exactly one project."""
+    inherited = delegated_workplace(agent, parent.project_id, parent.branch)
+    if inherited[1] is not None:
+        return inherited
+    project = project_for_conversation(store, agent)
+    if project is None:
+        return None, None
+    return project.id, start_conversation_branch(project, child_id)
+
+
+def workspace_spec(
+    settings: Settings, client_id: str, project: Project, branch: str
+) -> WorkspaceSpec:
+    """The workspace of ``branch``: keyed by its owner, its worktree under the workspaces dir."""
+    owner = branch_owner(branch)
+    return WorkspaceSpec(
+        workspace_id=owner,
+        client_id=client_id,
+        project_id=project.id,
+        repository=project.repository,
+        branch=branch,
+        default_branch=project.default_branch,
+        worktree=str(workspaces_root(settings) / owner),
+        data_dir=str(settings.data_dir.resolve()),
+    )
+
+
+def workspace_for(
+    store: Store,
+    settings: Settings,
+    *,
+    conversation_id: str | None,
+    run_id: str | None = None,
+    agent_id: str | None = None,
+) -> WorkspaceSpec:
+    """The workspace a task works in: its conversation's branch, else its workflow run's.
+
+    The acting agent must be scoped to the project (agents touch only their projects, even as a
+    participant of someone else's conversation).
+    """
+    if conversation_id is not None:
+        conversation = store.conversations.get(conversation_id)
+        project_id, branch = conversation.project_id, conversation.branch
+        client_id, acting = conversation.client_id, agent_id or conversation.agent_id
+        if project_id is None or branch is None:
+            raise InvalidInput(
+                f"conversation {conversation_id} has no project branch (its agent is not scoped "
+                "to exactly one project, or it was started without a project_id)"
+            )
+    elif run_id is not None:
+        run = store.workflow_runs.get(run_id)
+        project_id, branch = run.context.project_id, run.context.branch
+        client_id, acting = run.client_id or "", agent_id
+        if project_id is None or branch is None:
+            raise InvalidInput(f"workflow run {run_id} works on no project (start it with one)")
+    else:
+        raise InvalidInput("repo.* and shell.exec run in a conversation's or a run's workspace")
+    if acting is not None and project_id not in store.agents.get(acting).project_ids:
+        raise PermissionDenied(f"agent {acting} is not scoped to project {project_id}")
+    project = store.projects.get(project_id, client_id=client_id)
+    return workspace_spec(settings, client_id, project, branch)
+
+
+@dataclass(frozen=True, slots=True)
+class MergeReport:
+    """An explicit merge into the default branch, and the push that followed it (if any)."""
+
+    outcome: MergeOutcome
+    pushed: bool = False
+    push_error: str | None = None
+
+
+def merge_into_default(project: Project, branch: str, message: str | None = None) -> MergeReport:
+    """Merge ``branch`` into the project's default branch (a conflict changes nothing); with
+    ``push_on_merge``, push the default branch back to the origin after a merge. A failed push
+    leaves the merge in place and says why."""
+    outcome = repository_of(project).merge(branch, project.default_branch, message)
+    if outcome.status != "merged" or not project.push_on_merge:
+        return MergeReport(outcome)
+    try:
+        push_default_branch(project)
+    except WonderError as exc:
+        return MergeReport(outcome, pushed=False, push_error=exc.message)
+    return MergeReport(outcome, pushed=True)
+
+
+def push_default_branch(project: Project) -> str:
+    """Push the default branch of a project cloned from a URL back to it; the commit pushed.
+
+    Raises:
+        Conflict: the project has no origin, or the origin has commits the project lacks
+            (fetching is not built).
+        Unavailable: the origin could not be reached or refused the credentials.
+    """
+    if project.origin is None:
+        raise Conflict(f"project {project.id} has no origin: it was not cloned from a URL")
+    return repository_of(project).push(project.default_branch)
+
+
+def retire_branch(project: Project, branch: str) -> bool:
+    """A deleted owner's branch goes when the default branch holds all of it; True if deleted.
+
+    An unmerged branch is kept (its work is not lost: merge it, or delete it with git).
+    """
+    return repository_of(project).delete_branch_if_merged(branch, project.default_branch)
+
+
 def project_for_call(
     store: Store, conversation_id: str | None, agent_id: str | None, requested: str | None
 ) -> Project:
@@ -167,3 +347,31 @@ def project_for_call(
     if agent is None or requested not in agent.project_ids:
         raise PermissionDenied(f"agent {agent_id} is not scoped to project {requested}")
     return store.projects.get(requested, client_id=agent.client_id)
+
+
+async def remove_conversation_workspaces(
+    store: Store, settings: Settings, workspaces: Workspaces, conversation_ids: list[str]
+) -> list[str]:
+    """Before conversations are deleted: remove the workspaces they own (worktree and actor) and
+    retire their branches (``retire_branch``: gone if merged, else kept). A child working on its
+    parent's branch owns nothing. Returns the branches kept."""
+    kept: list[str] = []
+    for conversation_id in conversation_ids:
+        conversation = await asyncio.to_thread(store.conversations.get, conversation_id)
+        branch, project_id = conversation.branch, conversation.project_id
+        if branch is None or project_id is None or branch != conversation_branch(conversation_id):
+            continue
+        try:
+            project = await asyncio.to_thread(store.projects.get, project_id)
+        except NotFound:  # the project went first: its repositories (and branches) with it
+            continue
+        await workspaces.remove(workspace_spec(settings, conversation.client_id, project, branch))
+        if not await asyncio.to_thread(retire_branch, project, branch):
+            kept.append(branch)
+    return kept
+
+
+async def remove_project_workspaces(store: Store, workspaces: Workspaces, project: Project) -> None:
+    """Before a project is deleted: remove every workspace made on it (on whichever node)."""
+    for record in await asyncio.to_thread(store.workspaces.list_for_project, project.id):
+        await workspaces.remove(record.spec)

@@ -10,19 +10,27 @@ use: a conversation with the client's agent for that persona (its oldest, or a n
 *Routing* resolves a target to a conversation: a thread (a turn) appends to its conversation when
 that turn is the conversation's tip, otherwise forks the conversation at it; a session is its
 conversation; a persona is its main session.
+
+With an acting user (``X-Wonder-User``, ``core.access``), routing acts as that user: the
+destination is checked as if the user posted there (``writer``; a user who is not a member finds
+no such thread or conversation), forking at a thread needs what ``POST .../forks`` needs
+(``manager`` of the source), and a conversation routing makes (the fork, a main session on first
+use) is owned by that user, as a conversation or fork the user makes is.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from core.access import Action, Level, check, require
 from core.conversations import create_conversation
 from core.domain import Agent, PersonaRef
 from core.errors import Conflict, InvalidInput, NotFound
 from core.forks import fork_conversation, latest_turn_id
 from core.ids import new_id, utc_now
-from core.routes import RouteKind
+from core.routes import Route, RouteKind
 from core.store import Store
 
 MAIN_SUFFIX = ":main"
@@ -93,8 +101,10 @@ def create_session(
     return _session_with_new_conversation(store, client_id, label, agent_id, exists_ok=False)
 
 
-def persona_session(store: Store, client_id: str, persona_id: str) -> Session:
-    """The persona's main session, made on first use."""
+def persona_session(
+    store: Store, client_id: str, persona_id: str, user: str | None = None
+) -> Session:
+    """The persona's main session, made on first use (owned by ``user``, if given)."""
     label = main_label(persona_id)
     if store.session_labels.get(client_id, label) is not None:
         return get_session(store, client_id, label)
@@ -103,32 +113,100 @@ def persona_session(store: Store, client_id: str, persona_id: str) -> Session:
     except NotFound:
         raise InvalidInput(f"persona {persona_id} not found in the library") from None
     agent = _persona_agent(store, client_id, persona_id)
-    return _session_with_new_conversation(store, client_id, label, agent.id, exists_ok=True)
+    return _session_with_new_conversation(
+        store, client_id, label, agent.id, exists_ok=True, owner=user
+    )
 
 
-def route(store: Store, client_id: str, kind: RouteKind, target: str) -> Destination:
-    """The conversation a message to ``target`` goes to (forking it for a non-tip thread)."""
+def route(
+    store: Store, client_id: str, kind: RouteKind, target: str, user: str | None = None
+) -> Destination:
+    """The conversation a message to ``target`` goes to (forking it for a non-tip thread);
+    ``user``, the acting user, must be allowed to post there (module docstring)."""
     match kind:
         case "thread":
-            return _thread_destination(store, client_id, target)
+            return _thread_destination(store, client_id, target, user)
         case "session":
-            return Destination(
-                get_session(store, client_id, target).conversation_id, session=target
-            )
+            session = get_session(store, client_id, target)
+            _may_post(store, session.conversation_id, user)
+            return Destination(session.conversation_id, session=target)
         case "persona":
-            session = persona_session(store, client_id, target)
+            session = persona_session(store, client_id, target, user)
+            _may_post(store, session.conversation_id, user)
             return Destination(session.conversation_id, session=session.label)
 
 
-def _thread_destination(store: Store, client_id: str, turn_id: str) -> Destination:
+def makes_conversation(store: Store, client_id: str, to: Route) -> bool:
+    """Whether routing to ``to`` now would make a conversation (a fork at a thread that is not
+    its tip, a persona's main session on first use): one more against the client's quota."""
+    match to.kind:
+        case "persona":
+            return store.session_labels.get(client_id, main_label(to.target)) is None
+        case "session":
+            return False
+        case "thread":
+            try:
+                turn = store.turns.get(to.target)
+            except NotFound:
+                return False  # routing says so, precisely
+            return latest_turn_id(store, turn.conversation_id) != to.target
+
+
+def check_route(store: Store, client_id: str, to: Route) -> None:
+    """``InvalidInput`` unless ``to`` names something of the client's now: a library persona, one
+    of its session labels, a turn of one of its conversations (for a hook or trigger's rule,
+    checked when it is made; where it goes is resolved each time it fires)."""
+    match to.kind:
+        case "persona":
+            found = _exists(lambda: store.personas.get(to.target, client_id=client_id))
+            what = f"persona {to.target} not found in the library"
+        case "session":
+            found = store.session_labels.get(client_id, to.target) is not None
+            what = f"session {to.target} not found"
+        case "thread":
+            found = _exists(
+                lambda: store.conversations.get(
+                    store.turns.get(to.target).conversation_id, client_id=client_id
+                )
+            )
+            what = f"thread {to.target} not found"
+    if not found:
+        raise InvalidInput(f"route: {what}")
+
+
+def _exists(read: Callable[[], object]) -> bool:
+    try:
+        read()
+    except NotFound:
+        return False
+    return True
+
+
+def _may_post(store: Store, conversation_id: str, user: str | None) -> None:
+    if user is not None:
+        level = store.members.level(conversation_id, user)
+        require(level, Action.WRITE, user, conversation_id)
+
+
+def _thread_destination(
+    store: Store, client_id: str, turn_id: str, user: str | None
+) -> Destination:
+    missing = NotFound(f"thread {turn_id} not found")
     try:
         turn = store.turns.get(turn_id)
         conversation = store.conversations.get(turn.conversation_id, client_id=client_id)
     except NotFound:
-        raise NotFound(f"thread {turn_id} not found") from None
-    if latest_turn_id(store, conversation.id) == turn_id:
+        raise missing from None
+    level: Level | None = None
+    if user is not None and (level := store.members.level(conversation.id, user)) is None:
+        raise missing  # not a member: to this user the thread is not there
+    tip = latest_turn_id(store, conversation.id) == turn_id
+    if user is not None and level is not None:
+        check(level, Action.WRITE if tip else Action.MANAGE, user, conversation.id)
+    if tip:
         return Destination(conversation.id)
-    return Destination(fork_conversation(store, conversation, turn_id).id, forked=True)
+    fork = fork_conversation(store, conversation, turn_id, owner=user)
+    return Destination(fork.id, forked=True)
 
 
 def _persona_agent(store: Store, client_id: str, persona_id: str) -> Agent:
@@ -146,13 +224,21 @@ def _persona_agent(store: Store, client_id: str, persona_id: str) -> Agent:
 
 
 def _session_with_new_conversation(
-    store: Store, client_id: str, label: str, agent_id: str, *, exists_ok: bool
+    store: Store,
+    client_id: str,
+    label: str,
+    agent_id: str,
+    *,
+    exists_ok: bool,
+    owner: str | None = None,
 ) -> Session:
     conversation = create_conversation(store, client_id=client_id, agent_id=agent_id, title=label)
     if not store.session_labels.create(client_id, label, conversation.id, _now()):
         store.delete_conversation_tree(conversation.id)  # another request made it first
         if not exists_ok:
             raise Conflict(f"session {label} exists")
+    elif owner is not None:
+        store.members.grant(conversation.id, owner, Level.OWNER, utc_now(), owner)
     return get_session(store, client_id, label)
 
 

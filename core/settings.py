@@ -122,6 +122,11 @@ class Settings(BaseSettings):
         description="Local repository paths a project may name (empty: any outside data_dir)",
     )
     workspace_idle_ttl_s: float = Field(600.0, gt=0, description="Idle workspace actors exit")
+    workspaces_dir: Path | None = Field(
+        None,
+        description="Where worktrees live; default data_dir/workspaces (may be node-local: a "
+        "workspace actor is pinned to the node holding its worktree)",
+    )
     shell_timeout_s: float = Field(60.0, gt=0, le=3600, description="Default shell.exec timeout")
     shell_cpu_s: int = Field(120, ge=1, description="RLIMIT_CPU of a shell.exec command")
     shell_memory_mb: int = Field(2048, ge=16, description="RLIMIT_AS of a shell.exec command")

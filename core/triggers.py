@@ -13,9 +13,9 @@ from __future__ import annotations
 from datetime import datetime
 
 from core.cron import next_due, parse_cron
-from core.errors import InvalidInput, NotFound
 from core.ids import new_id, utc_now
 from core.routes import Route
+from core.sessions import check_route
 from core.store import Store
 from core.trigger_model import CronTrigger
 
@@ -23,12 +23,9 @@ from core.trigger_model import CronTrigger
 def create_trigger(
     store: Store, client_id: str, schedule: str, template: str, route: Route
 ) -> CronTrigger:
-    """A new trigger, first due at the schedule's next time (``InvalidInput`` for a bad one)."""
-    if route.kind == "persona":
-        try:
-            store.personas.get(route.target, client_id=client_id)
-        except NotFound:
-            raise InvalidInput(f"route: persona {route.target} not found in the library") from None
+    """A new trigger, first due at the schedule's next time (``InvalidInput`` for a bad schedule
+    or a route to nothing of the client's)."""
+    check_route(store, client_id, route)
     now = utc_now()
     trigger = CronTrigger(
         id=new_id("trigger"),

@@ -500,11 +500,18 @@ RunParent = Annotated[ConversationParent | WorkflowParent, Field(discriminator="
 
 
 class RunContext(_Model):
-    """Where a run works: handed to its tasks' actions and inherited by its subworkflows."""
+    """Where a run works: handed to its tasks' actions and inherited by its subworkflows.
+
+    ``project_id`` and ``branch``: the run's working branch (``core.projects``): its own
+    ``wonder/run-<run_id>`` when started with a project, its conversation's when a conversation
+    started it. Its agent nodes work on it too.
+    """
 
     conversation_id: str | None = None
     agent_id: str | None = None
     turn_id: str | None = None
+    project_id: str | None = None
+    branch: str | None = None
 
 
 class RunError(_Model):

@@ -1,25 +1,28 @@
-"""Workspaces: where a conversation's code work happens, and the typed answers of its operations.
+"""Workspaces: where code work happens, and the typed answers of its operations.
 
-A conversation with a project branch (``core.projects``) has a workspace: a worktree of its branch
-under ``<data_dir>/workspaces/<conversation_id>``, kept by the ``workspace:<conversation_id>``
-actor. ``WorkspaceSpec`` says which; ``workspace_for`` derives it from the store and enforces that
-the acting agent is scoped to the conversation's project. The models below cross the
-``Workspaces`` port (``core.ports``).
+A branch Wonder made (``wonder/conv-<id>`` for a conversation, ``wonder/run-<id>`` for a workflow
+run) has one workspace: a worktree of the branch under ``<workspaces_dir>/<id>``, kept by the
+``workspace:<id>`` actor. Whoever works on that branch (the conversation, its delegated children,
+the run's tasks and agent nodes) works there. ``WorkspaceSpec`` says which workspace
+(``core.projects.workspace_for`` derives it from the store and checks scope); the models below
+cross the ``Workspaces`` port (``core.ports``). ``placement`` is the rule that keeps a workspace
+actor on the node holding its worktree.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime
+
 from pydantic import Field
 
-from core.domain import Conversation, Model, Persona
-from core.errors import InvalidInput, PermissionDenied
-from core.projects import workspaces_root
+from core.domain import Model, Persona
 from core.settings import Settings
-from core.store import Store
 
 
 class WorkspaceSpec(Model):
-    """Which workspace: the conversation (its key), its project's repository and its branch."""
+    """Which workspace: its key (the branch's owner: a conversation or run id), the project's
+    repository and the branch."""
 
     workspace_id: str
     client_id: str
@@ -114,46 +117,27 @@ class WorkspaceStatus(Model):
     changed_files: list[str]
 
 
-def _require_branch(conversation: Conversation) -> tuple[str, str]:
-    if conversation.branch is None or conversation.project_id is None:
-        raise InvalidInput(
-            f"conversation {conversation.id} has no project branch (its agent is not scoped to "
-            "exactly one project, or it was started without a project_id)"
-        )
-    return conversation.project_id, conversation.branch
+class WorkspaceRecord(Model):
+    """Where a workspace's worktree lives: the Ray node that made it (and that node's address,
+    which a restarted Ray on the same host keeps while the node id changes)."""
+
+    spec: WorkspaceSpec
+    node_id: str
+    node_ip: str
+    updated_at: datetime
 
 
-def workspace_spec(
-    settings: Settings, conversation: Conversation, repository: str, default_branch: str
-) -> WorkspaceSpec:
-    """The workspace of a conversation that has a project branch."""
-    project_id, branch = _require_branch(conversation)
-    return WorkspaceSpec(
-        workspace_id=conversation.id,
-        client_id=conversation.client_id,
-        project_id=project_id,
-        repository=repository,
-        branch=branch,
-        default_branch=default_branch,
-        worktree=str(workspaces_root(settings) / conversation.id),
-        data_dir=str(settings.data_dir.resolve()),
-    )
+def placement(record: WorkspaceRecord | None, alive: Mapping[str, str]) -> str | None:
+    """The node a workspace actor must start on (hard affinity), or None for anywhere.
 
-
-def workspace_for(
-    store: Store, settings: Settings, conversation_id: str, agent_id: str | None
-) -> WorkspaceSpec:
-    """The workspace a tool call of ``agent_id`` in ``conversation_id`` works in.
-
-    The acting agent must be scoped to the conversation's project (agents touch only their
-    projects, even as a participant of someone else's conversation).
+    ``alive`` maps the live nodes' ids to their addresses. The node that holds the worktree when
+    it is alive; else a live node at the same address (Ray restarted on that host: same disk);
+    else None: the node is gone, and the actor checks the branch out afresh wherever it lands
+    (committed work is in the repository; uncommitted work on the lost node is lost).
     """
-    conversation = store.conversations.get(conversation_id)
-    project_id, _ = _require_branch(conversation)
-    acting = agent_id or conversation.agent_id
-    if acting is not None:
-        agent = store.agents.get(acting)
-        if project_id not in agent.project_ids:
-            raise PermissionDenied(f"agent {acting} is not scoped to project {project_id}")
-    project = store.projects.get(project_id, client_id=conversation.client_id)
-    return workspace_spec(settings, conversation, project.repository, project.default_branch)
+    if record is None:
+        return None
+    if record.node_id in alive:
+        return record.node_id
+    same_host = sorted(node for node, address in alive.items() if address == record.node_ip)
+    return same_host[0] if same_host else None

@@ -25,7 +25,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -167,6 +167,7 @@ class LocalEngine:
         self._engine = engine
         self._state = state
         self.spec = spec
+        self._stats_task: asyncio.Task[None] | None = None
 
     @classmethod
     async def start(cls, spec: EngineSpec, stat_loggers: list[Any] | None = None) -> LocalEngine:
@@ -198,7 +199,28 @@ class LocalEngine:
         logger.info(
             "vLLM ready in %.1f s (%s, %s)", time.monotonic() - started, spec.device, spec.model_dir
         )
-        return cls(engine, state, spec)
+        local = cls(engine, state, spec)
+        if stat_loggers:
+            from vllm import envs
+
+            local.log_stats_every(envs.VLLM_LOG_STATS_INTERVAL)
+        return local
+
+    def log_stats_every(self, interval_s: float) -> None:
+        """Have the stat loggers log every ``interval_s``, as ``vllm serve``'s server does: vLLM
+        records stats after each step but only a server task calls ``do_log_stats`` (its
+        throughput line, and the tokens/s of ``serving.llm_metrics``)."""
+
+        async def log_stats() -> None:
+            while True:
+                await asyncio.sleep(interval_s)
+                try:
+                    await self._engine.do_log_stats()
+                except Exception:  # a stats failure must not stop the next ones
+                    logger.exception("vLLM stats logging failed")
+
+        if self._stats_task is None:
+            self._stats_task = asyncio.create_task(log_stats(), name="vllm-log-stats")
 
     async def models(self) -> JsonObject:
         listing = await self._state.openai_serving_models.show_available_models()
@@ -248,6 +270,8 @@ class LocalEngine:
         await self._engine.check_health()
 
     def shutdown(self) -> None:
+        if self._stats_task is not None:
+            self._stats_task.cancel()
         self._engine.shutdown()
 
 
@@ -436,8 +460,14 @@ def replica_options(spec: EngineSpec, settings: Settings) -> JsonObject:
     return deployment_options(model_plans(settings)[0], settings, dict(spec.env))
 
 
+Placement = Callable[[dict[str, Any]], dict[str, Any]]
+"""Rewrites a model deployment's Serve options for the cluster's nodes (``cluster.serve_apps``)."""
+
+
 def build_llm_app(
-    settings: Settings | Mapping[str, str], model_dir: Path | None = None
+    settings: Settings | Mapping[str, str],
+    model_dir: Path | None = None,
+    placement: Placement | None = None,
 ) -> Application:
     """The LLM Serve application; run it with ``serve.run(app, name=LLM_APP_NAME,
     route_prefix=LLM_ROUTE_PREFIX)``.
@@ -446,7 +476,8 @@ def build_llm_app(
     ``LLMServer``, which also takes the HTTP routes, and one ``LLMServer-<name>`` per entry of
     ``WONDER_LLM_MODELS``. Without ``model_dir`` each replica prepares its model on its own node (a
     no-op when that node's cache has it; ``wonder model setup`` fills the cache ahead of time).
-    ``settings`` may also be ``Settings.env()``-style ``WONDER_*`` variables.
+    ``settings`` may also be ``Settings.env()``-style ``WONDER_*`` variables; ``placement``, if
+    given, gets every deployment's options before they are applied.
     """
     if not isinstance(settings, Settings):
         from core.settings import settings_from_env
@@ -454,18 +485,22 @@ def build_llm_app(
         settings = settings_from_env(dict(settings))
     deployment: Deployment = LLMServer  # type: ignore[assignment]  # the class decorators make it one
     extra_deployment: Deployment = LLMModelServer  # type: ignore[assignment]  # Serve overloads
+
+    def options_for(plan: ModelPlan, spec: EngineSpec) -> dict[str, Any]:
+        options = deployment_options(plan, settings, dict(spec.env))
+        return placement(options) if placement is not None else options
+
     primary, *extras = model_plans(settings)
     others: dict[str, Application] = {}
     names: dict[str, str] = {}
     for plan in extras:
         spec = engine_spec_for(plan, settings)
-        options = deployment_options(plan, settings, dict(spec.env))
+        options = options_for(plan, spec)
         others[plan.deployment_name] = extra_deployment.options(**options).bind(spec)
         for name in (*plan.served_names, *(adapter for adapter, _ in plan.lora_modules)):
             names[name] = plan.deployment_name
     spec = engine_spec_for(primary, settings, model_dir)
-    options = deployment_options(primary, settings, dict(spec.env))
-    return deployment.options(**options).bind(spec, others, names)
+    return deployment.options(**options_for(primary, spec)).bind(spec, others, names)
 
 
 def deploy_llm(settings: Settings, model_dir: Path | None = None) -> None:

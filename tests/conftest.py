@@ -72,6 +72,7 @@ class Cluster:
     data_dir: Path
     env: dict[str, str]
     dashboard_url: str
+    metrics_url: str = ""  # the node's Prometheus endpoint (Ray metrics, ``ray_`` prefixed)
 
     @property
     def settings(self):  # type: ignore[no-untyped-def]
@@ -179,7 +180,7 @@ def ray_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         "TRANSFORMERS_OFFLINE": "1",
     }
     os.environ.update(env)
-    dashboard_port = free_port()
+    dashboard_port, metrics_port = free_port(), free_port()
     _DASHBOARD[:] = [f"http://127.0.0.1:{dashboard_port}"]
     _free_dashboard_agent_port()
     ray.init(
@@ -189,6 +190,10 @@ def ray_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         dashboard_host="127.0.0.1",
         dashboard_port=dashboard_port,
         _temp_dir=ray_tmp,
+        # The node's metrics agent serves every process's Ray metrics here (Prometheus text), a
+        # report interval (10 s) after they are recorded; unset, Ray picks a port it only tells
+        # the node object.
+        _metrics_export_port=metrics_port,
         runtime_env={"env_vars": env},
         log_to_driver=True,
         logging_config=ray.LoggingConfig(
@@ -197,7 +202,10 @@ def ray_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     )
     try:
         yield Cluster(
-            data_dir=data_dir, env=env, dashboard_url=f"http://127.0.0.1:{dashboard_port}"
+            data_dir=data_dir,
+            env=env,
+            dashboard_url=f"http://127.0.0.1:{dashboard_port}",
+            metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",
         )
     finally:
         ray.shutdown()

@@ -76,6 +76,7 @@ def make_agent(
     **persona_fields: Any,
 ) -> Agent:
     constraints = persona_fields.pop("constraints", None) or Constraints()
+    project_ids = persona_fields.pop("project_ids", None) or []
     persona = store.personas.put(
         Persona(
             id=f"persona-{new_id().lower()}",
@@ -92,6 +93,7 @@ def make_agent(
         client_id=client_id,
         name="test agent",
         persona_ref=PersonaRef(id=persona.id),
+        project_ids=project_ids,
         created_at=utc_now(),
     )
     return store.agents.insert(agent)

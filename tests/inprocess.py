@@ -34,6 +34,7 @@ from core.ports import (
 )
 from core.settings import settings_from_env
 from core.store import open_store
+from core.turn_quotas import StoredQuotas
 from core.workflows import NodeRecord, WorkflowRun
 
 
@@ -62,6 +63,7 @@ class NoWorkflows:
         *,
         client_id: str | None = None,
         run_id: str | None = None,
+        project_id: str | None = None,
     ) -> str:
         raise self._refuse()
 
@@ -127,6 +129,7 @@ class InProcessCluster:
             residency=self,
             operations=self,
             models=ServedChatModels(tools.settings.allow_test_doubles),
+            quotas=StoredQuotas(tools.store),
         )
 
     def actor(self, conversation_id: str) -> ConversationActor:

@@ -11,13 +11,13 @@ with (memories found + pending work + tool specs → ``system_context``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from actors.actions import ActionContext, JsonObject, action
 from core.callables import library_callable
-from core.errors import InvalidInput, NotFound, PermissionDenied
+from core.errors import ErrorCode, InvalidInput, NonRetryableError, NotFound, PermissionDenied
 from core.memory import (
     Memory,
     MemoryHit,
@@ -27,6 +27,10 @@ from core.memory import (
     SearchRequest,
 )
 from core.memory.context import assemble_context as render_context
+from core.quotas import Limit, check_batch
+
+if TYPE_CHECKING:
+    from core.memory.service import MemoryService
 
 NEW_MEMORY_KEYS = ("type", "content", "significance", "metadata", "subject")
 MAX_WRITE_BATCH = 64
@@ -102,6 +106,7 @@ async def memory_write(params: JsonObject, data: JsonObject, ctx: ActionContext)
     if dedupe not in ("auto", "none"):
         raise InvalidInput("memory.write: dedupe must be auto or none")
     service = await ctx.services.memory.service()
+    await admit_memories(ctx, service, agent_id, len(memories))
     outcomes = await service.write(
         agent_id,
         memories,
@@ -114,6 +119,28 @@ async def memory_write(params: JsonObject, data: JsonObject, ctx: ActionContext)
         "created": sum(1 for o in outcomes if o.action == "created"),
         "updated": sum(1 for o in outcomes if o.action == "updated"),
     }
+
+
+async def admit_memories(
+    ctx: ActionContext, service: MemoryService, agent_id: str, adding: int
+) -> None:
+    """Refuse a write that would take the agent's client past its ``memories`` quota: the whole
+    batch, before anything is written (``QUOTA_EXCEEDED``, not retriable: stored memories do
+    not go away by themselves)."""
+    store = ctx.services.store
+    client_id = ctx.client_id or store.agents.get(agent_id).client_id
+    quota = store.quotas.get(client_id)
+    allowed = quota.memories if quota is not None else None
+    if allowed is None:
+        return
+    stored = await service.count([a.id for a in store.agents.list_for_client(client_id)])
+    refusal = check_batch(Limit.MEMORIES, stored, adding, allowed, "memories stored")
+    if refusal is not None:
+        raise NonRetryableError(
+            f"memory.write refused, nothing was written: {refusal.message}; delete memories "
+            "or ask the operator for a larger quota",
+            code=ErrorCode.QUOTA_EXCEEDED,
+        )
 
 
 def search_request(params: JsonObject) -> SearchRequest:

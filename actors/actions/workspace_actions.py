@@ -1,9 +1,11 @@
-"""``shell.exec`` and ``repo.*``: actions that run in the conversation's workspace.
+"""``shell.exec`` and ``repo.*``: actions that run in the workspace of the task's branch.
 
 The workspace is implicit (seed 001 "Tool Execution Context"): the task's conversation names it,
-with its project and branch; the acting agent must be scoped to that project. Paths are relative to
-the worktree; leaving it is a ``PERMISSION_DENIED`` tool error. Parameters come from the task's
-``params`` first, then from the tool input (``data``).
+with its project and branch, else the task's workflow run (a run started with a project); the
+acting agent must be scoped to that project. Paths are relative to the worktree; leaving it is a
+``PERMISSION_DENIED`` tool error. Parameters come from the task's ``params`` first, then from the
+tool input (``data``). ``repo.merge`` is the one action that changes the default branch, and only
+as a workflow step (seed 001: merging is an explicit user action or a workflow configured to).
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from typing import Any
 from actors.actions import ActionContext, JsonObject, action
 from core.artifacts import ArtifactRepository
 from core.domain import Persona
-from core.errors import InvalidInput, NonRetryableError, NotFound, PermissionDenied
+from core.errors import Conflict, InvalidInput, NonRetryableError, NotFound, PermissionDenied
 from core.git import GitRepository
 from core.ports import Workspaces
-from core.workspaces import SandboxPolicy, WorkspaceSpec, workspace_for
+from core.projects import merge_into_default, workspace_for
+from core.workspaces import SandboxPolicy, WorkspaceSpec
 
 INDEX_FILES = 200
 INDEX_COMMITS = 10
@@ -55,10 +58,13 @@ async def _workspace(ctx: ActionContext) -> tuple[Workspaces, WorkspaceSpec]:
     workspaces = ctx.services.workspaces
     if workspaces is None:
         raise NonRetryableError("workspaces are not available in this process")
-    if not ctx.conversation_id:
-        raise InvalidInput("repo.* and shell.exec run in a conversation's workspace")
     spec = await asyncio.to_thread(
-        workspace_for, ctx.services.store, ctx.services.settings, ctx.conversation_id, ctx.agent_id
+        workspace_for,
+        ctx.services.store,
+        ctx.services.settings,
+        conversation_id=ctx.conversation_id,
+        run_id=ctx.run_id,
+        agent_id=ctx.agent_id,
     )
     return workspaces, spec
 
@@ -157,6 +163,41 @@ async def repo_commit(params: JsonObject, data: JsonObject, ctx: ActionContext) 
         raise InvalidInput("message must be 1 to 10000 characters")
     workspaces, spec = await _workspace(ctx)
     return (await workspaces.commit(spec, message, ctx.agent_id)).model_dump()
+
+
+@action("repo.merge")
+async def repo_merge(params: JsonObject, data: JsonObject, ctx: ActionContext) -> Any:
+    """``{message?}`` → merges the branch into the project's default branch (a workflow step).
+
+    A conflict is a ``CONFLICT`` error naming the files, and nothing changes: never forced.
+    ``{status: "merged" | "up_to_date", commit, branch, default_branch, pushed, push_error}``.
+    """
+    if not ctx.run_id:
+        raise PermissionDenied(
+            "repo.merge runs only as a workflow step; a conversation's branch is merged by the "
+            "explicit API call POST /v1/conversations/{id}/merge"
+        )
+    message = _param(params, data, "message")
+    if message is not None and (not isinstance(message, str) or not 0 < len(message) <= 2000):
+        raise InvalidInput("message must be a string of 1 to 2000 characters")
+    _, spec = await _workspace(ctx)
+    store = ctx.services.store
+    project = await asyncio.to_thread(store.projects.get, spec.project_id)
+    report = await asyncio.to_thread(merge_into_default, project, spec.branch, message)
+    outcome = report.outcome
+    if outcome.status == "conflicts":
+        raise Conflict(
+            f"merging {spec.branch} into {spec.default_branch} conflicts in "
+            f"{', '.join(outcome.conflicts)}; nothing was changed"
+        )
+    return {
+        "status": outcome.status,
+        "commit": outcome.commit,
+        "branch": spec.branch,
+        "default_branch": spec.default_branch,
+        "pushed": report.pushed,
+        "push_error": report.push_error,
+    }
 
 
 def _artifact_titles(repository: str, limit: int) -> list[dict[str, str]]:

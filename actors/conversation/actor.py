@@ -16,6 +16,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Coroutine
+from dataclasses import replace
 from typing import Any, assert_never
 
 from sqlalchemy.exc import IntegrityError
@@ -39,6 +40,7 @@ from actors.conversation.domain import (
     ExtractMemories,
     FailTurn,
     HoldDelivery,
+    MarkConversation,
     MessageReceived,
     NoteEvent,
     OperationCompleted,
@@ -220,6 +222,8 @@ class ConversationActor:
                     ended.set()
             case SaveConversation(conversation=conversation):
                 self.tools.conversation = conversation
+            case MarkConversation():
+                self.tools.conversation = self.state.conversation
             case (
                 Refuse()
                 | BeginTurn()
@@ -341,6 +345,7 @@ class ConversationActor:
                     started[turn_id] = started_tools(event.payload)
                 else:
                     resumes[turn_id] = resumes.get(turn_id, 0) + 1
+        at = utc_now()
         for turn in active:
             ops = tuple(
                 self.store.async_operations.list(self.id, turn_id=turn.id, statuses=WAITING)
@@ -350,9 +355,14 @@ class ConversationActor:
                 turns.append(
                     RecoveredTurn(turn, ops, moves, started.get(turn.id), resumes.get(turn.id, 0))
                 )
+            elif turn.started_at is None:  # not started yet: the turn quotas may refuse it
+                admission = self.ports.quotas.admission(
+                    self.state.conversation.client_id, turn.user_id, at, excluding=turn.id
+                )
+                turns.append(RecoveredTurn(turn, ops, admission=admission))
             else:
                 turns.append(RecoveredTurn(turn, ops))
-        return Recovered(tuple(turns), utc_now())
+        return Recovered(tuple(turns), at)
 
     def _measure_acknowledged(self, recovered: Recovered) -> None:
         """Show the turn metrics the ``turn.started`` of turns acknowledged in the store before
@@ -521,7 +531,9 @@ class ConversationActor:
             agent_id or self.state.conversation.agent_id,
             policy_applies=False,
         )
-        decisions, _acks = self._handle(event)
+        quotas, client_id = self.ports.quotas, self.state.conversation.client_id
+        admission = quotas.admission(client_id, quotas.acting_user(client_id, caller), event.at)
+        decisions, _acks = self._handle(replace(event, admission=admission))
         raise_refusal(decisions)
         return await self._answer(event.turn_id)
 
@@ -532,7 +544,10 @@ class ConversationActor:
             turn = self.store.turns.get(turn_id)
             if turn.conversation_id != self.id:
                 raise NotFound(f"turn {turn_id} not found in this conversation")
-            self._handle(TurnRequested(turn, utc_now()))
+            at = utc_now()
+            client_id = self.state.conversation.client_id
+            admission = self.ports.quotas.admission(client_id, turn.user_id, at, excluding=turn.id)
+            self._handle(TurnRequested(turn, at, admission=admission))
         return await self._answer(turn_id)
 
     async def _answer(self, turn_id: str) -> AgentAnswer:

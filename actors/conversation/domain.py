@@ -18,10 +18,12 @@ from core.domain import (
     Caller,
     ConcurrencyPolicy,
     Conversation,
+    ConversationStatus,
     Message,
     MessageSource,
     ModelProfile,
     Move,
+    Participant,
     Persona,
     Tool,
     ToolError,
@@ -32,6 +34,7 @@ from core.domain import (
 from core.errors import ErrorCode
 from core.jsontypes import JsonObject
 from core.llm.protocol import ChatRequest, ToolCallRequested
+from core.quotas import TurnAdmission
 
 # --------------------------------------------------------------------------- what a turn works with
 
@@ -138,6 +141,9 @@ class MessageReceived:
 
     ``policy_applies`` is False for calls from agents and workflows: they always start at once.
     ``parent_turn_id`` is resolved by the shell (the replied-to message's turn, else the latest).
+    ``admission`` is what the turn quotas say, read by the shell: whom the turn works for, and
+    the figures that refuse a call from an agent or a workflow over quota (a user's message was
+    admitted by the gateway already). None: not read (the turn works for its user caller).
     """
 
     turn_id: str
@@ -151,17 +157,20 @@ class MessageReceived:
     parent_turn_id: str | None
     policy_applies: bool
     at: datetime
+    admission: TurnAdmission | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class TurnRequested:
     """Run a turn someone else wrote and acknowledged: a delegated child's first turn, or a
     user's message acknowledged while this actor was starting (``policy_applies``: it queues
-    behind a running turn in a ``queue`` conversation)."""
+    behind a running turn in a ``queue`` conversation). ``admission``: as for
+    ``MessageReceived`` (a delegated child's turn over quota fails instead of starting)."""
 
     turn: Turn
     at: datetime
     policy_applies: bool = False
+    admission: TurnAdmission | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +189,8 @@ class RecoveredTurn:
     ``moves`` are the turn's recorded moves, ``started`` the last tool calls it recorded as
     started (their results are recorded as moves when they all return), ``resumes`` how many
     times it was resumed already (``turn.resumed`` events) and ``answered`` whether its answer
-    is stored."""
+    is stored. ``admission``: for a turn not started yet, what the turn quotas say (a delegated
+    child's turn over quota fails instead of starting, as with ``TurnRequested``)."""
 
     turn: Turn
     operations: tuple[AsyncOperation, ...] = ()  # its operations still pending or completed
@@ -188,6 +198,7 @@ class RecoveredTurn:
     started: StartedTools | None = None
     resumes: int = 0
     answered: bool = False
+    admission: TurnAdmission | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +244,8 @@ class ModelAnswered:
     """The model finished a call: text and/or tool calls.
 
     ``operation_ids`` has one fresh id per tool call, used when that call is an async tool.
+    ``tokens_left``: the model tokens the day had left for this turn before it started spending
+    (its client's and user's ``tokens_per_day``, read by the shell; None: no limit).
     """
 
     turn_id: str
@@ -241,6 +254,7 @@ class ModelAnswered:
     usage: Usage
     operation_ids: tuple[str, ...]
     at: datetime
+    tokens_left: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -572,6 +586,7 @@ class FailTurn:
     context_failed: bool
     at: datetime
     error: ToolError | None = None  # what failed, when a step did (``retriable``: ask again)
+    cancelled: bool = False  # stopped on purpose (a cancel, the interrupt policy): not a failure
 
 
 @dataclass(frozen=True, slots=True)
@@ -629,6 +644,16 @@ class SaveConversation:
     at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class MarkConversation:
+    """Record on the conversation row what its turns imply, with no event of its own (the
+    batch's own events announce the change): its ``status`` (``standing.conversation_status``)
+    and the users who joined by speaking."""
+
+    status: ConversationStatus
+    joined: tuple[Participant, ...] = ()
+
+
 Decision = (
     Refuse
     | BeginTurn
@@ -655,4 +680,5 @@ Decision = (
     | CheckOperations
     | SettleOperation
     | SaveConversation
+    | MarkConversation
 )

@@ -25,6 +25,7 @@ from actors.conversation.domain import (
     BeginTurn,
     ConversationState,
     Decision,
+    MarkConversation,
     MessageReceived,
     Refuse,
 )
@@ -131,11 +132,14 @@ class Intake:
         raise_refusal(decisions)
         match decisions:
             case [BeginTurn(turn=planned, message=message), AssembleContext()]:
-                turn = planned.model_copy(update={"started_at": None})
+                marks: list[Decision] = []
+            case [BeginTurn(turn=planned, message=message), AssembleContext(), MarkConversation()]:
+                marks = decisions[2:]  # the author joins; a failed conversation is active again
             case _:
                 return None  # not a plain start (an idle conversation has none): ask the actor
+        turn = planned.model_copy(update={"started_at": None})
         writer = BatchWriter(store, conversation_id)
-        writes = writer.writes_for([BeginTurn(turn, message)])
+        writes = writer.writes_for([BeginTurn(turn, message), *marks])
 
         def only_turn(conn: Connection, _events: list[Event]) -> None:
             active = store.turns.list(conversation_id, status=TurnStatus.ACTIVE, conn=conn)

@@ -125,6 +125,8 @@ def create_child_conversation(
     store: Store,
     *,
     parent: Conversation,
+    child_id: str,
+    workplace: tuple[str | None, str | None],
     agent_id: str,
     participants: list[Participant],
     title: str,
@@ -133,16 +135,18 @@ def create_child_conversation(
     caller: AgentCaller,
     session_label: str,
     at: datetime,
-) -> tuple[str, str]:
+    user_id: str | None = None,
+) -> str:
     """A delegated child conversation created atomically with its first message (seed 003).
 
-    One transaction writes the conversation, its ``conversation_started`` event, the first turn
-    (not yet started: the child's actor starts it), the message and their events, and the
-    sub-agent session label that lets a later call resume it. Returns ``(conversation_id,
-    turn_id)``.
+    One transaction writes the conversation (``child_id``, working on ``workplace``: its
+    ``(project_id, branch)``, see ``core.projects.child_workplace``), its ``conversation_started``
+    event, the first turn (not yet started: the child's actor starts it), the message and their
+    events, and the sub-agent session label that lets a later call resume it. Returns the turn's
+    id.
     """
     child = Conversation(
-        id=new_id("conv"),
+        id=child_id,
         client_id=parent.client_id,
         agent_id=agent_id,
         participants=participants,
@@ -150,6 +154,8 @@ def create_child_conversation(
         started_by_conversation_id=parent.id,
         started_by_message_id=started_by_message_id,
         depth=parent.depth + 1,
+        project_id=workplace[0],
+        branch=workplace[1],
         created_at=at,
     )
     turn = Turn(
@@ -157,6 +163,7 @@ def create_child_conversation(
         conversation_id=child.id,
         agent_id=agent_id,
         caller=caller,
+        user_id=user_id,
         input=content,
         source="agent",
         created_at=at,
@@ -193,4 +200,4 @@ def create_child_conversation(
             store.events.append(event, conn)
         store.sessions.put(parent.client_id, session_label, child.id, at, conn)
         store.members.copy(parent.id, child.id, at, conn)  # the parent's users keep access
-    return child.id, turn.id
+    return turn.id

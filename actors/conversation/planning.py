@@ -5,9 +5,11 @@ the shell observes comes back as an event; ``plan`` answers with decisions, ``ap
 into the state, the shell persists what must survive a crash (one transaction per batch) and then
 performs the effects, whose outcomes are the next events:
 
-    message received ─▶ BeginTurn + AssembleContext          (or QueueTurn / Refuse, by policy)
+    message received ─▶ BeginTurn + AssembleContext          (or QueueTurn / Refuse, by policy;
+                        an agent's or workflow's call over a turn quota ─▶ BeginTurn + FailTurn)
     context assembled ─▶ CallModel                           (context assembly failed ─▶ FailTurn)
-    model answered:  tool calls ─▶ RunTools                  (model failed ─▶ FailTurn)
+    model answered:  tool calls ─▶ RunTools                  (model failed ─▶ FailTurn; the
+                                   day's tokens spent during the call ─▶ FailTurn, reason quota)
                      plain text ─▶ AppendAgentMessage + AwaitOperations | ExtractMemories |
                                    CompleteTurn, or the next held delivery
     tools returned ─▶ RecordMoves + CallModel     (without tools once max_moves_per_turn is spent)
@@ -20,6 +22,9 @@ performs the effects, whose outcomes are the next events:
                                  ``resumption``), and fail ``interrupted`` after too many crashes
 
 A turn that ends (completed, failed, or waiting for operations) lets the oldest queued turn start.
+After every batch the conversation's own record follows its turns (``standing``: its status,
+``waiting`` / ``failed`` / ``active``, and the users who joined by speaking), as one
+``MarkConversation`` when something changed, with no event of its own.
 Events about a turn that is no longer live, or not in the phase they answer, are stale (a
 cancelled step finishing late) and plan nothing. Nothing here does I/O: no Ray, no store, no
 clock, no ids (they arrive in events).
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import assert_never
 
@@ -60,6 +66,7 @@ from actors.conversation.domain import (
     ExtractMemories,
     FailTurn,
     HoldDelivery,
+    MarkConversation,
     MemoriesExtracted,
     MemoryExtractionFailed,
     MessageReceived,
@@ -94,6 +101,8 @@ from actors.conversation.domain import (
     WaitForOperations,
 )
 from actors.conversation.resumption import MAX_INTERRUPTIONS, resumed_plans, resumption_of
+from actors.conversation.standing import mark as standing_mark
+from actors.conversation.standing import refused
 from actors.conversation.tool_calls import plan_tool_calls
 from core.domain import (
     AsyncOperation,
@@ -108,18 +117,27 @@ from core.domain import (
     Turn,
     TurnStatus,
     Usage,
+    UserCaller,
 )
 from core.errors import ErrorCode
 from core.jsontypes import JsonObject
+from core.quotas import Refusal, TurnAdmission, check_turn_tokens, refuse_turn, retry_hint
 
 MENTION = re.compile(r"(?<![\w@])@([A-Za-z0-9_.:-]+)")
 RESTARTED_MID_TURN = "the conversation restarted mid-turn"
 INTERRUPTED = "interrupted"
 INTERRUPTED_BY_MESSAGE = "interrupted by a new message"
+QUOTA = "quota"  # how a turn refused by a quota's reason starts
 
 
 def plan(state: ConversationState, event: ConversationEvent) -> list[Decision]:
     """The decisions that follow ``event`` in ``state`` (``state`` is not changed here)."""
+    decisions = _plan_event(state, event)
+    mark = _mark(state, event, decisions)
+    return decisions if mark is None else [*decisions, mark]
+
+
+def _plan_event(state: ConversationState, event: ConversationEvent) -> list[Decision]:
     match event:
         case (
             MessageReceived()
@@ -212,9 +230,8 @@ def _plan_step(
 
 def _message_received(state: ConversationState, event: MessageReceived) -> list[Decision]:
     conversation = state.conversation
-    if conversation.status in (ConversationStatus.COMPLETED, ConversationStatus.FAILED):
-        status = conversation.status.value
-        return [Refuse(ErrorCode.CONFLICT, f"conversation {conversation.id} is {status}")]
+    if conversation.status is ConversationStatus.COMPLETED:  # a failed one takes the next
+        return [Refuse(ErrorCode.CONFLICT, f"conversation {conversation.id} is completed")]
     match addressee(state, event.content, event.requested_agent_id):
         case Refuse() as refusal:
             return [refusal]
@@ -227,6 +244,9 @@ def _message_received(state: ConversationState, event: MessageReceived) -> list[
         return [Refuse(ErrorCode.CONFLICT, rejected)]
     queue = busy and policy is ConcurrencyPolicy.QUEUE
     turn, message = _new_turn(state, event, agent_id, started=not queue)
+    over = _over_quota(event.admission, event.policy_applies)
+    if over is not None:  # the call is recorded, and its turn ends at once
+        return [BeginTurn(turn, message), _quota_failed(turn.id, over, Usage(), event.at)]
     if queue:
         return [BeginTurn(turn, message), QueueTurn(turn.id, turn.agent_id)]
     decisions: list[Decision] = []
@@ -267,6 +287,7 @@ def _new_turn(
         reply_to_message_id=event.reply_to_message_id,
         created_at=event.at,
         started_at=event.at if started else None,
+        user_id=_acting_user(state, event),
     )
     message = Message(
         id=event.message_id,
@@ -281,10 +302,49 @@ def _new_turn(
     return turn, message
 
 
+def _acting_user(state: ConversationState, event: MessageReceived) -> str | None:
+    """Whom a new turn works for: as the shell read it, else its user caller (unless the client
+    posts as itself)."""
+    if event.admission is not None:
+        return event.admission.user_id
+    match event.caller:
+        case UserCaller(user_id=user_id) if user_id != state.conversation.client_id:
+            return user_id
+        case _:
+            return None
+
+
+def _over_quota(admission: TurnAdmission | None, policy_applies: bool) -> Refusal | None:
+    """The quota a call from an agent or a workflow would pass (a user's message was admitted,
+    or refused with 429, by the gateway)."""
+    if admission is None or policy_applies:
+        return None
+    return refuse_turn(admission)
+
+
+def _from_user(turn: Turn) -> bool:
+    """Whether a user's message started the turn (the gateway admitted those)."""
+    match turn.caller:
+        case UserCaller():
+            return True
+        case _:
+            return False
+
+
+def _quota_failed(turn_id: str, refusal: Refusal, usage: Usage, at: datetime) -> FailTurn:
+    """The turn ends with reason ``quota``: retriable once the quota's window reopens."""
+    message = f"{refusal.message}; {retry_hint(refusal)}"
+    error = ToolError(code=ErrorCode.QUOTA_EXCEEDED, message=message, retriable=True)
+    return FailTurn(turn_id, f"{QUOTA}: {message}", usage, False, at, error)
+
+
 def _turn_requested(state: ConversationState, event: TurnRequested) -> list[Decision]:
     turn = event.turn
     if turn.id in state.turns or turn.status is not TurnStatus.ACTIVE:
         return []  # already running here, or already over
+    over = _over_quota(event.admission, event.policy_applies)
+    if over is not None:
+        return [_quota_failed(turn.id, over, turn.usage, event.at)]
     policy = state.conversation.concurrency_policy
     if event.policy_applies and state.busy and policy is ConcurrencyPolicy.QUEUE:
         return [QueueTurn(turn.id, turn.agent_id)]
@@ -299,6 +359,10 @@ def _recovered(state: ConversationState, event: Recovered) -> list[Decision]:
         if turn.id in state.turns:
             continue
         if turn.started_at is None:
+            over = _over_quota(recovered.admission, _from_user(turn))
+            if over is not None:
+                decisions.append(_quota_failed(turn.id, over, turn.usage, event.at))
+                continue
             unstarted.append(turn)
         elif turn.awaiting_operations:
             decisions += _resume_waiting(recovered, event.at)
@@ -448,6 +512,16 @@ def _model_answered(state: ConversationState, event: ModelAnswered) -> list[Deci
         return [
             *decisions,
             FailTurn(turn.turn_id, reason, usage, False, event.at),
+            *_start_next(state, turn.turn_id, event.at),
+        ]
+    spent = usage.prompt_tokens + usage.completion_tokens
+    over = check_turn_tokens(spent, event.tokens_left, event.at)
+    if over is not None:
+        # The day's tokens ran out during this call: its answer was paid for, but its tool
+        # calls are not run, since only another model call could use their results.
+        return [
+            *decisions,
+            _quota_failed(turn.turn_id, over, usage, event.at),
             *_start_next(state, turn.turn_id, event.at),
         ]
     plans = plan_tool_calls(
@@ -615,7 +689,7 @@ def _cancel(
     decisions: list[Decision] = [
         StopWork(turn_id),
         CloseDangling(turn_id, turn.open_calls, operations, message, at),
-        FailTurn(turn_id, reason, turn.usage, False, at),
+        FailTurn(turn_id, reason, turn.usage, False, at, cancelled=True),
     ]
     return [*decisions, *_start_next(state, turn_id, at)] if next_ else decisions
 
@@ -686,6 +760,32 @@ def _conversation_changed(
             assert_never(event)
 
 
+# ------------------------------------------------------------------------ the conversation's record
+
+
+def _mark(
+    state: ConversationState, event: ConversationEvent, decisions: list[Decision]
+) -> MarkConversation | None:
+    """The conversation row's change after ``decisions`` (``standing``), judged on the state as
+    the decisions will leave it."""
+    if not decisions or refused(decisions):
+        return None
+    return standing_mark(event, decisions, _simulated(state, decisions))
+
+
+def _simulated(state: ConversationState, decisions: list[Decision]) -> ConversationState:
+    """``state`` as it will be once ``decisions`` are applied (a shallow copy: ``apply``
+    replaces a turn's fields, never changes what they hold)."""
+    after = ConversationState(
+        state.conversation,
+        {turn_id: replace(turn) for turn_id, turn in state.turns.items()},
+        list(state.queue),
+    )
+    for decision in decisions:
+        apply(after, decision)
+    return after
+
+
 # --------------------------------------------------------------------------- apply
 
 
@@ -717,6 +817,10 @@ def apply(state: ConversationState, decision: Decision) -> None:
             _apply_step(state.turns[decision.turn_id], decision)
         case AppendAgentMessage() | HoldDelivery() | CloseDangling() | SettleOperation():
             _apply_delivery(state, decision)
+        case MarkConversation(status=status, joined=joined):
+            participants = [*state.conversation.participants, *joined]
+            update = {"status": status, "participants": participants}
+            state.conversation = state.conversation.model_copy(update=update)
         case Refuse() | NoteEvent() | StopWork() | CheckOperations():
             pass  # no state of their own: the shell acts on them
         case _:

@@ -17,6 +17,7 @@ from core.ports import (
     Conversations,
     Residency,
     TaskRunner,
+    TurnQuotas,
     WorkflowRuns,
 )
 from core.settings import Settings
@@ -42,6 +43,7 @@ class ConversationPorts(ToolPorts):
     residency: Residency
     operations: AsyncOperations
     models: ChatModels
+    quotas: TurnQuotas  # what turn quotas are checked on (``core.turn_quotas.StoredQuotas``)
     metrics: Metrics = NO_METRICS
 
 

@@ -29,6 +29,7 @@ from actors.conversation.domain import (
     ExtractMemories,
     FailTurn,
     HoldDelivery,
+    MarkConversation,
     NoteEvent,
     QueueTurn,
     RecordMoves,
@@ -51,11 +52,13 @@ from actors.conversation.tool_calls import call_arguments
 from core.domain import (
     AsyncOperation,
     Conversation,
+    ConversationStatus,
     Event,
     Message,
     MessageRole,
     Move,
     OperationStatus,
+    Participant,
     ToolCallRecord,
     ToolError,
     ToolResult,
@@ -100,6 +103,8 @@ class BatchWriter:
                     [PendingEvent(event, payload)],
                     lambda c, _e: self._save_conversation(conversation, c),
                 )
+            case MarkConversation(status=status, joined=joined):
+                return PendingWrite([], lambda c, _e: self._mark_conversation(status, joined, c))
             case (
                 Refuse()
                 | QueueTurn()
@@ -260,6 +265,18 @@ class BatchWriter:
 
     def _save_conversation(self, conversation: Conversation, conn: Connection) -> None:
         self.store.conversations.save(conversation, conn)
+
+    def _mark_conversation(
+        self, status: ConversationStatus, joined: tuple[Participant, ...], conn: Connection
+    ) -> None:
+        """Onto the row as stored (another writer, ``intake``, may have marked it too)."""
+        stored = self.store.conversations.get(self.conversation_id, conn=conn)
+        known = {(p.type, p.id) for p in stored.participants}
+        participants = [*stored.participants, *(p for p in joined if (p.type, p.id) not in known)]
+        if stored.status is ConversationStatus.COMPLETED:
+            status = stored.status  # a user completed it meanwhile
+        update = {"status": status, "participants": participants}
+        self.store.conversations.save(stored.model_copy(update=update), conn)
 
     # ------------------------------------------------------------------ moves and messages
 

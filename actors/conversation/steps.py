@@ -244,7 +244,10 @@ class TurnSteps:
             prompt_tokens=finished.prompt_tokens, completion_tokens=finished.completion_tokens
         )
         op_ids = tuple(new_id("op") for _ in calls)
-        return ModelAnswered(turn_id, text, calls, usage, op_ids, utc_now())
+        at = utc_now()
+        client_id = self.tools.conversation.client_id
+        left = await self.ports.quotas.tokens_left(client_id, turn_id, at)
+        return ModelAnswered(turn_id, text, calls, usage, op_ids, at, tokens_left=left)
 
     def _publish_token(self, turn_id: str, delta: str) -> None:
         self.publish(token_event(self.conversation_id, turn_id, delta))

@@ -10,6 +10,7 @@ and the async-operations runner both dispatch through this class, with the same 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 
@@ -40,6 +41,7 @@ from core.errors import (
 from core.ids import new_id, utc_now
 from core.jsontypes import JsonObject
 from core.ports import AgentAnswer, InvocationMode, TaskContext, TaskOutcome, failed_outcome
+from core.projects import child_workplace
 from core.retry import RetryPolicy, with_retries
 from core.store import Store
 from core.workflows import ConversationParent
@@ -148,6 +150,8 @@ class ToolDispatcher:
         if answer.declined:
             reason = f"agent {target.id} joined but declined: {answer.failure_reason}"
             return failed_outcome(ErrorCode.AGENT_DECLINED, reason)
+        if answer.over_quota:
+            return over_quota(target.id, answer)
         if answer.status is not TurnStatus.COMPLETED:
             reason = f"agent {target.id} joined but could not answer: {answer.failure_reason}"
             return failed_outcome(ErrorCode.EXECUTION_FAILED, reason, retriable=True)
@@ -185,11 +189,19 @@ class ToolDispatcher:
         if existing is not None:
             answer = await conversations.start_agent_call(existing, message, caller, "delegate")
         else:
-            child_id, child_turn = self._create_child(turn_id, target.id, message, caller, label)
+            child_id = new_id("conv")
+            workplace = await asyncio.to_thread(
+                child_workplace, self.ports.store, parent, target, child_id
+            )
+            child_turn = self._create_child(
+                turn_id, child_id, target.id, workplace, message, caller, label
+            )
             answer = await conversations.run_agent_turn(child_id, child_turn)
         if answer.declined:
             reason = f"agent {target.id} declined: {answer.failure_reason}"
             return failed_outcome(ErrorCode.AGENT_DECLINED, reason)
+        if answer.over_quota:
+            return over_quota(target.id, answer)
         if answer.status is not TurnStatus.COMPLETED:
             # Seed 001: a delegate that failed (crashed, interrupted, its model down) may be asked
             # again; the calling model decides.
@@ -205,16 +217,27 @@ class ToolDispatcher:
         )
 
     def _create_child(
-        self, turn_id: str, target_id: str, message: str, caller: AgentCaller, label: str
-    ) -> tuple[str, str]:
-        """The child conversation and its first message, turn and session label, in one commit."""
+        self,
+        turn_id: str,
+        child_id: str,
+        target_id: str,
+        workplace: tuple[str | None, str | None],
+        message: str,
+        caller: AgentCaller,
+        label: str,
+    ) -> str:
+        """The child conversation (on ``workplace``: its project and branch) and its first
+        message, turn and session label, in one commit; the turn's id."""
         parent = self.conversation
         store = self.ports.store
         turn_messages = store.messages.list(parent.id, turn_ids=[turn_id])
-        participants = [p for p in parent.participants if p.id != target_id]
+        # The parent's agents (not its users: they did not speak in the child), then the target.
+        participants = [p for p in parent.participants if p.type == "agent" and p.id != target_id]
         return create_child_conversation(
             store,
             parent=parent,
+            child_id=child_id,
+            workplace=workplace,
             agent_id=target_id,
             participants=[*participants, Participant(type="agent", id=target_id)],
             title=f"delegated by {caller.agent_id}",
@@ -223,6 +246,7 @@ class ToolDispatcher:
             caller=caller,
             session_label=label,
             at=utc_now(),
+            user_id=store.turns.get(turn_id).user_id,  # the child's turn works for the same user
         )
 
 
@@ -251,6 +275,12 @@ def persona_agent(store: Store, client_id: str, persona_id: str) -> Agent:
         return store.agents.insert(agent)
     except IntegrityError:  # created concurrently by another conversation
         return store.agents.get(agent_id, client_id)
+
+
+def over_quota(agent_id: str, answer: AgentAnswer) -> TaskOutcome:
+    """A called agent's turn refused by a quota: the caller may ask again when it reopens."""
+    reason = f"agent {agent_id} could not answer: {answer.failure_reason}"
+    return failed_outcome(ErrorCode.QUOTA_EXCEEDED, reason, retriable=True)
 
 
 def _failed(call_id: str, code: ErrorCode, message: str, *, retriable: bool) -> ToolResult:

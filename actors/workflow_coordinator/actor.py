@@ -47,6 +47,7 @@ from core.errors import ErrorCode, WonderError
 from core.ids import new_id, utc_now
 from core.jsontypes import JsonObject
 from core.ports import TaskContext
+from core.projects import delegated_workplace
 from core.workflows import RunEvent, RunStatus, WorkflowParent, WorkflowRun
 
 log = logging.getLogger("wonder.workflows")
@@ -400,12 +401,14 @@ class WorkflowCoordinator:
         if answer.status is not TurnStatus.COMPLETED:
             reason = answer.failure_reason or answer.status.value
             message = f"agent turn in {answer.conversation_id} failed: {reason}"
-            # Seed 001: an agent that declined is final; one that crashed may be asked again.
-            error = (
-                NodeError(ErrorCode.AGENT_DECLINED, message)
-                if answer.declined
-                else NodeError(ErrorCode.EXECUTION_FAILED, message, True)
-            )
+            # Seed 001: an agent that declined is final; one that crashed may be asked again,
+            # and one refused by a quota once the quota's window reopens (its reason says when).
+            if answer.declined:
+                error = NodeError(ErrorCode.AGENT_DECLINED, message)
+            elif answer.over_quota:
+                error = NodeError(ErrorCode.QUOTA_EXCEEDED, message, True)
+            else:
+                error = NodeError(ErrorCode.EXECUTION_FAILED, message, True)
             return NodeFailed(token_id, error, utc_now())
         output: JsonObject = {
             "answer": answer.content,
@@ -415,14 +418,19 @@ class WorkflowCoordinator:
         return NodeSucceeded(token_id, output, utc_now())
 
     def _delegate_conversation(self, decision: CallAgent) -> str:
-        """A fresh child conversation of the target agent (delegate mode: a clean context)."""
+        """A fresh child conversation of the target agent (delegate mode: a clean context),
+        working on the run's branch when the agent is scoped to its project (it creates none)."""
         agent = self.store.agents.get(decision.agent_id or "", self.run.client_id)
+        context = self.run.context
+        project_id, branch = delegated_workplace(agent, context.project_id, context.branch)
         conversation = create_conversation(
             self.store,
             client_id=agent.client_id,
             agent_id=agent.id,
             title=f"workflow run {self.run_id} ({decision.token_id})",
-            started_by_conversation_id=self.run.context.conversation_id,
+            started_by_conversation_id=context.conversation_id,
+            project_id=project_id,
+            branch=branch,
         )
         return conversation.id
 

@@ -18,6 +18,7 @@ from core.errors import ErrorCode, InvalidInput, PermissionDenied, WonderError
 from core.ids import new_id, utc_now
 from core.jsontypes import JsonObject
 from core.ports import Coordinators, RunParent, TaskOutcome, failed_outcome
+from core.projects import start_run_branch
 from core.store import Store
 from core.workflows import (
     ConversationParent,
@@ -60,12 +61,17 @@ class WorkflowRunService:
         *,
         client_id: str | None = None,
         run_id: str | None = None,
+        project_id: str | None = None,
     ) -> str:
         """Start a run of ``workflow_id`` (latest version unless ``version``); returns its run id.
 
+        With ``project_id`` (a run nobody started: no ``parent``) the run gets its own branch
+        ``wonder/run-<run_id>`` from the project's default branch, created before the run row.
+
         Raises:
             NotFound: no such workflow (version).
-            InvalidInput: ``input`` does not match the workflow's ``input_schema``.
+            InvalidInput: ``input`` does not match the workflow's ``input_schema``; an unknown
+                ``project_id``, or one given with a ``parent`` (that run works on its parent's).
             PermissionDenied: subworkflows nested deeper than ``MAX_SUBWORKFLOW_DEPTH``.
         """
         depth, context = 0, RunContext()
@@ -75,15 +81,19 @@ class WorkflowRunService:
                 depth, context = parent_run.depth + 1, parent_run.context
                 client_id = client_id or parent_run.client_id
             case ConversationParent():
+                conversation = self.store.conversations.get(parent.conversation_id)
                 context = RunContext(
                     conversation_id=parent.conversation_id,
                     agent_id=parent.agent_id,
                     turn_id=parent.turn_id,
+                    project_id=conversation.project_id,
+                    branch=conversation.branch,
                 )
-                if client_id is None:
-                    client_id = self.store.conversations.get(parent.conversation_id).client_id
+                client_id = client_id or conversation.client_id
             case None:
                 pass
+        if project_id is not None and parent is not None:
+            raise InvalidInput("project_id: a run with a parent works on its parent's branch")
         # The client's own workflow with that id, else the system's (issue 13).
         definition = self.store.workflows.get(workflow_id, version, client_id=client_id)
         if not isinstance(input, dict):
@@ -93,6 +103,11 @@ class WorkflowRunService:
             raise PermissionDenied(f"subworkflows nest at most {MAX_SUBWORKFLOW_DEPTH} deep")
         if run_id is None:
             run_id = await self.coordinators.reserved_run_id() or new_id("run")
+        if project_id is not None:  # the branch first: a run never names a missing branch
+            branch = await asyncio.to_thread(
+                start_run_branch, self.store, client_id or "", project_id, run_id
+            )
+            context = RunContext(project_id=project_id, branch=branch)
         run = WorkflowRun(
             id=run_id,
             workflow_id=definition.id,

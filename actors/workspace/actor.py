@@ -1,9 +1,10 @@
-"""``WorkspaceActor``: one conversation's worktree, its sandboxed commands and ``repo.*``.
+"""``WorkspaceActor``: one branch's worktree, its sandboxed commands and ``repo.*``.
 
-Plain Python (``cluster.workspaces`` makes it the named detached actor
-``workspace:<conversation_id>``). On start it checks the conversation's branch out in its worktree
-(``<data_dir>/workspaces/<conversation_id>``; an existing one is reused, so an evicted workspace
-comes back with its uncommitted work). Git operations run one at a time in a thread (they share
+Plain Python (``cluster.workspaces`` makes it the named detached actor ``workspace:<owner id>``,
+the owner being the conversation or workflow run whose branch it is). On start it checks the branch
+out in its worktree (``<workspaces_dir>/<owner id>``; an existing one is reused, so an evicted
+workspace comes back with its uncommitted work; a missing one, its node lost, is checked out
+afresh from the branch). Git operations run one at a time in a thread (they share
 the worktree's index); commands run concurrently, each in its own sandbox (``sandbox``). When no
 call has arrived for ``idle_ttl_s`` it leaves the cluster through its ``Lifecycle``; the worktree
 stays on disk.
@@ -85,7 +86,10 @@ class WorkspaceActor:
                 return
 
     def _layout(self, policy: SandboxPolicy) -> SandboxLayout:
-        hidden = (*ALWAYS_HIDDEN, Path(self.spec.data_dir), *map(Path, policy.hidden_paths))
+        # The data dir, and every other worktree when the workspaces dir lies outside it.
+        data_dir, workspaces = Path(self.spec.data_dir), self.root.parent
+        others = (data_dir,) if data_dir in workspaces.parents else (data_dir, workspaces)
+        hidden = (*ALWAYS_HIDDEN, *others, *map(Path, policy.hidden_paths))
         return SandboxLayout(
             worktree=self.root,
             worktree_git_dir=self._git_dir,
@@ -175,6 +179,12 @@ class WorkspaceActor:
         commit = self._tree.commit_all(message, author)
         files = self._tree.git("show", "--name-only", "--format=", "HEAD").split() if commit else []
         return RepoCommit(branch=self.spec.branch, commit=commit, files=files)
+
+    async def remove(self) -> None:
+        """Remove the worktree, files and registration (its owner was deleted). The branch stays:
+        whether it goes is the caller's rule (``core.projects.retire_branch``)."""
+        async with self._git_lock:
+            await asyncio.to_thread(self._repository.remove_worktree, self.root)
 
     async def status(self) -> WorkspaceStatus:
         return await self._use(lambda: self._git(self._status))

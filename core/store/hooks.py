@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from sqlalchemy import delete, insert, select
+from datetime import datetime
+
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
 
 from core.errors import NotFound
 from core.hook_model import Hook
@@ -41,6 +44,45 @@ class HookOps:
             return [Hook.model_validate_json(r) for r in conn.execute(query).scalars()]
 
     def delete(self, hook_id: str, client_id: str) -> None:
-        t = schema.hooks
+        t, d = schema.hooks, schema.hook_deliveries
         with self.db.begin() as conn:
             conn.execute(delete(t).where(t.c.id == hook_id, t.c.client_id == client_id))
+            conn.execute(delete(d).where(d.c.hook_id == hook_id))
+
+    def claim_delivery(
+        self, hook_id: str, signature: str, expires_at: datetime, now: datetime
+    ) -> tuple[bool, str | None]:
+        """Record a delivery by its signature until ``expires_at``: ``(True, None)`` when this is
+        its first time, else ``(False, result)`` with what the first one recorded (None while
+        it is still being posted). Deliveries of this hook past their expiry go first."""
+        d = schema.hook_deliveries
+        with self.db.begin() as conn:
+            conn.execute(delete(d).where(d.c.hook_id == hook_id, d.c.expires_at < now.isoformat()))
+        try:
+            with self.db.begin() as conn:
+                conn.execute(
+                    insert(d).values(
+                        hook_id=hook_id, signature=signature, expires_at=expires_at.isoformat()
+                    )
+                )
+            return True, None
+        except IntegrityError:
+            query = select(d.c.result).where(d.c.hook_id == hook_id, d.c.signature == signature)
+            with self.db.connect() as conn:
+                return False, conn.execute(query).scalar_one_or_none()
+
+    def record_delivery(self, hook_id: str, signature: str, result: str) -> None:
+        """What the delivery led to (a repeat is answered with it)."""
+        d = schema.hook_deliveries
+        with self.db.begin() as conn:
+            conn.execute(
+                update(d)
+                .where(d.c.hook_id == hook_id, d.c.signature == signature)
+                .values(result=result)
+            )
+
+    def release_delivery(self, hook_id: str, signature: str) -> None:
+        """Forget a delivery whose post failed, so that the sender's retry is taken."""
+        d = schema.hook_deliveries
+        with self.db.begin() as conn:
+            conn.execute(delete(d).where(d.c.hook_id == hook_id, d.c.signature == signature))

@@ -41,7 +41,7 @@ from core.store.hooks import HookOps
 from core.store.keys import KeyOps
 from core.store.library import LibraryOps
 from core.store.members import MemberOps
-from core.store.projects import ProjectOps
+from core.store.projects import ProjectOps, WorkspaceOps
 from core.store.quotas import AdminKeyOps, QuotaOps
 from core.store.secrets import SecretOps
 from core.store.session_labels import SessionLabelOps
@@ -533,6 +533,7 @@ class Store:
         self.turn_models = TurnModelOps(db)
         self.workflow_runs = WorkflowRunOps(db)
         self.projects = ProjectOps(db)
+        self.workspaces = WorkspaceOps(db)
         self.quotas = QuotaOps(db)
         self.admin_keys = AdminKeyOps(db)
         self.audit = AuditOps(db)

@@ -1,18 +1,20 @@
-"""Storage for issue 17: per-client quotas, operator (admin) keys, and what quotas count.
+"""Storage for issue 17: per-client and per-user quotas, operator (admin) keys, and what quotas
+count.
 
 The counts (active turns, stored conversations, the day's model tokens) are read from the store
-the rest of Wonder writes, so every gateway replica sees the same figures.
+the rest of Wonder writes, so every gateway replica and conversation actor sees the same figures.
 """
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import delete, func, insert, or_, select
 
 from core.domain import Turn, TurnStatus
-from core.quotas import Quota
+from core.quotas import Quota, UserQuota
 from core.store import schema
 from core.store.database import Database
 
@@ -48,6 +50,41 @@ class QuotaOps:
             )
         return quota
 
+    def get_user(self, client_id: str, user_id: str) -> UserQuota | None:
+        t = schema.user_quotas
+        query = select(t.c.data).where(t.c.client_id == client_id, t.c.user_id == user_id)
+        with self.db.connect() as c:
+            data = c.execute(query).scalar_one_or_none()
+        return None if data is None else UserQuota.model_validate_json(data)
+
+    def put_user(self, client_id: str, user_id: str, quota: UserQuota, at: datetime) -> UserQuota:
+        t = schema.user_quotas
+        with self.db.begin() as c:
+            c.execute(delete(t).where(t.c.client_id == client_id, t.c.user_id == user_id))
+            c.execute(
+                insert(t).values(
+                    client_id=client_id,
+                    user_id=user_id,
+                    updated_at=at.isoformat(),
+                    data=quota.model_dump_json(exclude_none=True),
+                )
+            )
+        return quota
+
+    def delete_user(self, client_id: str, user_id: str) -> bool:
+        """Clear a user's quota; False when it had none."""
+        t = schema.user_quotas
+        with self.db.begin() as c:
+            gone = c.execute(delete(t).where(t.c.client_id == client_id, t.c.user_id == user_id))
+            return bool(gone.rowcount)
+
+    def users_with_quotas(self, client_id: str) -> list[str]:
+        """The users of ``client_id`` that have a quota of their own."""
+        t = schema.user_quotas
+        with self.db.connect() as c:
+            query = select(t.c.user_id).where(t.c.client_id == client_id).order_by(t.c.user_id)
+            return [str(u) for u in c.execute(query).scalars()]
+
     def conversations(self, client_id: str) -> int:
         """How many conversations ``client_id`` has stored."""
         t = schema.conversations
@@ -55,31 +92,59 @@ class QuotaOps:
             query = select(func.count()).select_from(t).where(t.c.client_id == client_id)
             return int(c.execute(query).scalar_one())
 
-    def active_turns(self, client_id: str) -> int:
-        """How many of ``client_id``'s turns are active (across its conversations)."""
+    def turn_usage(
+        self,
+        client_id: str,
+        user_id: str | None,
+        since: datetime | None,
+        excluding: str | None = None,
+    ) -> TurnUsage:
+        """Active turns and model tokens since ``since`` (None: tokens not asked for, only active
+        turns are read) of ``client_id``, and of its turns that work for ``user_id``, in one
+        read; the turn ``excluding`` (the one being checked) left out. A turn's tokens count
+        once it records them (when it ends, or answers and awaits operations)."""
         turns, convs = schema.turns, schema.conversations
+        active = turns.c.status == TurnStatus.ACTIVE.value
+        day = since.isoformat() if since is not None else None
         query = (
-            select(func.count())
+            select(turns.c.id, turns.c.status, turns.c.created_at, turns.c.data)
             .select_from(turns.join(convs, turns.c.conversation_id == convs.c.id))
-            .where(convs.c.client_id == client_id, turns.c.status == TurnStatus.ACTIVE.value)
+            .where(
+                convs.c.client_id == client_id,
+                active if day is None else or_(active, turns.c.created_at >= day),
+            )
         )
+        usage = TurnUsage()
         with self.db.connect() as c:
-            return int(c.execute(query).scalar_one())
+            for turn_id, status, created_at, data in c.execute(query):
+                if turn_id == excluding:
+                    continue
+                turn = Turn.model_validate_json(data)
+                today = day is not None and created_at >= day
+                usage = usage.add(
+                    active=status == TurnStatus.ACTIVE.value,
+                    tokens=turn.usage.prompt_tokens + turn.usage.completion_tokens if today else 0,
+                    of_user=user_id is not None and turn.user_id == user_id,
+                )
+        return usage
 
-    def tokens_since(self, client_id: str, since: datetime) -> int:
-        """Model tokens (prompt + completion) of ``client_id``'s turns created since ``since``."""
-        turns, convs = schema.turns, schema.conversations
-        query = (
-            select(turns.c.data)
-            .select_from(turns.join(convs, turns.c.conversation_id == convs.c.id))
-            .where(convs.c.client_id == client_id, turns.c.created_at >= since.isoformat())
+
+@dataclass(frozen=True, slots=True)
+class TurnUsage:
+    """What turn quotas count, for a client and for one of its users."""
+
+    active_turns: int = 0
+    tokens: int = 0
+    user_active_turns: int = 0
+    user_tokens: int = 0
+
+    def add(self, *, active: bool, tokens: int, of_user: bool) -> TurnUsage:
+        return TurnUsage(
+            self.active_turns + active,
+            self.tokens + tokens,
+            self.user_active_turns + (active and of_user),
+            self.user_tokens + (tokens if of_user else 0),
         )
-        total = 0
-        with self.db.connect() as c:
-            for data in c.execute(query).scalars():
-                usage = Turn.model_validate_json(data).usage
-                total += usage.prompt_tokens + usage.completion_tokens
-        return total
 
 
 class AdminKeyOps:

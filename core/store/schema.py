@@ -183,11 +183,30 @@ projects = Table(
     Column("data", Text, nullable=False),
 )
 
+# Issue 14: where each workspace's worktree lives (its spec and the node holding it).
+workspaces = Table(
+    "workspaces",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("project_id", String(64), nullable=False, index=True),
+    Column("data", Text, nullable=False),
+)
+
 # Issue 17: quotas per client, operator (admin) keys, and the audit trail of changes.
 quotas = Table(
     "quotas",
     metadata,
     Column("client_id", String(64), primary_key=True),
+    Column("updated_at", String(40), nullable=False),
+    Column("data", Text, nullable=False),
+)
+
+# Issue 17: quotas per user inside a client (the users a client names with ``X-Wonder-User``).
+user_quotas = Table(
+    "user_quotas",
+    metadata,
+    Column("client_id", String(64), primary_key=True),
+    Column("user_id", String(200), primary_key=True),
     Column("updated_at", String(40), nullable=False),
     Column("data", Text, nullable=False),
 )
@@ -271,6 +290,18 @@ hooks = Table(
     Column("id", String(64), primary_key=True),
     Column("client_id", String(64), nullable=False, index=True),
     Column("data", Text, nullable=False),
+)
+
+# Issue 11: webhook deliveries seen inside the replay window, by their signature (an HMAC of the
+# timestamp and body): a repeat is answered with the first one's result, never a second turn.
+# ``result`` is null while the first is being posted; rows go once ``expires_at`` has passed.
+hook_deliveries = Table(
+    "hook_deliveries",
+    metadata,
+    Column("hook_id", String(64), primary_key=True),
+    Column("signature", String(200), primary_key=True),
+    Column("expires_at", String(40), nullable=False, index=True),
+    Column("result", Text),
 )
 
 # Issue 11: cron triggers, and one row per (trigger, due time) fired: the scheduler claims a due

@@ -28,6 +28,7 @@ from serving.gateway import (
     threads,
     triggers,
     turns,
+    user_quotas,
     workflows,
     workspaces,
 )
@@ -91,7 +92,9 @@ def create_api(context: GatewayContext) -> FastAPI:
         memories.router,
         projects.router,
         workspaces.router,
+        workspaces.run_router,
         admin.router,
+        user_quotas.router,
         keys.router,
         members.router,
     ):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, WebSocket
+from fastapi import Depends, Request, WebSocket
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from core.errors import PermissionDenied, Unauthorized
@@ -21,6 +21,7 @@ from serving.gateway.quota_checks import QuotaGuard, get_guard
 bearer = HTTPBearer(auto_error=False, description="A Wonder API key (`wonder keys create NAME`)")
 
 MAX_KEY_CHARS = 512
+USER_HEADER = "X-Wonder-User"  # the acting user of the client's app (``serving.gateway.members``)
 
 
 def authenticate(context: GatewayContext, key: str | None) -> ApiKey:
@@ -45,15 +46,16 @@ def client_for_key(context: GatewayContext, key: str | None) -> str:
 
 
 def require_key(
+    request: Request,
     context: Annotated[GatewayContext, Depends(get_context)],
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     guard: Annotated[QuotaGuard, Depends(get_guard)],
 ) -> ApiKey:
     """FastAPI dependency: the request's active key (401 otherwise), within its client's request
-    rate (429 otherwise). FastAPI runs it once per request however many routes' parameters use
-    it."""
+    rate and its acting user's (``X-Wonder-User``; 429 otherwise). FastAPI runs it once per
+    request however many routes' parameters use it."""
     key = authenticate(context, credentials.credentials if credentials else None)
-    guard.admit_request(key.client_id)
+    guard.admit_request(key.client_id, request.headers.get(USER_HEADER))
     return key
 
 

@@ -12,7 +12,11 @@ from core.conversations import create_conversation
 from core.domain import Conversation
 from core.errors import Conflict, InvalidInput, NotFound
 from core.ids import new_id
-from core.projects import project_for_conversation, start_conversation_branch
+from core.projects import (
+    project_for_conversation,
+    remove_conversation_workspaces,
+    start_conversation_branch,
+)
 from serving.gateway.auth import ClientId, Context, Guard
 from serving.gateway.context import GatewayContext
 from serving.gateway.cursors import cursor_key
@@ -140,7 +144,7 @@ async def complete(conversation_id: str, context: Context, client_id: ClientId) 
     "/{conversation_id}",
     response_model=Deleted,
     summary="Delete a conversation and every child conversation it started (409 while a fork "
-    "inherits from any of them)",
+    "inherits from any of them); their workspaces go, and their branches unless unmerged",
 )
 async def delete(conversation_id: str, context: Context, client_id: ClientId) -> Deleted:
     await run_in_threadpool(owned_conversation, context, client_id, conversation_id)
@@ -150,5 +154,9 @@ async def delete(conversation_id: str, context: Context, client_id: ClientId) ->
     if forks:  # a fork reads its inherited history from its source's rows (core.forks)
         raise Conflict(f"conversation {conversation_id} has forks; delete them first: {forks}")
     await context.conversations.stop_conversations(tree)
+    if context.workspaces is not None:  # their worktrees and actors; merged branches too
+        await remove_conversation_workspaces(
+            context.store, context.settings, context.workspaces, tree
+        )
     deleted = await run_in_threadpool(context.store.delete_conversation_tree, conversation_id)
     return Deleted(deleted=deleted)

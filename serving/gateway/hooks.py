@@ -7,18 +7,27 @@ import secrets
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Header, Request, Response
 from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 
-from core.errors import InvalidInput
+from core.errors import Conflict, InvalidInput
 from core.hook_model import Hook
-from core.hooks import delivery_content, verify_delivery
+from core.hooks import delivery_content, replay_expiry, verify_delivery
 from core.ids import new_id, utc_now
 from core.routes import Route
+from core.sessions import check_route
 from serving.gateway.auth import ClientId, Context, Guard
-from serving.gateway.protocol import MAX_MESSAGE_CHARS, Deleted, Items, MessageCreate, WireModel
-from serving.gateway.sessions import MessageRouted, RouteTarget, send_routed
+from serving.gateway.protocol import (
+    MAX_MESSAGE_CHARS,
+    Deleted,
+    Items,
+    MessageCreate,
+    RouteTarget,
+    WireModel,
+)
+from serving.gateway.quota_checks import admit_turn
+from serving.gateway.sessions import MessageRouted, send_routed
 
 router = APIRouter(prefix="/v1/hooks", tags=["hooks"])
 
@@ -45,22 +54,15 @@ def _out(hook: Hook) -> HookOut:
     return HookOut(id=hook.id, route=hook.route, title=hook.title, created_at=hook.created_at)
 
 
-def route_of(target: RouteTarget) -> Route:
-    if target.thread is not None:
-        return Route(kind="thread", target=target.thread)
-    if target.session is not None:
-        return Route(kind="session", target=target.session)
-    assert target.persona is not None
-    return Route(kind="persona", target=target.persona)
-
-
 @router.post("", status_code=201, response_model=HookCreated, summary="Create a webhook")
 def create_hook(body: HookCreate, context: Context, client_id: ClientId) -> HookCreated:
+    route = body.route.as_route()
+    check_route(context.store, client_id, route)
     hook = Hook(
         id=new_id("hook"),
         client_id=client_id,
         secret=secrets.token_hex(32),
-        route=route_of(body.route),
+        route=route,
         title=body.title,
         created_at=utc_now(),
     )
@@ -85,28 +87,64 @@ def delete_hook(hook_id: str, context: Context, client_id: ClientId) -> Deleted:
     return Deleted(deleted=[hook_id])
 
 
+class HookDelivery(MessageRouted):
+    replayed: bool = Field(
+        False,
+        description="True for a repeat of a delivery already taken in (same timestamp and "
+        "signature, inside the window): this is the first one's result; no second turn started",
+    )
+
+
 @router.post(
     "/{hook_id}",
     status_code=202,
-    response_model=MessageRouted,
+    response_model=HookDelivery,
+    responses={
+        200: {
+            "model": HookDelivery,
+            "description": "A repeated delivery: the first's result, with replayed: true",
+        }
+    },
     summary="Deliver to a webhook: signed with X-Wonder-Timestamp and X-Wonder-Signature "
-    "(sha256=HMAC of '<timestamp>.<body>'); the body (or its JSON 'content') becomes a message",
+    "(sha256=HMAC of '<timestamp>.<body>'); the body (or its JSON 'content') becomes a message; "
+    "a repeat inside the replay window is answered 200 with the first's result",
 )
 async def deliver(
     hook_id: str,
     request: Request,
+    response: Response,
     context: Context,
     guard: Guard,
     x_wonder_timestamp: Annotated[str | None, Header(max_length=32)] = None,
     x_wonder_signature: Annotated[str | None, Header(max_length=200)] = None,
-) -> MessageRouted:
+) -> HookDelivery:
     hook = await run_in_threadpool(context.store.hooks.get, hook_id)
     body = await request.body()
     window = context.settings.hook_replay_window_s
-    verify_delivery(hook, x_wonder_timestamp, x_wonder_signature, body, utc_now(), window)
+    signed = verify_delivery(hook, x_wonder_timestamp, x_wonder_signature, body, utc_now(), window)
+    assert x_wonder_timestamp is not None  # verified
     content = delivery_content(body)
     if len(content) > MAX_MESSAGE_CHARS:
         raise InvalidInput(f"the delivery's message is over {MAX_MESSAGE_CHARS} characters")
-    await run_in_threadpool(guard.admit_turn, hook.client_id)
-    message = MessageCreate(content=content, source="webhook", user_id=f"hook:{hook.id}")
-    return await send_routed(context, hook.client_id, hook.route.kind, hook.route.target, message)
+    author = f"hook:{hook.id}"
+    await admit_turn(guard, hook.client_id, author)
+    expires = replay_expiry(x_wonder_timestamp, window)
+    first, result = await run_in_threadpool(
+        context.store.hooks.claim_delivery, hook.id, signed, expires, utc_now()
+    )
+    if not first:
+        if result is None:
+            raise Conflict("this delivery is being taken in now; it is not taken twice")
+        response.status_code = 200
+        return HookDelivery.model_validate_json(result).model_copy(update={"replayed": True})
+    message = MessageCreate(content=content, source="webhook", user_id=author)
+    try:
+        routed = await send_routed(context, guard, hook.client_id, hook.route, message)
+    except Exception:  # not taken in (refused, failed): the sender's retry may be
+        await run_in_threadpool(context.store.hooks.release_delivery, hook.id, signed)
+        raise
+    delivered = HookDelivery(**routed.model_dump())
+    await run_in_threadpool(
+        context.store.hooks.record_delivery, hook.id, signed, delivered.model_dump_json()
+    )
+    return delivered

@@ -23,17 +23,16 @@ from pydantic import Field
 from sqlalchemy import Connection
 from starlette.concurrency import run_in_threadpool
 
-from core.access import REQUIRED, Action, Level, action_for_grant, allows
-from core.errors import Conflict, InvalidInput, NotFound, PermissionDenied
+from core.access import Action, Level, action_for_grant, check
+from core.errors import Conflict, InvalidInput, NotFound
 from core.ids import utc_now
 from core.store import Store
 from core.store.members import Member
 from serving.gateway.admin import record
-from serving.gateway.auth import ClientId, Context
+from serving.gateway.auth import USER_HEADER, ClientId, Context
 from serving.gateway.context import GatewayContext
 from serving.gateway.protocol import Items, WireModel
 
-USER_HEADER = "X-Wonder-User"
 USER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@+-]{0,199}$"
 
 router = APIRouter(prefix="/v1/conversations/{conversation_id}/members", tags=["members"])
@@ -95,14 +94,6 @@ def level_of(context: GatewayContext, client_id: str, conversation_id: str, user
     if level is None:
         raise NotFound(f"conversation {conversation_id} not found")
     return level
-
-
-def check(level: Level, action: Action, user: str, conversation_id: str) -> None:
-    if not allows(level, action):
-        raise PermissionDenied(
-            f"user {user} is a {level.label} of conversation {conversation_id}: "
-            f"{action.value} needs {REQUIRED[action].label}"
-        )
 
 
 def member_access(

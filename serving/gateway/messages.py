@@ -12,7 +12,7 @@ from core.errors import Conflict, InvalidInput
 from core.ids import new_id
 from core.model_override import check_override
 from core.turn_model import TurnModel
-from serving.gateway.auth import ClientId, Context, Guard
+from serving.gateway.auth import USER_HEADER, ClientId, Context, Guard
 from serving.gateway.context import GatewayContext
 from serving.gateway.conversations import owned_conversation
 from serving.gateway.history import (
@@ -24,7 +24,7 @@ from serving.gateway.history import (
     message_page,
     seq_window,
 )
-from serving.gateway.members import USER_HEADER, User
+from serving.gateway.members import User
 from serving.gateway.protocol import MessageAccepted, MessageCreate
 from serving.gateway.quota_checks import admit_turn
 
@@ -47,13 +47,17 @@ async def post_message(
     guard: Guard,
     user: User,
 ) -> MessageAccepted:
-    if user is not None and body.user_id not in (None, user):
-        raise InvalidInput(f"user_id: the acting user is {user} (header {USER_HEADER})")
     conversation = await run_in_threadpool(owned_conversation, context, client_id, conversation_id)
     if conversation.status == ConversationStatus.COMPLETED:
         raise Conflict(f"conversation {conversation_id} is completed")
-    await admit_turn(guard, client_id)
+    await admit_turn(guard, client_id, body.user_id or user)
     return await accept_message(context, client_id, conversation_id, body, user)
+
+
+def check_author(body: MessageCreate, user: str | None) -> None:
+    """A message may name its author (``user_id``) only as the acting user, if there is one."""
+    if user is not None and body.user_id not in (None, user):
+        raise InvalidInput(f"user_id: the acting user is {user} (header {USER_HEADER})")
 
 
 async def accept_message(
@@ -62,8 +66,14 @@ async def accept_message(
     conversation_id: str,
     body: MessageCreate,
     user: str | None = None,
+    *,
+    actor_ready: bool | None = None,
 ) -> MessageAccepted:
-    """Post an admitted message to the conversation (its model override recorded first)."""
+    """Post an admitted message to the conversation (its model override checked and recorded
+    first), authored by ``body.user_id``, else the acting ``user``, else the client.
+    ``actor_ready``: what the caller knows of the conversation's actor (a stream's subscription;
+    None: ask), as ``Conversations.post_message`` takes it."""
+    check_author(body, user)
     message_id = None
     if body.model is not None:  # recorded before the message, so its turn finds it
         await run_in_threadpool(check_override, context.store, body.model, client_id)
@@ -77,6 +87,7 @@ async def accept_message(
         source=body.source,
         reply_to_message_id=body.reply_to_message_id,
         message_id=message_id,
+        actor_ready=actor_ready,
     )
     return MessageAccepted(
         turn_id=accepted.turn_id, message_id=accepted.message_id, seq=accepted.seq

@@ -1,4 +1,4 @@
-"""Projects: repositories a client's agents work on (create, list, get, update, delete).
+"""Projects: repositories a client's agents work on (create, list, get, update, delete, push).
 
 A project is created from a local repository path, a URL Wonder clones, or nothing (Wonder creates
 a bare repository under its data dir). Another client's project is a 404, like a missing one.
@@ -7,10 +7,18 @@ a bare repository under its data dir). Another client's project is a 404, like a
 from __future__ import annotations
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from starlette.concurrency import run_in_threadpool
 
 from core.domain import Project
-from core.projects import create_project, delete_project, update_project
+from core.projects import (
+    check_deletable,
+    create_project,
+    delete_project,
+    push_default_branch,
+    remove_project_workspaces,
+    update_project,
+)
 from core.settings import settings_from_env
 from serving.gateway.auth import ClientId, Context
 from serving.gateway.protocol import Items
@@ -33,6 +41,9 @@ class ProjectCreate(BaseModel):
     default_branch: str | None = Field(
         None, pattern=BRANCH_PATTERN, description="Default: the repository's HEAD, else main"
     )
+    push_on_merge: StrictBool = Field(
+        False, description="Push the default branch back to the URL after each merge into it"
+    )
 
 
 class ProjectUpdate(BaseModel):
@@ -40,6 +51,15 @@ class ProjectUpdate(BaseModel):
 
     name: str | None = Field(None, min_length=1, max_length=200)
     default_branch: str | None = Field(None, pattern=BRANCH_PATTERN)
+    push_on_merge: StrictBool | None = Field(
+        None, description="Only for a project cloned from a URL (409 otherwise)"
+    )
+
+
+class Pushed(BaseModel):
+    project_id: str
+    branch: str
+    commit: str
 
 
 ProjectList = Items[Project]
@@ -54,6 +74,7 @@ def create(body: ProjectCreate, context: Context, client_id: ClientId) -> Projec
         name=body.name,
         repository=body.repository,
         default_branch=body.default_branch,
+        push_on_merge=body.push_on_merge,
     )
 
 
@@ -71,15 +92,36 @@ def get(project_id: str, context: Context, client_id: ClientId) -> Project:
 def update(project_id: str, body: ProjectUpdate, context: Context, client_id: ClientId) -> Project:
     project = context.store.projects.get(project_id, client_id=client_id)
     return update_project(
-        context.store, project, name=body.name, default_branch=body.default_branch
+        context.store,
+        project,
+        name=body.name,
+        default_branch=body.default_branch,
+        push_on_merge=body.push_on_merge,
     )
+
+
+@router.post(
+    "/{project_id}/push",
+    response_model=Pushed,
+    summary="Push the default branch back to the URL the project was cloned from (409 without an "
+    "origin or when the origin has commits the project lacks; 503 when it cannot be reached)",
+)
+def push(project_id: str, context: Context, client_id: ClientId) -> Pushed:
+    project = context.store.projects.get(project_id, client_id=client_id)
+    commit = push_default_branch(project)
+    return Pushed(project_id=project.id, branch=project.default_branch, commit=commit)
 
 
 @router.delete(
     "/{project_id}",
     status_code=204,
-    summary="Delete a project no agent is scoped to (Wonder's own repositories go with it)",
+    summary="Delete a project no agent is scoped to (its workspaces, and Wonder's own "
+    "repositories, go with it)",
 )
-def delete(project_id: str, context: Context, client_id: ClientId) -> None:
-    project = context.store.projects.get(project_id, client_id=client_id)
-    delete_project(context.store, settings_from_env(context.settings_env), project)
+async def delete(project_id: str, context: Context, client_id: ClientId) -> None:
+    store = context.store
+    project = await run_in_threadpool(store.projects.get, project_id, client_id)
+    await run_in_threadpool(check_deletable, store, project)
+    if context.workspaces is not None:
+        await remove_project_workspaces(store, context.workspaces, project)
+    await run_in_threadpool(delete_project, store, context.settings, project)

@@ -21,6 +21,7 @@ from core.domain import (
     Tool,
     Turn,
 )
+from core.routes import Route
 from core.strict import StrictScalars
 from core.turn_model import ModelOverride, TurnModel
 from core.workflows import WorkflowDef
@@ -28,6 +29,7 @@ from core.workflows import WorkflowDef
 T = TypeVar("T")
 
 USER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$"
+LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,199}$"
 MAX_MESSAGE_CHARS = 100_000
 
 
@@ -163,6 +165,30 @@ class MessageCreate(WireModel):
     reply_to_message_id: str | None = Field(None, max_length=64)
 
 
+class RouteTarget(WireModel):
+    """Exactly one: a thread (turn id), a session label, or a persona (its main session)."""
+
+    thread: str | None = Field(
+        None, max_length=64, description="Turn id: append at the tip, otherwise fork from it"
+    )
+    session: str | None = Field(None, pattern=LABEL_PATTERN)
+    persona: str | None = Field(None, max_length=128, description="Its main session <persona>:main")
+
+    @model_validator(mode="after")
+    def _one(self) -> RouteTarget:
+        if sum(v is not None for v in (self.thread, self.session, self.persona)) != 1:
+            raise ValueError("give exactly one of thread, session or persona")
+        return self
+
+    def as_route(self) -> Route:
+        if self.thread is not None:
+            return Route(kind="thread", target=self.thread)
+        if self.session is not None:
+            return Route(kind="session", target=self.session)
+        assert self.persona is not None
+        return Route(kind="persona", target=self.persona)
+
+
 class MessageAccepted(WireModel):
     turn_id: str
     message_id: str
@@ -193,13 +219,19 @@ class EventOut(BaseModel):
 # ------------------------------------------------------------------------ WebSocket client frames
 
 
-class ClientMessageFrame(WireModel):
+class ClientMessageFrame(MessageCreate):
+    """A ``message`` frame: the body of ``POST .../messages``, optionally routed by ``to`` as
+    ``POST /v1/messages`` routes (docs/api.md, WebSocket)."""
+
     type: Literal["message"]
-    content: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
-    source: ClientSource = Field("human", description=SOURCE_TEXT)
-    user_id: str | None = Field(None, pattern=USER_ID_PATTERN)
-    reply_to_message_id: str | None = Field(None, max_length=64)
+    to: RouteTarget | None = Field(
+        None, description="Route the message (thread, session, persona) instead of posting here"
+    )
     id: str | None = Field(None, max_length=100, description="Echoed back in the ack or error")
+
+    def message(self) -> MessageCreate:
+        """What it asks to post, without the frame's own fields."""
+        return MessageCreate.model_validate(self.model_dump(exclude={"type", "to", "id"}))
 
 
 class ClientPingFrame(WireModel):

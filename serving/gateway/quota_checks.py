@@ -1,11 +1,12 @@
-"""The gateway's quota shell: reads the clock, the counts and the client's quota, asks
-``core.quotas``, and raises ``QuotaExceeded`` (HTTP 429 with ``Retry-After``).
+"""The gateway's quota shell: reads the clock, the counts and the client's (and user's) quota,
+asks ``core.quotas``, and raises ``QuotaExceeded`` (HTTP 429 with ``Retry-After``).
 
-What holds across replicas: the request rate (token buckets) and open WebSockets are counted per
-gateway replica, in memory (N replicas admit up to N times the rate; a restarted replica starts with
-full buckets); active turns, stored conversations and memories, and the day's tokens are counted
-in the store, so every replica sees the same figures (two requests racing at the limit may both
-pass). A client's quota is re-read from the store at most every ``QUOTA_CACHE_S`` seconds.
+What holds across replicas: the request rate (token buckets, per client and per user) and open
+WebSockets are counted per gateway replica, in memory (N replicas admit up to N times the rate; a
+restarted replica starts with full buckets); active turns, stored conversations and memories, and
+the day's tokens are counted in the store, so every replica sees the same figures (two requests
+racing at the limit may both pass). Quotas are re-read from the store at most every
+``QUOTA_CACHE_S`` seconds (``core.turn_quotas``), at once after a change made through this replica.
 """
 
 from __future__ import annotations
@@ -22,18 +23,20 @@ from starlette.requests import HTTPConnection
 from core.errors import QuotaExceeded
 from core.ids import utc_now
 from core.quotas import (
+    BaseQuota,
     Bucket,
     Limit,
     Quota,
     Refusal,
     check_count,
-    check_tokens,
-    start_of_utc_day,
+    refuse_turn,
     take,
+    user_scope,
 )
 from core.store import Store
+from core.turn_quotas import StoredQuotas
 
-QUOTA_CACHE_S = 2.0
+BucketKey = tuple[str, str | None]  # (client, user): None is the client's own bucket
 
 
 def refused(refusal: Refusal | None) -> None:
@@ -53,41 +56,36 @@ class QuotaGuard:
         self.store = store
         self.monotonic = monotonic
         self.wall = wall
+        self.quotas = StoredQuotas(store, monotonic)
         self._lock = threading.Lock()  # sync routes run on Starlette's thread pool
-        self._buckets: dict[str, Bucket] = {}
+        self._buckets: dict[BucketKey, Bucket] = {}
         self._sockets: dict[str, int] = {}
-        self._quotas: dict[str, tuple[float, Quota]] = {}
-
-    def cached_quota(self, client_id: str) -> Quota | None:
-        """The client's quota if cached and fresh (no I/O: safe on the event loop)."""
-        cached = self._quotas.get(client_id)
-        if cached is not None and self.monotonic() - cached[0] < QUOTA_CACHE_S:
-            return cached[1]
-        return None
 
     def quota(self, client_id: str) -> Quota:
-        now = self.monotonic()
-        cached = self._quotas.get(client_id)
-        if cached is not None and now - cached[0] < QUOTA_CACHE_S:
-            return cached[1]
-        quota = self.store.quotas.get(client_id) or Quota()
-        self._quotas[client_id] = (now, quota)
-        return quota
+        return self.quotas.client(client_id)
 
     def forget(self, client_id: str) -> None:
-        """Drop the cached quota (after it changed through this replica)."""
-        self._quotas.pop(client_id, None)
+        """Drop the cached quotas and buckets (after a change through this replica)."""
+        self.quotas.forget(client_id)
         with self._lock:
-            self._buckets.pop(client_id, None)
+            for key in [k for k in self._buckets if k[0] == client_id]:
+                del self._buckets[key]
 
-    def admit_request(self, client_id: str) -> None:
-        quota = self.quota(client_id)
+    def admit_request(self, client_id: str, user_id: str | None = None) -> None:
+        """One request of the client (and of ``user_id``, when it names one with a quota)."""
+        self._take((client_id, None), self.quota(client_id), "")
+        if user_id is not None:
+            user_quota = self.quotas.user(client_id, user_id)
+            if user_quota is not None:
+                self._take((client_id, user_id), user_quota, user_scope(user_id))
+
+    def _take(self, key: BucketKey, quota: BaseQuota, whose: str) -> None:
         if quota.requests_per_second is None:
             return
         with self._lock:
-            bucket, refusal = take(self._buckets.get(client_id), quota, self.monotonic())
+            bucket, refusal = take(self._buckets.get(key), quota, self.monotonic(), whose)
             if bucket is not None:
-                self._buckets[client_id] = bucket
+                self._buckets[key] = bucket
         refused(refusal)
 
     @contextmanager
@@ -108,16 +106,10 @@ class QuotaGuard:
                 else:
                     self._sockets.pop(client_id, None)
 
-    def admit_turn(self, client_id: str) -> None:
-        """Before a message starts a turn: concurrent turns and the day's model tokens."""
-        quota = self.quota(client_id)
-        if quota.concurrent_turns is not None:
-            active = self.store.quotas.active_turns(client_id)
-            refused(check_count(Limit.TURNS, active, quota.concurrent_turns, "active turns"))
-        if quota.tokens_per_day is not None:
-            now = self.wall()
-            used = self.store.quotas.tokens_since(client_id, start_of_utc_day(now))
-            refused(check_tokens(used, quota.tokens_per_day, now))
+    def admit_turn(self, client_id: str, user_id: str | None = None) -> None:
+        """Before a message starts a turn: concurrent turns and the day's model tokens, of the
+        client and of ``user_id``."""
+        refused(refuse_turn(self.quotas.admission(client_id, user_id, self.wall())))
 
     def admit_conversation(self, client_id: str) -> None:
         allowed = self.quota(client_id).conversations
@@ -132,13 +124,13 @@ class QuotaGuard:
         refused(check_count(Limit.MEMORIES, stored, allowed, "memories stored"))
 
 
-async def admit_turn(guard: QuotaGuard, client_id: str) -> None:
-    """``guard.admit_turn`` off the event loop, skipped when the cached quota limits neither
-    turns nor tokens (the usual case: a message's acknowledgement then takes no thread hop)."""
-    quota = guard.cached_quota(client_id)
-    if quota is not None and quota.concurrent_turns is None and quota.tokens_per_day is None:
+async def admit_turn(guard: QuotaGuard, client_id: str, user_id: str | None = None) -> None:
+    """``guard.admit_turn`` off the event loop, skipped when the cached quotas limit neither
+    turns nor tokens, the client's nor the user's (the usual case: a message's acknowledgement
+    then takes no thread hop)."""
+    if not guard.quotas.may_limit_turns(client_id, user_id):
         return
-    await run_in_threadpool(guard.admit_turn, client_id)
+    await run_in_threadpool(guard.admit_turn, client_id, user_id)
 
 
 def get_guard(connection: HTTPConnection) -> QuotaGuard:

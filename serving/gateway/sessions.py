@@ -7,21 +7,28 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
-from pydantic import Field, model_validator
+from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 
 from core.domain import ConversationStatus
 from core.errors import Conflict
-from core.routes import RouteKind
-from core.sessions import Session, create_session, get_session, route
+from core.routes import Route
+from core.sessions import Session, create_session, get_session, makes_conversation, route
 from serving.gateway.auth import ClientId, Context, Guard
 from serving.gateway.context import GatewayContext
-from serving.gateway.messages import accept_message
-from serving.gateway.protocol import Deleted, MessageCreate, WireModel
+from serving.gateway.members import User
+from serving.gateway.messages import accept_message, check_author
+from serving.gateway.protocol import (
+    LABEL_PATTERN,
+    Deleted,
+    MessageCreate,
+    RouteTarget,
+    WireModel,
+)
+from serving.gateway.quota_checks import QuotaGuard, admit_turn
 
 router = APIRouter(tags=["sessions"])
 
-LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,199}$"
 Label = Annotated[str, Path(pattern=LABEL_PATTERN, description="A session label")]
 
 
@@ -42,22 +49,6 @@ class SessionCreate(WireModel):
 class SessionPage(WireModel):
     items: list[SessionOut]
     next_after: str | None = Field(None, description="Pass as after for the next page")
-
-
-class RouteTarget(WireModel):
-    """Exactly one: a thread (turn id), a session label, or a persona (its main session)."""
-
-    thread: str | None = Field(
-        None, max_length=64, description="Turn id: append at the tip, otherwise fork from it"
-    )
-    session: str | None = Field(None, pattern=LABEL_PATTERN)
-    persona: str | None = Field(None, max_length=128, description="Its main session <persona>:main")
-
-    @model_validator(mode="after")
-    def _one(self) -> RouteTarget:
-        if sum(v is not None for v in (self.thread, self.session, self.persona)) != 1:
-            raise ValueError("give exactly one of thread, session or persona")
-        return self
 
 
 class RoutedMessageCreate(MessageCreate):
@@ -140,31 +131,40 @@ def delete_session(label: Label, context: Context, client_id: ClientId) -> Delet
     summary="Send a message routed to a thread, a session or a persona; says where it went",
 )
 async def post_routed(
-    body: RoutedMessageCreate, context: Context, client_id: ClientId, guard: Guard
+    body: RoutedMessageCreate, context: Context, client_id: ClientId, guard: Guard, user: User
 ) -> MessageRouted:
-    await run_in_threadpool(guard.admit_turn, client_id)
-    target = body.to
-    kind: RouteKind
-    if target.thread is not None:
-        kind, value = "thread", target.thread
-    elif target.session is not None:
-        kind, value = "session", target.session
-    else:
-        assert target.persona is not None
-        kind, value = "persona", target.persona
+    await admit_turn(guard, client_id, body.user_id or user)
     message = MessageCreate.model_validate(body.model_dump(exclude={"to"}))
-    return await send_routed(context, client_id, kind, value, message)
+    return await send_routed(context, guard, client_id, body.to.as_route(), message, user)
 
 
 async def send_routed(
-    context: GatewayContext, client_id: str, kind: RouteKind, target: str, message: MessageCreate
+    context: GatewayContext,
+    guard: QuotaGuard,
+    client_id: str,
+    to: Route,
+    message: MessageCreate,
+    user: str | None = None,
+    *,
+    live: str | None = None,
 ) -> MessageRouted:
-    """Resolve the target (forking, or making a main session, as needed) and post the message."""
-    destination = await run_in_threadpool(route, context.store, client_id, kind, target)
-    conversation = context.store.conversations.get(destination.conversation_id)
+    """Resolve the target (forking, or making a main session, as needed: counted against the
+    client's conversations quota) and post the message as ``user`` (``core.sessions.route``).
+    ``live``: a conversation whose actor the caller knows is running (a stream's subscription),
+    acknowledged without asking."""
+    check_author(message, user)  # before routing makes anything
+    if await run_in_threadpool(makes_conversation, context.store, client_id, to):
+        await run_in_threadpool(guard.admit_conversation, client_id)
+    destination = await run_in_threadpool(route, context.store, client_id, to.kind, to.target, user)
+    conversation = await run_in_threadpool(
+        context.store.conversations.get, destination.conversation_id
+    )
     if conversation.status == ConversationStatus.COMPLETED:
         raise Conflict(f"conversation {conversation.id} is completed")
-    accepted = await accept_message(context, client_id, conversation.id, message)
+    ready = True if conversation.id == live else None
+    accepted = await accept_message(
+        context, client_id, conversation.id, message, user, actor_ready=ready
+    )
     return MessageRouted(
         conversation_id=conversation.id,
         turn_id=accepted.turn_id,

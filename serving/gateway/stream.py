@@ -4,13 +4,17 @@ The server sends the conversation's events as JSON frames ``{seq, type, ...}``: 
 events after ``after_seq``, then live ones, token deltas included (``seq`` null). A client that
 reconnects with the last ``seq`` it saw gets exactly what it missed. A ``subscribed`` frame says
 the subscription is live: from then on no event (token deltas included) can be missed. The client
-sends ``{"type": "message", "content": ...}`` (answered by an ``ack`` frame with the turn and
-message ids) or ``{"type": "ping"}``; a frame the server cannot use gets an ``error`` frame and the
-stream goes on. Authentication: the ``Authorization`` header, or ``?api_key=`` for browsers.
-Refusals close the socket after an error frame: 4401 (bad key), 4404 (no such conversation), 4400
-(bad query), 4429 (the client's concurrent-WebSocket quota is full); a message over the turn or
-token quota gets an error frame (QUOTA_EXCEEDED) and the stream goes on. A key revoked or expired
-while its stream is open closes the stream with 4401 after an error frame (``key_watch``).
+sends ``{"type": "message", "content": ...}`` (the body of ``POST .../messages``: ``source``,
+``model``, ``user_id``, ``reply_to_message_id``; ``to`` routes it to a thread, a session or a
+persona as ``POST /v1/messages`` does), answered by an ``ack`` frame saying where it went (its
+conversation, turn and message; ``forked``; ``streamed_here``: false when it went to another
+conversation, whose own stream carries that turn), or ``{"type": "ping"}``; a frame the server
+cannot use gets an ``error`` frame and the stream goes on. Authentication: the ``Authorization``
+header, or ``?api_key=`` for browsers. Refusals close the socket after an error frame: 4401 (bad
+key), 4404 (no such conversation), 4400 (bad query), 4429 (the client's concurrent-WebSocket
+quota is full); a message over the turn or token quota gets an error frame (QUOTA_EXCEEDED) and
+the stream goes on. A key revoked or expired while its stream is open closes the stream with 4401
+after an error frame (``key_watch``).
 """
 
 from __future__ import annotations
@@ -27,21 +31,23 @@ from fastapi.encoders import jsonable_encoder
 from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
-from core.access import Action
+from core.access import Action, check
 from core.domain import Conversation
 from core.errors import InvalidInput, Unauthorized, WonderError
 from core.keys import hash_key
-from serving.gateway.auth import authenticate, websocket_key
+from serving.gateway.auth import USER_HEADER, authenticate, websocket_key
 from serving.gateway.context import GatewayContext, get_context
 from serving.gateway.conversations import owned_conversation
 from serving.gateway.errors import as_wonder_error
 from serving.gateway.history import visible_events
 from serving.gateway.key_watch import get_key_watch
 from serving.gateway.limits import MAX_FRAME_BYTES
-from serving.gateway.members import USER_HEADER, USER_PATTERN, check, level_of
+from serving.gateway.members import USER_PATTERN, level_of
+from serving.gateway.messages import accept_message
 from serving.gateway.protocol import ClientMessageFrame
 from serving.gateway.quota_checks import get_guard
-from serving.gateway.translation import SeqTracker, error_frame, parse_client_frame
+from serving.gateway.sessions import MessageRouted, send_routed
+from serving.gateway.translation import SeqTracker, error_frame, frame_id, parse_client_frame
 
 logger = logging.getLogger("wonder.gateway")
 
@@ -208,41 +214,66 @@ class StreamSession:
             if error is None:
                 logger.exception("frame on %s failed", self.conversation.id)
                 error = WonderError("internal error")
-            await self.send(error_frame(error.to_dict(), request_id))
+            await self.send(error_frame(error.to_dict(), request_id or frame_id(raw)))
 
-    def admit_message(self) -> None:
+    def admit_message(self, here: bool, author: str | None) -> None:
         authenticate(self.context, self.secret)
-        if self.user is not None:
+        if self.user is not None and here:  # a routed message is checked where it goes
             level = level_of(self.context, self.client_id, self.conversation.id, self.user)
             check(level, Action.WRITE, self.user, self.conversation.id)
-        get_guard(self.websocket).admit_turn(self.client_id)
+        get_guard(self.websocket).admit_turn(self.client_id, author)
 
     async def post(self, frame: ClientMessageFrame) -> dict[str, Any]:
         # One thread hop: the key may have been revoked since the stream opened (never start a
         # turn on it), a member may have lost its level, and the turn quotas.
-        await run_in_threadpool(self.admit_message)
-        # A live subscription says the actor is started: it acknowledges in a few ms. Without
-        # one (the actor is starting, or the client sent before the ``subscribed`` frame) the
-        # message is acknowledged in the store at once, asking nobody; the actor picks the turn
-        # up and hands this subscriber, when it arrives, the tokens streamed so far.
-        accepted = await self.context.conversations.post_message(
-            self.conversation.id,
-            frame.content,
-            frame.user_id or self.user or self.client_id,
-            source=frame.source,
-            reply_to_message_id=frame.reply_to_message_id,
-            actor_ready=self.subscribed.is_set(),
-        )
+        await run_in_threadpool(self.admit_message, frame.to is None, frame.user_id or self.user)
+        routed = await (self.post_here(frame) if frame.to is None else self.post_routed(frame))
         ack = {
             "seq": None,
             "type": "ack",
-            "turn_id": accepted.turn_id,
-            "message_id": accepted.message_id,
-            "message_seq": accepted.seq,
+            "conversation_id": routed.conversation_id,
+            "turn_id": routed.turn_id,
+            "message_id": routed.message_id,
+            "message_seq": routed.seq,
+            "forked": routed.forked,
+            "session": routed.session,
+            "streamed_here": routed.conversation_id == self.conversation.id,
         }
         if frame.id is not None:
             ack["id"] = frame.id
         return ack
+
+    async def post_here(self, frame: ClientMessageFrame) -> MessageRouted:
+        # A live subscription says the actor is started: it acknowledges in a few ms. Without
+        # one (the actor is starting, or the client sent before the ``subscribed`` frame) the
+        # message is acknowledged in the store at once, asking nobody; the actor picks the turn
+        # up and hands this subscriber, when it arrives, the tokens streamed so far.
+        accepted = await accept_message(
+            self.context,
+            self.client_id,
+            self.conversation.id,
+            frame.message(),
+            self.user,
+            actor_ready=self.subscribed.is_set(),
+        )
+        return MessageRouted(
+            conversation_id=self.conversation.id,
+            turn_id=accepted.turn_id,
+            message_id=accepted.message_id,
+            seq=accepted.seq,
+            forked=False,
+        )
+
+    async def post_routed(self, frame: ClientMessageFrame) -> MessageRouted:
+        """As ``POST /v1/messages``: it may land in another conversation (a fork, a session);
+        this stream goes on following its own, and the ack says where the message went."""
+        assert frame.to is not None
+        live = self.conversation.id if self.subscribed.is_set() else None
+        to = frame.to.as_route()
+        guard = get_guard(self.websocket)
+        return await send_routed(
+            self.context, guard, self.client_id, to, frame.message(), self.user, live=live
+        )
 
     # ------------------------------------------------------------------ closing
 

@@ -86,6 +86,17 @@ def parse_client_frame(text: str | bytes) -> ClientMessageFrame | ClientPingFram
         raise InvalidInput(f"invalid frame: {summary}") from None
 
 
+def frame_id(text: str | bytes) -> str | None:
+    """The ``id`` a frame the server could not use asked to be echoed (a string of at most 100
+    characters in a JSON object), so that the client can match the error to its request."""
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return None
+    found = parsed.get("id") if isinstance(parsed, dict) else None
+    return found if isinstance(found, str) and len(found) <= 100 else None
+
+
 def error_frame(error: dict[str, Any], request_id: str | None = None) -> dict[str, Any]:
     """A server → client frame reporting a failure (not an event: ``seq`` is None)."""
     frame: dict[str, Any] = {"seq": None, "type": "error", "error": error}

@@ -8,9 +8,7 @@ from pydantic import Field
 from core.trigger_model import CronTrigger
 from core.triggers import create_trigger
 from serving.gateway.auth import ClientId, Context
-from serving.gateway.hooks import route_of
-from serving.gateway.protocol import MAX_MESSAGE_CHARS, Deleted, Items, WireModel
-from serving.gateway.sessions import RouteTarget
+from serving.gateway.protocol import MAX_MESSAGE_CHARS, Deleted, Items, RouteTarget, WireModel
 
 router = APIRouter(prefix="/v1/triggers", tags=["triggers"])
 
@@ -32,7 +30,7 @@ class TriggerOut(CronTrigger):
 @router.post("", status_code=201, response_model=CronTrigger, summary="Create a cron trigger")
 def create(body: TriggerCreate, context: Context, client_id: ClientId) -> CronTrigger:
     return create_trigger(
-        context.store, client_id, body.schedule, body.template, route_of(body.route)
+        context.store, client_id, body.schedule, body.template, body.route.as_route()
     )
 
 

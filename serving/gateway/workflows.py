@@ -30,6 +30,13 @@ class RunStart(BaseModel):
 
     input: JsonObject = Field(default_factory=dict, description="Checked against input_schema")
     version: int | None = Field(None, ge=1, description="Default: the latest version")
+    project_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="Work on this project: the run gets the branch wonder/run-<run_id> from its "
+        "default branch, where its tasks and agent nodes work (GET /v1/workflow-runs/{id}/diff)",
+    )
     wait_s: float = Field(
         0.0,
         ge=0.0,
@@ -63,7 +70,9 @@ async def start_run(
     workflow_id: WorkflowId, body: RunStart, context: Context, client_id: ClientId
 ) -> RunView:
     runs = context.workflows
-    run_id = await runs.start(workflow_id, body.input, body.version, client_id=client_id)
+    run_id = await runs.start(
+        workflow_id, body.input, body.version, client_id=client_id, project_id=body.project_id
+    )
     if body.wait_s > 0:
         run = await runs.wait(run_id, body.wait_s)
     else:

@@ -1,8 +1,9 @@
-"""A conversation's branch and workspace: the branch, its diff against the default branch, an
-explicit merge into it (conflicts reported with their files, never forced), the workspace's status.
+"""Working branches over REST: a conversation's (or a workflow run's) branch, its diff against the
+default branch, an explicit merge into it (conflicts reported with their files, never forced; with
+the project's ``push_on_merge``, pushed back to the origin), and the workspace's status.
 
-Only the conversation's owner reaches these (another client's conversation is a 404). The branch
-routes read the project's repository directly; the status asks the live workspace actor.
+Only the owner reaches these (another client's conversation or run is a 404). The branch routes
+read the project's repository directly; the status asks the live workspace actor.
 """
 
 from __future__ import annotations
@@ -12,17 +13,16 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from core.domain import Conversation, Project
+from core.domain import Project
 from core.errors import Conflict, InvalidInput, Unavailable
-from core.git import GitRepository
-from core.projects import repository_of
-from core.settings import settings_from_env
-from core.workspaces import WorkspaceStatus, workspace_spec
+from core.projects import merge_into_default, repository_of, workspace_spec
+from core.workspaces import WorkspaceStatus
 from serving.gateway.auth import ClientId, Context
 from serving.gateway.context import GatewayContext
 from serving.gateway.errors import error_body
 
 router = APIRouter(prefix="/v1/conversations/{conversation_id}", tags=["workspaces"])
+run_router = APIRouter(prefix="/v1/workflow-runs/{run_id}", tags=["workspaces"])
 
 
 class WireModel(BaseModel):
@@ -37,7 +37,8 @@ class Commit(WireModel):
 
 
 class BranchInfo(WireModel):
-    conversation_id: str
+    conversation_id: str | None = Field(None, description="Set when asked of a conversation")
+    run_id: str | None = Field(None, description="Set when asked of a workflow run")
     project_id: str
     branch: str
     default_branch: str
@@ -63,25 +64,37 @@ class MergeResult(WireModel):
     status: str = Field(description="merged, or up_to_date when nothing was left to merge")
     commit: str | None
     default_branch: str
+    pushed: bool = Field(False, description="The default branch was pushed to the origin")
+    push_error: str | None = Field(
+        None, description="Why the push after the merge failed (the merge stands)"
+    )
 
 
-def _branch_of(
-    context: GatewayContext, client_id: str, conversation_id: str
-) -> tuple[Conversation, Project, GitRepository]:
+Workplace = tuple[Project, str]
+
+
+def _of_conversation(context: GatewayContext, client_id: str, conversation_id: str) -> Workplace:
     conversation = context.store.conversations.get(conversation_id, client_id=client_id)
     if conversation.branch is None or conversation.project_id is None:
         raise InvalidInput(f"conversation {conversation_id} has no project branch")
     project = context.store.projects.get(conversation.project_id, client_id=client_id)
-    return conversation, project, repository_of(project)
+    return project, conversation.branch
 
 
-@router.get("/branch", response_model=BranchInfo, summary="The conversation's working branch")
-def branch(conversation_id: str, context: Context, client_id: ClientId) -> BranchInfo:
-    conversation, project, repo = _branch_of(context, client_id, conversation_id)
-    name = conversation.branch or ""
+def _of_run(context: GatewayContext, client_id: str, run_id: str) -> Workplace:
+    run = context.workflows.get(run_id, client_id)
+    if run.context.branch is None or run.context.project_id is None:
+        raise InvalidInput(f"workflow run {run_id} works on no project branch")
+    project = context.store.projects.get(run.context.project_id, client_id=client_id)
+    return project, run.context.branch
+
+
+def _branch(workplace: Workplace, **owner: str) -> BranchInfo:
+    project, name = workplace
+    repo = repository_of(project)
     ahead, behind = repo.ahead_behind(project.default_branch, name)
     return BranchInfo(
-        conversation_id=conversation.id,
+        **owner,
         project_id=project.id,
         branch=name,
         default_branch=project.default_branch,
@@ -94,14 +107,9 @@ def branch(conversation_id: str, context: Context, client_id: ClientId) -> Branc
     )
 
 
-@router.get(
-    "/diff",
-    response_model=BranchDiffOut,
-    summary="What the branch changed since it left the default branch (committed work)",
-)
-def diff(conversation_id: str, context: Context, client_id: ClientId) -> BranchDiffOut:
-    conversation, project, repo = _branch_of(context, client_id, conversation_id)
-    found = repo.branch_diff(project.default_branch, conversation.branch or "")
+def _diff(workplace: Workplace) -> BranchDiffOut:
+    project, name = workplace
+    found = repository_of(project).branch_diff(project.default_branch, name)
     return BranchDiffOut(
         base=found.base,
         branch=found.head,
@@ -111,17 +119,10 @@ def diff(conversation_id: str, context: Context, client_id: ClientId) -> BranchD
     )
 
 
-@router.post(
-    "/merge",
-    response_model=MergeResult,
-    summary="Merge the branch into the default branch (409 with the conflicting files)",
-)
-def merge(
-    conversation_id: str, context: Context, client_id: ClientId, body: MergeRequest | None = None
-) -> MergeResult | JSONResponse:
-    conversation, project, repo = _branch_of(context, client_id, conversation_id)
-    name = conversation.branch or ""
-    outcome = repo.merge(name, project.default_branch, body.message if body else None)
+def _merge(workplace: Workplace, body: MergeRequest | None) -> MergeResult | JSONResponse:
+    project, name = workplace
+    report = merge_into_default(project, name, body.message if body else None)
+    outcome = report.outcome
     if outcome.status == "conflicts":
         error = Conflict(
             f"merging {name} into {project.default_branch} conflicts in "
@@ -130,8 +131,38 @@ def merge(
         details = [{"path": path, "message": "merge conflict"} for path in outcome.conflicts]
         return JSONResponse(status_code=409, content=error_body(error, details))
     return MergeResult(
-        status=outcome.status, commit=outcome.commit, default_branch=project.default_branch
+        status=outcome.status,
+        commit=outcome.commit,
+        default_branch=project.default_branch,
+        pushed=report.pushed,
+        push_error=report.push_error,
     )
+
+
+BRANCH = "The working branch: head, commits ahead of and behind the default branch"
+DIFF = "What the branch changed since it left the default branch (committed work)"
+MERGE = (
+    "Merge the branch into the default branch (409 with the conflicting files; with the "
+    "project's push_on_merge, pushed to the origin)"
+)
+
+
+@router.get("/branch", response_model=BranchInfo, summary=BRANCH)
+def branch(conversation_id: str, context: Context, client_id: ClientId) -> BranchInfo:
+    workplace = _of_conversation(context, client_id, conversation_id)
+    return _branch(workplace, conversation_id=conversation_id)
+
+
+@router.get("/diff", response_model=BranchDiffOut, summary=DIFF)
+def diff(conversation_id: str, context: Context, client_id: ClientId) -> BranchDiffOut:
+    return _diff(_of_conversation(context, client_id, conversation_id))
+
+
+@router.post("/merge", response_model=MergeResult, summary=MERGE)
+def merge(
+    conversation_id: str, context: Context, client_id: ClientId, body: MergeRequest | None = None
+) -> MergeResult | JSONResponse:
+    return _merge(_of_conversation(context, client_id, conversation_id), body)
 
 
 @router.get(
@@ -140,11 +171,25 @@ def merge(
     summary="The workspace: its branch's head and the uncommitted files in its worktree",
 )
 async def workspace(conversation_id: str, context: Context, client_id: ClientId) -> WorkspaceStatus:
-    conversation, project, _ = await run_in_threadpool(
-        _branch_of, context, client_id, conversation_id
-    )
+    project, name = await run_in_threadpool(_of_conversation, context, client_id, conversation_id)
     if context.workspaces is None:
         raise Unavailable("workspaces are not available on this gateway")
-    settings = settings_from_env(context.settings_env)
-    spec = workspace_spec(settings, conversation, project.repository, project.default_branch)
+    spec = workspace_spec(context.settings, client_id, project, name)
     return await context.workspaces.status(spec)
+
+
+@run_router.get("/branch", response_model=BranchInfo, summary=BRANCH)
+def run_branch(run_id: str, context: Context, client_id: ClientId) -> BranchInfo:
+    return _branch(_of_run(context, client_id, run_id), run_id=run_id)
+
+
+@run_router.get("/diff", response_model=BranchDiffOut, summary=DIFF)
+def run_diff(run_id: str, context: Context, client_id: ClientId) -> BranchDiffOut:
+    return _diff(_of_run(context, client_id, run_id))
+
+
+@run_router.post("/merge", response_model=MergeResult, summary=MERGE)
+def run_merge(
+    run_id: str, context: Context, client_id: ClientId, body: MergeRequest | None = None
+) -> MergeResult | JSONResponse:
+    return _merge(_of_run(context, client_id, run_id), body)

@@ -38,9 +38,16 @@ async def start_workflow_run(
     *,
     client_id: str | None = None,
     run_id: str | None = None,
+    project_id: str | None = None,
 ) -> str:
     return await workflows().start(
-        workflow_id, input, version, parent, client_id=client_id, run_id=run_id
+        workflow_id,
+        input,
+        version,
+        parent,
+        client_id=client_id,
+        run_id=run_id,
+        project_id=project_id,
     )
 
 

@@ -153,3 +153,48 @@ async def test_delegate_runs_the_target_in_a_child_conversation(ray_cluster: Clu
     assert [m.content for m in child_msgs] == ["ping", "helper says ping"]
     final = store.messages.list(conv.id)[-1].content
     assert "helper says ping" in final
+
+
+async def test_status_and_participants_follow_the_turns(ray_cluster: Cluster) -> None:
+    """Seed 001's conversation statuses on the real actor: ``waiting`` while its only turn waits
+    on a tool, ``active`` again once the model works, ``failed`` when its last turn failed, and
+    ``active`` at the next message; users who speak are participants, a webhook is not."""
+    store = ray_cluster.store
+    client_id, _ = make_client(store)
+    pause = task_tool(
+        store,
+        "pause",
+        [{"kind": "python", "params": {"callable": "library.workflows.steps:pause"}}],
+    )
+    profile = scripted_profile(
+        store,
+        [
+            {"match": "rest", "tool_calls": [{"name": "pause", "arguments": {"seconds": 3}}]},
+            {"match": "break", "fail": "the model is down"},
+        ],  # rule-style: anything else is answered "ok"
+    )
+    agent = make_agent(store, client_id, profile, tools=[pause])
+    conv = make_conversation(store, client_id, agent)
+
+    def status() -> str:
+        return store.conversations.get(conv.id).status.value
+
+    rest = await conversations().post_message(conv.id, "rest a while", "ann")
+    await async_wait_for(lambda: status() == "waiting", timeout=30)
+    await _turn_done(ray_cluster, rest.turn_id)
+    assert store.turns.get(rest.turn_id).status is TurnStatus.COMPLETED
+    assert status() == "active"
+
+    broken = await conversations().post_message(conv.id, "break it", "bob")
+    await _turn_done(ray_cluster, broken.turn_id)
+    assert store.turns.get(broken.turn_id).status is TurnStatus.FAILED
+    assert status() == "failed"
+
+    again = await conversations().post_message(conv.id, "hello", "hook:h1", source="webhook")
+    assert status() == "active"  # taken in: the conversation works again
+    await _turn_done(ray_cluster, again.turn_id)
+    assert status() == "active"
+    participants = [(p.type, p.id) for p in store.conversations.get(conv.id).participants]
+    assert participants == [("agent", agent.id), ("user", "ann"), ("user", "bob")]
+    types = {e.type for e in store.events.list(conv.id)}
+    assert not types & {"participant_joined", "conversation_updated"}  # no event of their own

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hmac
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from hashlib import sha256
@@ -15,12 +15,13 @@ from typing import Any
 
 import httpx
 import pytest
+from websockets.sync.client import ClientConnection, connect
 
 from serving.gateway.members import USER_HEADER as USER
 from tests.conftest import Cluster, wait_for
 from tests.factories import make_client
 from tests.integration.test_gateway import deploy_gateway, error_of, http_client, unique
-from tests.integration.test_gateway_stream import open_stream, scripted_agent
+from tests.integration.test_gateway_stream import DONE, open_stream, scripted_agent
 
 ECHO = [{"reply": "saw: {{history}}"}]
 
@@ -63,6 +64,12 @@ def say(api: httpx.Client, conv_id: str, content: str, **extra: Any) -> dict[str
 
 def messages(api: httpx.Client, conv_id: str, **params: Any) -> list[dict[str, Any]]:
     found = api.get(f"/v1/conversations/{conv_id}/messages", params=params)
+    assert found.status_code == 200, found.text
+    return list(found.json()["items"])
+
+
+def turns_of(api: httpx.Client, conv_id: str) -> list[dict[str, Any]]:
+    found = api.get(f"/v1/conversations/{conv_id}/turns")
     assert found.status_code == 200, found.text
     return list(found.json()["items"])
 
@@ -414,6 +421,228 @@ def test_sessions_and_routing(api: httpx.Client, stranger: httpx.Client) -> None
     assert {"202", "400", "404", "422"} <= set(paths["/v1/messages"]["post"]["responses"])
 
 
+class Socket:
+    """A client's WebSocket that keeps every frame it read: a turn's events may come before the
+    ack of the message that started it."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        self.ws = ws
+        self.frames: list[dict[str, Any]] = []
+
+    def until(self, done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        """The first frame ``done`` accepts, read so far or next."""
+        for frame in self.frames:
+            if done(frame):
+                return frame
+        while True:
+            self.frames.append(json.loads(self.ws.recv(timeout=60)))
+            if done(self.frames[-1]):
+                return self.frames[-1]
+
+    def reply(self, frame: dict[str, Any]) -> dict[str, Any]:
+        """Send a frame; its answer (the ack, error or pong echoing its id)."""
+        self.ws.send(json.dumps(frame))
+        return self.until(lambda f: f.get("id") == frame["id"] and f["seq"] is None)
+
+    def turn(self, turn_id: str) -> list[dict[str, Any]]:
+        """The frames of turn ``turn_id``, up to its end."""
+        self.until(lambda f: f["type"] in DONE and f.get("turn_id") == turn_id)
+        return [f for f in self.frames if f.get("turn_id") == turn_id or _message_of(f, turn_id)]
+
+
+def _message_of(frame: dict[str, Any], turn_id: str) -> bool:
+    return frame["type"] == "message" and frame["message"]["turn_id"] == turn_id
+
+
+def user_stream(gateway_url: str, conv_id: str, key: str, user: str) -> ClientConnection:
+    ws_url = gateway_url.replace("http://", "ws://")
+    return connect(
+        f"{ws_url}/v1/conversations/{conv_id}/stream?user_id={user}",
+        additional_headers={"Authorization": f"Bearer {key}"},
+        proxy=None,
+        open_timeout=30,
+    )
+
+
+def test_stream_message_frames_route_and_override_the_model(
+    gateway_url: str, api: httpx.Client, key: str, stranger: httpx.Client
+) -> None:
+    """The stream's message frame routes (``to``) and overrides the model (``model``) as REST
+    does; the ack says where the message went, and another conversation's turn is followed on
+    that conversation's own stream."""
+    persona_id = scripted_persona(api)
+    agent_id = scripted_agent(api, ECHO)
+    other = unique("scripted")
+    profile = {"provider": "scripted", "model": "other", "script": [{"reply": "from the other"}]}
+    assert api.put(f"/v1/model-profiles/{other}", json=profile).status_code == 200
+    conv = api.post("/v1/conversations", json={"agent_id": agent_id}).json()["id"]
+    t1 = say(api, conv, "one")["turn_id"]
+    tip = say(api, conv, "two")["turn_id"]
+    assert api.put("/v1/sessions/here", json={"conversation_id": conv}).status_code == 201
+    override = {"model_profile_id": other, "temperature": 0.5}
+
+    def message(content: str, id_: str, **extra: Any) -> dict[str, Any]:
+        return {"type": "message", "content": content, "id": id_, **extra}
+
+    with open_stream(gateway_url, conv, key) as raw:
+        ws = Socket(raw)
+        ws.until(lambda f: f["type"] == "subscribed")
+        # Routed to this conversation's tip, with a model override: it is answered here.
+        here = ws.reply(message("three", "r1", to={"thread": tip}, model=override))
+        assert here["type"] == "ack", here
+        assert (here["conversation_id"], here["forked"], here["streamed_here"]) == (
+            conv,
+            False,
+            True,
+        )
+        answered = ws.turn(here["turn_id"])
+        assert answered[-1]["type"] == "turn.completed"
+        assert [f["message"]["content"] for f in answered if f["type"] == "message"] == [
+            "three",
+            "from the other",
+        ]
+        turn = api.get(f"/v1/conversations/{conv}/turns/{here['turn_id']}").json()
+        assert turn["parent_turn_id"] == tip
+        assert turn["model"]["override"] == {**override, "max_tokens": None}
+        assert turn["model"]["used"]["model_profile_id"] == other
+
+        # To a session naming this conversation: here too; without ``to``: here, as before.
+        by_label = ws.reply(message("four", "r2", to={"session": "here"}))
+        assert (by_label["session"], by_label["streamed_here"]) == ("here", True)
+        ws.turn(by_label["turn_id"])
+        plain = ws.reply(message("five", "r3"))
+        assert (plain["conversation_id"], plain["forked"], plain["session"]) == (conv, False, None)
+        ws.turn(plain["turn_id"])
+
+        # To an earlier turn: a fork, not followed here; the fork's own stream carries the turn
+        # from the ack's message_seq on.
+        forked = ws.reply(message("six", "r4", to={"thread": t1}))
+        fork_id = forked["conversation_id"]
+        assert fork_id != conv and forked["forked"] is True and forked["streamed_here"] is False
+        with open_stream(gateway_url, fork_id, key, after_seq=forked["message_seq"] - 1) as fork:
+            followed = Socket(fork)
+            followed.turn(forked["turn_id"])
+        durable = [f for f in followed.frames if f["seq"] is not None]
+        assert durable[0]["type"] == "message"
+        assert durable[0]["message"]["id"] == forked["message_id"]
+        assert durable[-1]["type"] == "turn.completed"
+        answer = [f["message"]["content"] for f in durable if f["type"] == "message"][-1]
+        assert "one" in answer and "six" in answer and "two" not in answer
+        assert api.get(f"/v1/conversations/{fork_id}").json()["forked_at_turn_id"] == t1
+        assert not any(f.get("turn_id") == forked["turn_id"] for f in ws.frames[:-1])
+
+        # To a persona: its main session, made on first use.
+        persona = ws.reply(message("seven", "r5", to={"persona": persona_id}))
+        assert persona["session"] == f"{persona_id}:main" and persona["streamed_here"] is False
+        session = api.get(f"/v1/sessions/{persona_id}:main").json()
+        assert session["conversation_id"] == persona["conversation_id"]
+
+        # Bad frames: a precise error frame each, echoing the frame's id; the stream goes on.
+        for n, (extra, code, fragment) in enumerate(
+            (
+                ({"to": {}}, "INVALID_INPUT", "exactly one of thread, session or persona"),
+                ({"to": {"thread": tip, "persona": persona_id}}, "INVALID_INPUT", "exactly one"),
+                ({"to": {"thread": "turn_01NOPE"}}, "NOT_FOUND", "thread turn_01NOPE not found"),
+                ({"to": {"session": "nope"}}, "NOT_FOUND", "session nope not found"),
+                ({"to": {"persona": "nope"}}, "INVALID_INPUT", "persona nope not found"),
+                ({"to": {"conversation": conv}}, "INVALID_INPUT", "to.conversation"),
+                ({"model": {"model_profile_id": "no-such"}}, "INVALID_INPUT", "no-such not found"),
+                ({"model": {"temperature": 5}}, "INVALID_INPUT", "model.temperature"),
+                ({"to": {"persona": persona_id}, "model": {"top_k": 1}}, "INVALID_INPUT", "top_k"),
+                ({"source": "agent"}, "INVALID_INPUT", "source"),
+            )
+        ):
+            refused = ws.reply(message("x", f"bad-{n}", **extra))
+            assert refused["type"] == "error", (extra, refused)
+            assert refused["error"]["code"] == code, (extra, refused)
+            assert fragment in refused["error"]["message"], (extra, refused)
+        assert ws.reply({"type": "ping", "id": "alive"})["type"] == "pong"
+
+    # Another client's stream cannot route into this client's threads or sessions.
+    stranger_conv = stranger.post("/v1/conversations", json={}).json()["id"]
+    stranger_key = stranger.headers["Authorization"].removeprefix("Bearer ")
+    with open_stream(gateway_url, stranger_conv, stranger_key) as raw:
+        ws = Socket(raw)
+        for n, to in enumerate(({"thread": tip}, {"thread": t1}, {"session": "here"})):
+            refused = ws.reply(message("x", f"s{n}", to=to))
+            assert refused["type"] == "error" and refused["error"]["code"] == "NOT_FOUND", refused
+    assert len(api.get(f"/v1/conversations/{conv}/forks").json()["items"]) == 1
+
+
+def test_routing_acts_as_the_user(gateway_url: str, api: httpx.Client, key: str) -> None:
+    """With an acting user, a routed message (REST or stream) is checked where it lands."""
+    agent_id = scripted_agent(api, [{"reply": "ok"}])
+    conv = api.post("/v1/conversations", json={"agent_id": agent_id}).json()["id"]
+    t1 = say(api, conv, "one")["turn_id"]
+    tip = say(api, conv, "two")["turn_id"]
+    for user, level in (("rae", "reader"), ("wes", "writer"), ("max", "manager")):
+        grant = api.put(f"/v1/conversations/{conv}/members/{user}", json={"level": level})
+        assert grant.status_code == 200, grant.text
+
+    def send(user: str, to: dict[str, str]) -> httpx.Response:
+        return api.post("/v1/messages", json={"content": "hi", "to": to}, headers={USER: user})
+
+    for user, to, status in (
+        ("eve", {"thread": tip}, 404),  # not a member: to eve there is no such thread
+        ("rae", {"thread": tip}, 403),  # a reader may not post
+        ("wes", {"thread": t1}, 403),  # forking needs what POST .../forks needs: manager
+    ):
+        refused = send(user, to)
+        assert refused.status_code == status, (user, refused.text)
+    assert api.get(f"/v1/conversations/{conv}/forks").json()["items"] == []
+    appended = send("wes", {"thread": tip})
+    assert appended.status_code == 202 and appended.json()["conversation_id"] == conv
+    fork = send("max", {"thread": t1})
+    assert fork.status_code == 202 and fork.json()["forked"] is True
+    members = api.get(f"/v1/conversations/{fork.json()['conversation_id']}/members").json()
+    assert [(m["user_id"], m["level"]) for m in members["items"]] == [("max", "owner")]
+
+    # On the stream: a reader of the socket's conversation may route to where it may write.
+    mine = api.post("/v1/conversations", json={"agent_id": agent_id}, headers={USER: "rae"})
+    label = f"rae-{unique('s')}"
+    made = api.put(f"/v1/sessions/{label}", json={"conversation_id": mine.json()["id"]})
+    assert made.status_code == 201, made.text
+    with user_stream(gateway_url, conv, key, "rae") as raw:
+        ws = Socket(raw)
+        here = ws.reply({"type": "message", "content": "x", "id": "a"})
+        assert here["error"]["code"] == "PERMISSION_DENIED", here
+        to = {"session": label}
+        mismatch = ws.reply(
+            {"type": "message", "content": "x", "to": to, "user_id": "wes", "id": "b"}
+        )
+        assert mismatch["error"]["code"] == "INVALID_INPUT", mismatch
+        there = ws.reply({"type": "message", "content": "x", "to": to, "id": "c"})
+        assert there["type"] == "ack" and there["streamed_here"] is False, there
+        assert there["conversation_id"] == mine.json()["id"]
+
+
+def test_routing_counts_the_conversations_it_makes(gateway_url: str, ray_cluster: Cluster) -> None:
+    """A fork or a main session that routing makes is one more conversation for the quota."""
+    from core.ids import utc_now
+    from core.quotas import Quota
+
+    client_id, limited_key = make_client(ray_cluster.store, "limited")
+    ray_cluster.store.quotas.put(client_id, Quota(conversations=1), utc_now())
+    with http_client(gateway_url, limited_key) as limited:
+        agent_id = scripted_agent(limited, [{"reply": "ok"}])
+        persona_id = scripted_persona(limited)
+        conv = limited.post("/v1/conversations", json={"agent_id": agent_id}).json()["id"]
+        t1 = say(limited, conv, "one")["turn_id"]
+        tip = say(limited, conv, "two")["turn_id"]
+        for to in ({"thread": t1}, {"persona": persona_id}):
+            refused = limited.post("/v1/messages", json={"content": "x", "to": to})
+            assert refused.status_code == 429, refused.text
+            assert "conversations stored" in error_of(refused)["message"]
+        with open_stream(gateway_url, conv, limited_key) as raw:
+            ws = Socket(raw)
+            over = ws.reply({"type": "message", "content": "x", "to": {"thread": t1}, "id": "f"})
+            assert over["error"]["code"] == "QUOTA_EXCEEDED", over
+            at_tip = ws.reply({"type": "message", "content": "x", "to": {"thread": tip}, "id": "t"})
+            assert at_tip["type"] == "ack" and at_tip["forked"] is False, at_tip
+        assert limited.get(f"/v1/conversations/{conv}/forks").json()["items"] == []
+        assert limited.get(f"/v1/sessions/{persona_id}:main").status_code == 404
+
+
 def scripted_persona(api: httpx.Client) -> str:
     profile_id, persona_id = unique("scripted"), unique("persona")
     profile = {"provider": "scripted", "model": "s", "script": [{"reply": "ok"}]}
@@ -454,6 +683,21 @@ def test_webhooks_are_signed_and_routed(
     )
     assert deliver(b"plain text").status_code == 202  # a non-JSON body is the message itself
 
+    # A repeat inside the window (same timestamp, body, signature) is answered with the first
+    # delivery's result and starts no second turn; another body is another delivery.
+    stamp = time.time()
+    once = deliver(b"deploy 7 done", at=stamp)
+    again = deliver(b"deploy 7 done", at=stamp)
+    assert once.status_code == 202 and again.status_code == 200, again.text
+    assert once.json()["replayed"] is False
+    assert again.json() == {**once.json(), "replayed": True}
+    assert deliver(b"deploy 8 done", at=stamp).status_code == 202
+    conv = routed["conversation_id"]
+    wait_for(lambda: all(t["status"] != "active" for t in turns_of(api, conv)), timeout=60)
+    sent = [m["content"] for m in messages(api, conv) if m["role"] == "user"]
+    assert sent == ["build 42 failed", "plain text", "deploy 7 done", "deploy 8 done"]
+    assert [t["id"] for t in turns_of(api, conv)][2] == once.json()["turn_id"]
+
     for response, fragment in (
         (deliver(b"x", key="0" * 64), "does not match"),
         (deliver(b"x", at=time.time() - 3600), "replay window"),
@@ -466,13 +710,28 @@ def test_webhooks_are_signed_and_routed(
         assert unsigned.status_code == 401
         assert anonymous.post("/v1/hooks/hook_01NOPE", content=b"x").status_code == 404
 
+    # A rule must route to something of this client's now (checked when the hook is made).
+    thread = stored[0]["turn_id"]
+    for route, fragment in (
+        ({"session": "nope"}, "session nope not found"),
+        ({"thread": "turn_01NOPE"}, "thread turn_01NOPE not found"),
+        ({"persona": "nope"}, "persona nope not found"),
+    ):
+        refused = api.post("/v1/hooks", json={"route": route})
+        assert refused.status_code == 400 and fragment in error_of(refused)["message"]
+    theirs = stranger.post("/v1/hooks", json={"route": {"thread": thread}})
+    assert theirs.status_code == 400 and "not found" in error_of(theirs)["message"]
+    assert api.post("/v1/hooks", json={"route": {"thread": thread}}).status_code == 201
+
     assert stranger.get(f"/v1/hooks/{hook_id}").status_code == 404
     assert stranger.delete(f"/v1/hooks/{hook_id}").status_code == 404
     assert stranger.get("/v1/hooks").json()["items"] == []
     assert api.delete(f"/v1/hooks/{hook_id}").json() == {"deleted": [hook_id]}
     assert deliver(b"x").status_code == 404
     paths = api.get("/openapi.json").json()["paths"]
-    assert {"202", "401", "404"} <= set(paths["/v1/hooks/{hook_id}"]["post"]["responses"])
+    assert {"200", "202", "401", "404", "409"} <= set(
+        paths["/v1/hooks/{hook_id}"]["post"]["responses"]
+    )
 
 
 def test_cron_trigger_fires_once_per_due_time_across_scheduler_restarts(
@@ -534,6 +793,8 @@ def test_cron_trigger_fires_once_per_due_time_across_scheduler_restarts(
 
     bad = api.post("/v1/triggers", json={**body, "schedule": "61 * * * *"})
     assert bad.status_code == 400 and "minute" in error_of(bad)["message"]
+    nowhere = api.post("/v1/triggers", json={**body, "route": {"session": "nope"}})
+    assert nowhere.status_code == 400 and "session nope not found" in error_of(nowhere)["message"]
     assert stranger.get(f"/v1/triggers/{trigger_id}").status_code == 404
     assert stranger.delete(f"/v1/triggers/{trigger_id}").status_code == 404
     assert api.delete(f"/v1/triggers/{trigger_id}").json() == {"deleted": [trigger_id]}

@@ -257,6 +257,55 @@ def test_count_quotas_refuse_conversations_turns_tokens_and_sockets(
         assert wait_for(reopened, timeout=30, interval=0.2)
 
 
+def test_a_users_quota_is_set_by_the_clients_admin_key_and_limits_that_user_only(
+    gateway_url: str,  # noqa: F811
+    ray_cluster: Cluster,
+) -> None:
+    _, ivy, _ = fresh(gateway_url, ray_cluster, "ivy")
+    quota = {"requests_per_second": 0.5, "burst": 2, "concurrent_turns": 0}
+    with ivy:
+        app_key = ivy.post("/v1/keys", json={"name": "app"}).json()["api_key"]
+        with http_client(gateway_url, app_key) as app:
+            refused = app.put("/v1/users/alice/quota", json=quota)
+            assert refused.status_code == 403 and error_of(refused)["code"] == "PERMISSION_DENIED"
+        assert ivy.put("/v1/users/no%20one/quota", json=quota).status_code == 422
+        assert ivy.put("/v1/users/alice/quota", json={"memories": 3}).status_code == 422
+        put = ivy.put("/v1/users/alice/quota", json=quota)
+        assert put.status_code == 200 and put.json() == quota
+        assert ivy.get("/v1/users/alice/quota").json() == quota
+        assert ivy.get("/v1/user-quotas").json() == {
+            "items": [{"user_id": "alice", "quota": quota}]
+        }
+
+        # Alice's own bucket: two at once, then refused; bob and the client itself go on.
+        as_alice = {"X-Wonder-User": "alice"}
+        assert [ivy.get("/v1/agents", headers=as_alice).status_code for _ in range(2)] == [200] * 2
+        over = ivy.get("/v1/agents", headers=as_alice)
+        assert over.status_code == 429 and "user alice: more than 0.5" in error_of(over)["message"]
+        assert 1 <= int(over.headers["Retry-After"]) <= 2
+        assert ivy.get("/v1/agents", headers={"X-Wonder-User": "bob"}).status_code == 200
+        assert ivy.get("/v1/agents").status_code == 200
+        assert wait_for(
+            lambda: ivy.get("/v1/agents", headers=as_alice).status_code == 200, timeout=10
+        )
+
+        # Alice may run no turn at all: her message is refused, bob's is accepted.
+        conv_id = ivy.post("/v1/conversations", json={}).json()["id"]
+        messages = f"/v1/conversations/{conv_id}/messages"
+        refused = ivy.post(messages, json={"content": "hi", "user_id": "alice"})
+        assert refused.status_code == 429, refused.text
+        assert "user alice: quota concurrent_turns reached" in error_of(refused)["message"]
+        assert ivy.post(messages, json={"content": "hi", "user_id": "bob"}).status_code == 202
+
+        assert ivy.delete("/v1/users/alice/quota").json() == {}
+        assert ivy.get("/v1/users/alice/quota").json() == {}
+        changes = [e for e in ivy.get("/v1/audit").json()["items"] if e["action"] == "quota.set"]
+        assert [(e["target"], e["details"]["after"]) for e in changes] == [
+            ("user:alice", quota),
+            ("user:alice", {}),
+        ]
+
+
 def test_the_audit_trail_lists_a_persona_change(
     gateway_url: str,  # noqa: F811
     ray_cluster: Cluster,

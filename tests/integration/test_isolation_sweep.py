@@ -62,6 +62,15 @@ EXEMPT: dict[tuple[str, str], tuple[int, str]] = {
         "session labels are per client: a second client's PUT names a session of its own, and "
         "one with no conversation or agent in its body is refused before anything is read",
     ),
+    **{
+        (method, "/v1/users/{user_id}/quota"): (
+            200,
+            "user ids are per client (the X-Wonder-User a client names): a second client's "
+            "request reads or sets a quota of its own user of that name; the first client's "
+            "user quota is checked unchanged",
+        )
+        for method in ("GET", "PUT", "DELETE")
+    },
     ("POST", "/v1/hooks/{hook_id}"): (
         401,
         "webhook deliveries authenticate by the hook's HMAC signature, not by an API key: a "
@@ -169,6 +178,7 @@ def _others(owner: Owner) -> None:
     owner.ids["hook_id"] = hook["id"]
     trigger = {"schedule": "0 3 * * *", "template": "tick", "route": {"persona": persona}}
     owner.ids["trigger_id"] = ok(api.post("/v1/triggers", json=trigger), 201)["id"]
+    ok(api.put(f"/v1/users/{owner.ids['user_id']}/quota", json={"concurrent_turns": 3}))
 
 
 @pytest.fixture(scope="module")
@@ -367,6 +377,7 @@ def _snapshot(owner: Owner) -> dict[str, Any]:
         "session": ok(api.get(f"/v1/sessions/{ids['label']}")),
         "hook": ok(api.get(f"/v1/hooks/{ids['hook_id']}")),
         "trigger": ok(api.get(f"/v1/triggers/{ids['trigger_id']}")),
+        "user_quota": ok(api.get(f"/v1/users/{ids['user_id']}/quota")),
         "library": {
             kind: ok(api.get(f"/v1/{kind}/{ids[kind]}/versions")) for kind in LIBRARY_KINDS
         },

@@ -11,11 +11,11 @@ import ray
 from cluster.executor import execute_task
 from cluster.wiring import executor_services
 from core.domain import TaskDef
-from core.ids import new_id
 from core.memory.embedding import SentenceTransformerEmbedder
 from core.ports import TaskContext
 from serving.embedder import ServeEmbedder, get_embedder, reset_embedder_cache
 from tests.conftest import Cluster
+from tests.factories import make_agent, make_client, scripted_profile
 
 
 def _close(a: list[float], b: list[float]) -> bool:
@@ -45,7 +45,9 @@ async def test_deployment_matches_in_process_model_and_batches(embedder_app: str
 def test_executor_tasks_use_the_deployment(embedder_app: str, ray_cluster: Cluster) -> None:
     from ray import serve
 
-    agent = new_id("agent")
+    store = ray_cluster.store
+    client_id, _ = make_client(store)
+    agent = make_agent(store, client_id, scripted_profile(store)).id
     ctx = TaskContext(
         agent_id=agent,
         conversation_id="c",

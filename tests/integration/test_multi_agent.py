@@ -366,7 +366,11 @@ async def test_cancel_closes_dangling_tool_calls(ray_cluster: Cluster) -> None:
     profile = scripted_profile(store, [{"tool_calls": [{"name": "wait", "arguments": {}}]}])
     conv = make_conversation(store, client_id, make_agent(store, client_id, profile, [waiting]))
     ack = await post(conv.id, "wait for it", "u")
-    await asyncio.sleep(1.0)
+
+    def tools_started() -> bool:
+        return any(e.type == "tools.started" for e in store.events.list(conv.id))
+
+    await async_wait_for(tools_started, timeout=60, interval=0.1)  # the call is open now
     result = await conversations().cancel_turn(conv.id, ack.turn_id)
     assert result.status == "failed"
     [move] = store.moves.list(ack.turn_id)

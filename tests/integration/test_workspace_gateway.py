@@ -13,7 +13,9 @@ import httpx
 import pytest
 
 from cluster import wiring
-from core.git import Worktree, run_git
+from cluster.naming import existing_actor, workspace_actor_name
+from core.git import GitRepository, Worktree, run_git
+from core.projects import workspaces_root
 from tests.conftest import Cluster, wait_for
 from tests.factories import make_client
 from tests.integration.test_gateway import deploy_gateway, http_client, unique
@@ -128,5 +130,49 @@ def test_an_agent_fixes_code_runs_tests_commits_and_the_diff_shows(
         )
         assert shown.stdout == FIXED
         assert (source_repo / "calc.py").read_text() == BROKEN  # the user's clone is untouched
+
+        # Deleting the conversation removes its workspace; its branch, merged, goes too.
+        worktree = workspaces_root(ray_cluster.settings) / conv
+        assert worktree.is_dir() and existing_actor(workspace_actor_name(conv)) is not None
+        assert api.delete(f"/v1/conversations/{conv}").json()["deleted"] == [conv]
+        assert not worktree.exists() and existing_actor(workspace_actor_name(conv)) is None
+        assert not GitRepository(Path(project["repository"])).has_branch(conversation["branch"])
     finally:
         wiring.workspaces(ray_cluster.env).stop(conv)
+
+
+def test_a_run_started_on_a_project_works_on_its_own_branch(
+    api: httpx.Client, ray_cluster: Cluster
+) -> None:
+    project = api.post("/v1/projects", json={"name": "notes"}).json()
+    task_id, workflow_id = unique("task-notes"), unique("wf-notes")
+    task = {
+        "actions": [
+            {"kind": "repo.write", "params": {"path": "notes.md", "content": "# Notes\n"}},
+            {"kind": "repo.commit", "params": {"message": "Add notes"}},
+        ]
+    }
+    assert api.put(f"/v1/tasks/{task_id}", json=task).status_code == 200
+    workflow = {"nodes": [{"id": "write", "kind": "task", "target_id": task_id}]}
+    assert api.put(f"/v1/workflows/{workflow_id}", json=workflow).status_code == 200
+
+    unknown = api.post(f"/v1/workflows/{workflow_id}/runs", json={"project_id": "proj_nope"})
+    assert unknown.status_code == 400 and "proj_nope" in unknown.json()["error"]["message"]
+    started = api.post(
+        f"/v1/workflows/{workflow_id}/runs", json={"project_id": project["id"], "wait_s": 60}
+    )
+    assert started.status_code == 202, started.text
+    run = started.json()["run"]
+    run_id = run["id"]
+    try:
+        assert run["status"] == "completed", run
+        assert run["context"]["branch"] == f"wonder/run-{run_id}"
+        branch = api.get(f"/v1/workflow-runs/{run_id}/branch").json()
+        assert branch["run_id"] == run_id and (branch["ahead"], branch["behind"]) == (1, 0)
+        assert [c["subject"] for c in branch["commits"]] == ["Add notes"]
+        diff = api.get(f"/v1/workflow-runs/{run_id}/diff").json()
+        assert diff["files"] == ["notes.md"] and "+# Notes" in diff["diff"]
+        merged = api.post(f"/v1/workflow-runs/{run_id}/merge").json()
+        assert merged["status"] == "merged" and not merged["pushed"]
+    finally:
+        wiring.workspaces(ray_cluster.env).stop(run_id)

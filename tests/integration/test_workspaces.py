@@ -8,6 +8,7 @@ reaching the named detached ``workspace:<conversation_id>`` actor through the ``
 from __future__ import annotations
 
 import asyncio
+import shutil
 import socket
 import threading
 import uuid
@@ -16,20 +17,29 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import ray
 
 from cluster import wiring
 from cluster.naming import existing_actor, workspace_actor_name
 from cluster.workspaces import RayWorkspaces
 from core.conversations import create_conversation
-from core.domain import Agent, Constraints, Conversation, Persona, TaskAction, TaskDef
-from core.git import GitRepository
+from core.domain import Agent, Constraints, Conversation, Persona, TaskAction, TaskDef, Tool
+from core.git import BRANCH_PREFIX, GitRepository, conversation_branch, run_branch
 from core.ids import new_id, utc_now
 from core.ports import TaskContext, TaskOutcome
-from core.projects import create_project, repository_of, start_conversation_branch
+from core.projects import (
+    create_project,
+    remove_conversation_workspaces,
+    repository_of,
+    start_conversation_branch,
+    workspace_for,
+    workspaces_root,
+)
 from core.store import Store
-from core.workspaces import workspace_for
+from core.workflows import RunStatus, WorkflowDef
 from tests.conftest import Cluster, wait_for
-from tests.factories import make_client
+from tests.factories import make_agent, make_client, scripted_profile, task_tool
+from tests.integration.access import conversations, get_history, start_workflow_run, wait_for_run
 
 
 def new_agent(store: Store, client_id: str, project_ids: list[str], **constraints: Any) -> Agent:
@@ -153,7 +163,9 @@ def test_two_conversations_work_on_their_own_branches_and_merge(
     assert conflicted.status == "conflicts" and conflicted.conflicts == ("src/app.py",)
     assert repo.require_branch(project.default_branch) == merged.commit
 
-    spec = workspace_for(store, one.cluster.settings, one.conversation.id, one.agent_id)
+    spec = workspace_for(
+        store, one.cluster.settings, conversation_id=one.conversation.id, agent_id=one.agent_id
+    )
     status = asyncio.run(wiring.workspaces(one.cluster.env).status(spec))
     assert status.branch == one.conversation.branch and status.changed_files == []
 
@@ -297,6 +309,9 @@ def test_repo_paths_stay_inside_the_worktree(
     assert not Path(two_tree, "..", "escape.txt").resolve().exists()
     code, _ = one.error("repo.read", path="missing.txt")
     assert code == "NOT_FOUND"
+    # Merging is an explicit API call or a workflow step, never a conversation's tool call.
+    code, message = one.error("repo.merge")
+    assert code == "PERMISSION_DENIED" and "workflow step" in message
 
 
 def test_agents_touch_only_their_projects(ray_cluster: Cluster) -> None:
@@ -318,8 +333,11 @@ def test_an_idle_workspace_actor_exits_and_comes_back_with_its_files(
     project_pair: tuple[Session, Session, Store, str], ray_cluster: Cluster
 ) -> None:
     one, _, store, _ = project_pair
-    spec = workspace_for(store, ray_cluster.settings, one.conversation.id, one.agent_id)
-    quick = RayWorkspaces(idle_ttl_s=1.0)  # this adapter creates actors that idle out in 1 s
+    spec = workspace_for(
+        store, ray_cluster.settings, conversation_id=one.conversation.id, agent_id=one.agent_id
+    )
+    # This adapter creates actors that idle out in 1 s.
+    quick = RayWorkspaces(store, ray_cluster.settings, idle_ttl_s=1.0)
     name = workspace_actor_name(spec.workspace_id)
     asyncio.run(quick.write(spec, "draft.txt", "uncommitted work\n"))
     assert existing_actor(name) is not None
@@ -327,3 +345,190 @@ def test_an_idle_workspace_actor_exits_and_comes_back_with_its_files(
     again = asyncio.run(quick.read(spec, "draft.txt", 1000))  # re-created on the same worktree
     assert again.content == "uncommitted work\n"
     assert asyncio.run(quick.status(spec)).changed_files == ["draft.txt"]
+
+
+def test_a_workspace_actor_comes_back_on_its_node_or_from_its_branch(
+    project_pair: tuple[Session, Session, Store, str], ray_cluster: Cluster
+) -> None:
+    one, _, store, _ = project_pair
+    key = one.conversation.id
+    one.ok("repo.write", path="kept.txt", content="committed\n")
+    one.ok("repo.commit", message="keep")
+    one.ok("repo.write", path="draft.txt", content="uncommitted\n")
+    here = ray.get_runtime_context().get_node_id()
+    found = store.workspaces.get(key)
+    assert found is not None and found.node_id == here and found.spec.worktree.endswith(key)
+    workspaces = wiring.workspaces(ray_cluster.env)
+
+    # Evicted, then called again: pinned to the node that holds the worktree, draft and all.
+    assert workspaces.stop(key)
+    assert one.ok("repo.read", path="draft.txt")["content"] == "uncommitted\n"
+
+    # Its node is gone, and its disk with it: the branch is checked out afresh elsewhere (here),
+    # with the committed work; the uncommitted draft was lost with the node.
+    store.workspaces.put(found.model_copy(update={"node_id": "f" * 56, "node_ip": "192.0.2.1"}))
+    assert workspaces.stop(key)
+    shutil.rmtree(found.spec.worktree)
+    assert one.ok("repo.read", path="kept.txt")["content"] == "committed\n"
+    assert one.error("repo.read", path="draft.txt")[0] == "NOT_FOUND"
+    moved = store.workspaces.get(key)
+    assert moved is not None and moved.node_id == here  # recorded where it lives now
+
+
+def coder_agent(store: Store, client_id: str, project_id: str, value: str) -> Agent:
+    """A scripted agent scoped to the project: writes ``app.py``, commits, answers."""
+    write = task_tool(store, "write_file", [{"kind": "repo.write"}])
+    commit = task_tool(store, "commit", [{"kind": "repo.commit"}])
+    script = [
+        {"tool_calls": [{"name": "write_file", "arguments": {"path": "app.py", "content": value}}]},
+        {"tool_calls": [{"name": "commit", "arguments": {"message": f"coder: {value.strip()}"}}]},
+        {"reply": "committed"},
+    ]
+    profile = scripted_profile(store, script)
+    return make_agent(store, client_id, profile, [write, commit], project_ids=[project_id])
+
+
+def put_workflow(store: Store, body: dict[str, Any]) -> WorkflowDef:
+    definition = WorkflowDef.model_validate({"id": f"wf-{new_id().lower()}", **body})
+    return store.workflows.put(definition, utc_now())
+
+
+async def test_a_workflows_agent_node_commits_on_the_runs_branch(ray_cluster: Cluster) -> None:
+    store = ray_cluster.store
+    client_id, _ = make_client(store, "wf-branch")
+    project = create_project(store, ray_cluster.settings, client_id=client_id, name="wf")
+    repo = repository_of(project)
+    coder = coder_agent(store, client_id, project.id, "VALUE = 1\n")
+    merge = store.tasks.put(
+        TaskDef(id=f"merge-{new_id().lower()}", actions=[TaskAction(kind="repo.merge")]), utc_now()
+    )
+    merge_node = {"id": "merge", "kind": "task", "target_id": merge.id}
+    workflow = put_workflow(
+        store,
+        {
+            "nodes": [
+                {
+                    "id": "code",
+                    "kind": "agent",
+                    "target_id": coder.id,
+                    "input_mapping": {"message": {"const": "set the value"}},
+                },
+                merge_node,
+            ],
+            "edges": [{"from": "code", "to": "merge"}],
+            "output_mapping": {"answer": "nodes.code.answer", "merged": "nodes.merge.status"},
+        },
+    )
+    # A task step that writes the same file otherwise, then the same merge step.
+    edit = store.tasks.put(
+        TaskDef(
+            id=f"edit-{new_id().lower()}",
+            actions=[
+                TaskAction(kind="repo.write", params={"path": "app.py", "content": "VALUE = 2\n"}),
+                TaskAction(kind="repo.commit", params={"message": "task: value 2"}),
+            ],
+        ),
+        utc_now(),
+    )
+    rival = put_workflow(
+        store,
+        {
+            "nodes": [{"id": "edit", "kind": "task", "target_id": edit.id}, merge_node],
+            "edges": [{"from": "edit", "to": "merge"}],
+        },
+    )
+    # The rival's branch leaves the default branch before the first run merges (as a run started
+    # meanwhile would); starting it later with that id finds its branch where it was.
+    rival_id = new_id("run")
+    repo.create_branch(run_branch(rival_id), project.default_branch)
+    runs: list[str] = []
+    try:
+        run_id = await start_workflow_run(
+            workflow.id, {}, client_id=client_id, project_id=project.id
+        )
+        runs.append(run_id)
+        run = await wait_for_run(run_id, 120)
+        assert run.status is RunStatus.COMPLETED, run.error
+        assert run.output == {"answer": "committed", "merged": "merged"}
+        branch = run_branch(run_id)
+        assert run.context.project_id == project.id and run.context.branch == branch
+        assert repo.log(branch, 1)[0]["subject"] == "coder: VALUE = 1"
+        assert repo.git("show", f"{project.default_branch}:app.py") == "VALUE = 1\n"
+
+        # The agent node's turn ran in a child conversation on the run's branch: no branch of
+        # its own, no workspace of its own.
+        [code] = [r for r in get_history(run_id) if r.node_id == "code"]
+        child = store.conversations.get(code.output["conversation_id"])
+        assert child.project_id == project.id and child.branch == branch
+        assert repo.branches(BRANCH_PREFIX) == []
+        assert existing_actor(workspace_actor_name(run_id)) is not None
+        assert existing_actor(workspace_actor_name(child.id)) is None
+        assert not (workspaces_root(ray_cluster.settings) / child.id).exists()
+
+        # The rival writes the file otherwise on its branch; its merge step meets the conflict:
+        # the run fails naming the file, and the default branch stays as the first merge left it.
+        head = repo.require_branch(project.default_branch)
+        runs.append(rival_id)
+        await start_workflow_run(
+            rival.id, {}, client_id=client_id, project_id=project.id, run_id=rival_id
+        )
+        failed = await wait_for_run(rival_id, 120)
+        assert failed.status is RunStatus.FAILED and failed.error is not None
+        assert failed.error.code == "CONFLICT" and "app.py" in failed.error.message, failed.error
+        assert repo.require_branch(project.default_branch) == head
+    finally:
+        for key in runs:
+            wiring.workspaces(ray_cluster.env).stop(key)
+
+
+async def test_a_delegated_child_works_on_its_parents_branch_and_delete_cleans_up(
+    ray_cluster: Cluster,
+) -> None:
+    store, settings = ray_cluster.store, ray_cluster.settings
+    client_id, _ = make_client(store, "delegate-branch")
+    project = create_project(store, settings, client_id=client_id, name="team")
+    repo = repository_of(project)
+    coder = coder_agent(store, client_id, project.id, "VALUE = 3\n")
+    ask = store.tools.put(
+        Tool(
+            id=f"tool-ask-coder-{new_id().lower()}",
+            name="ask_coder",
+            description="delegate to the coder",
+            input_schema={"type": "object", "properties": {"input": {"type": "string"}}},
+            target_type="agent",
+            target_id=coder.id,
+            invocation_mode="delegate",
+        ),
+        utc_now(),
+    )
+    script = [
+        {"tool_calls": [{"name": "ask_coder", "arguments": {"input": "set the value"}}]},
+        {"reply": "the coder did it"},
+    ]
+    profile = scripted_profile(store, script)
+    boss = make_agent(store, client_id, profile, [ask], project_ids=[project.id])
+    parent = new_conversation(store, boss, project.id)
+
+    posted = await conversations().post_message(parent.id, "get it done", "user-1")
+    turn = await conversations().wait_for_turn(parent.id, posted.turn_id, 120)
+    assert turn.status.value == "completed", turn
+    [child] = store.conversations.list(client_id, parent_id=parent.id)
+    assert child.project_id == project.id and child.branch == parent.branch
+    branch = parent.branch or ""
+    assert repo.log(branch, 1)[0]["subject"] == "coder: VALUE = 3"
+    assert not repo.has_branch(conversation_branch(child.id))
+    worktree = workspaces_root(settings) / parent.id
+    assert (worktree / "app.py").read_text() == "VALUE = 3\n"
+    assert not (workspaces_root(settings) / child.id).exists()
+
+    # Deleting the conversation (as DELETE /v1/conversations/{id} does, children included)
+    # removes the workspace it owns: worktree, actor, record. Its branch is not merged: kept.
+    tree = store.conversation_tree(parent.id)
+    assert sorted(tree) == sorted([parent.id, child.id])
+    kept = await remove_conversation_workspaces(
+        store, settings, wiring.workspaces(ray_cluster.env), tree
+    )
+    assert kept == [branch] and repo.has_branch(branch)
+    assert not worktree.exists() and str(worktree) not in repo.git("worktree", "list")
+    assert existing_actor(workspace_actor_name(parent.id)) is None
+    assert store.workspaces.get(parent.id) is None

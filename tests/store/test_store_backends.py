@@ -13,6 +13,7 @@ from core.conversations import create_conversation
 from core.domain import Message, MessageRole, Turn, UserCaller
 from core.ids import new_id, utc_now
 from core.store import Store, schema
+from core.workspaces import WorkspaceRecord, WorkspaceSpec
 
 WRITERS = 6
 COMMITS_PER_WRITER = 15
@@ -156,3 +157,27 @@ def test_event_cursor_replays_after_a_seq(store: Store) -> None:
     assert [e.seq for e in store.events.list(conversation.id, after_seq=3)] == [4, 5, 6]
     assert [e.seq for e in store.events.list(conversation.id, after_seq=3, limit=2)] == [4, 5]
     assert store.events.list(conversation.id, after_seq=6) == []
+
+
+def test_workspace_records_are_replaced_by_key(store: Store) -> None:
+    """Where each workspace's worktree lives (issue 14): one record per workspace id, replaced
+    when its actor moves, listed by project, deleted with its workspace."""
+    spec = WorkspaceSpec(
+        workspace_id="conv_a",
+        client_id="c",
+        project_id="proj_1",
+        repository="/r",
+        branch="wonder/conv-conv_a",
+        default_branch="main",
+        worktree="/w/conv_a",
+        data_dir="/d",
+    )
+    first = WorkspaceRecord(spec=spec, node_id="n1", node_ip="10.0.0.1", updated_at=utc_now())
+    store.workspaces.put(first)
+    moved = first.model_copy(update={"node_id": "n2", "node_ip": "10.0.0.2"})
+    store.workspaces.put(moved)
+    assert store.workspaces.get("conv_a") == moved
+    assert store.workspaces.list_for_project("proj_1") == [moved]
+    assert store.workspaces.list_for_project("proj_2") == []
+    store.workspaces.delete("conv_a")
+    assert store.workspaces.get("conv_a") is None

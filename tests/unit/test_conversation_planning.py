@@ -38,6 +38,7 @@ from actors.conversation.domain import (
     ExtractMemories,
     FailTurn,
     HoldDelivery,
+    MarkConversation,
     MemoriesExtracted,
     MemoryExtractionFailed,
     MessageReceived,
@@ -68,9 +69,11 @@ from actors.conversation.domain import (
     TurnState,
 )
 from actors.conversation.resumption import MAX_INTERRUPTIONS
+from actors.conversation.standing import conversation_status
 from actors.conversation.tool_calls import build_catalog, plan_tool_call
 from core.domain import (
     Agent,
+    AgentCaller,
     AsyncOperation,
     ConcurrencyPolicy,
     Constraints,
@@ -88,6 +91,7 @@ from core.domain import (
     Turn,
     Usage,
     UserCaller,
+    WorkflowCaller,
 )
 from core.errors import ErrorCode
 from core.llm.protocol import ToolCallRequested
@@ -216,8 +220,14 @@ def state_with(
     return state
 
 
+def turns_only(decisions: list[Decision]) -> list[Decision]:
+    """The decisions about turns; the conversation's own record (``MarkConversation``) has its
+    tables below."""
+    return [d for d in decisions if not isinstance(d, MarkConversation)]
+
+
 def names(decisions: list[Decision]) -> list[str]:
-    return [type(d).__name__ for d in decisions]
+    return [type(d).__name__ for d in turns_only(decisions)]
 
 
 def received(content: str = "hi", **kw: Any) -> MessageReceived:
@@ -496,7 +506,10 @@ def test_a_turn_interrupted_too_often_fails_and_closes_its_operations() -> None:
     recovered = RecoveredTurn(
         active_turn(started_at=NOW), (operation("op-1"),), resumes=MAX_INTERRUPTIONS
     )
-    closed, failed = planning.plan(ConversationState(conversation()), Recovered((recovered,), NOW))
+    closed, failed, mark = planning.plan(
+        ConversationState(conversation()), Recovered((recovered,), NOW)
+    )
+    assert mark == MarkConversation(ConversationStatus.FAILED, (USER_U,))
     assert isinstance(closed, CloseDangling) and closed.operations == ("op-1",)
     assert closed.message == "the conversation restarted mid-turn"
     assert isinstance(failed, FailTurn) and failed.reason.startswith("interrupted: ")
@@ -532,7 +545,7 @@ def test_a_recovered_queued_turn_keeps_the_agent_it_was_addressed_to() -> None:
     decisions = planning.plan(state, Recovered(turns, NOW))
     for decision in decisions:
         planning.apply(state, decision)
-    assert decisions[-1] == QueueTurn("t2", "agent-2")
+    assert turns_only(decisions)[-1] == QueueTurn("t2", "agent-2")
     assert state.turns["t2"].agent_id == "agent-2"
 
 
@@ -548,7 +561,7 @@ def test_a_turn_acknowledged_elsewhere_starts_when_the_conversation_is_idle() ->
 def test_a_turn_acknowledged_elsewhere_queues_behind_a_running_one() -> None:
     state = state_with(running("t1"), policy=ConcurrencyPolicy.QUEUE)
     event = TurnRequested(active_turn("t2", started_at=None), NOW, policy_applies=True)
-    assert planning.plan(state, event) == [QueueTurn("t2", "agent-1")]
+    assert turns_only(planning.plan(state, event)) == [QueueTurn("t2", "agent-1")]
     delegated = TurnRequested(active_turn("t3", started_at=None), NOW)  # policy does not apply
     assert names(planning.plan(state, delegated)) == ["StartTurn", "AssembleContext"]
 
@@ -613,10 +626,12 @@ def test_a_turn_with_a_tool_call_from_message_to_completion() -> None:
     [_, model_call] = drive(state, ContextAssembled("t-new", setup(), BASE, NOW))
     assert isinstance(model_call, CallModel) and model_call.request.tools
     search = call("search", {"q": "x"})
-    [_, tools] = drive(state, ModelAnswered("t-new", "looking", (search,), Usage(), ("o",), NOW))
+    [_, tools] = turns_only(
+        drive(state, ModelAnswered("t-new", "looking", (search,), Usage(), ("o",), NOW))
+    )
     assert isinstance(tools, RunTools) and isinstance(tools.plans[0], DispatchTool)
     result = ToolResult(tool_call_id=search.id, success=True, result={"hits": 1})
-    record, again = drive(state, ToolsReturned("t-new", (result,), NOW))
+    record, again = turns_only(drive(state, ToolsReturned("t-new", (result,), NOW)))
     assert record.reasoning == "looking"  # type: ignore[union-attr]
     assert isinstance(again, CallModel) and again.moves_made == 1
     assert again.request.messages[-1] == {
@@ -669,7 +684,9 @@ def test_a_model_that_calls_tools_after_its_budget_fails_the_turn() -> None:
 def test_an_async_tool_is_acknowledged_then_answered_on_the_same_turn() -> None:
     state = state_with(live(TurnPhase.THINKING))
     report = call("report", {})
-    [_, tools] = drive(state, ModelAnswered("t1", "", (report,), Usage(), ("op-9",), NOW))
+    [_, tools] = turns_only(
+        drive(state, ModelAnswered("t1", "", (report,), Usage(), ("op-9",), NOW))
+    )
     assert isinstance(tools, RunTools)
     [start] = tools.plans
     assert isinstance(start, StartOperation) and start.operation.id == "op-9"
@@ -678,9 +695,9 @@ def test_an_async_tool_is_acknowledged_then_answered_on_the_same_turn() -> None:
     drive(state, ToolsReturned("t1", (start.ack,), NOW))
     waiting = drive(state, ModelAnswered("t1", "on it", (), Usage(), (), NOW))
     assert names(waiting) == ["AddUsage", "AppendAgentMessage", "AwaitOperations"]
-    assert waiting[-1] == AwaitOperations("t1", Usage(), announce=True)
+    assert turns_only(waiting)[-1] == AwaitOperations("t1", Usage(), announce=True)
     finished = done(start.operation)
-    [assemble] = drive(state, OperationCompleted(finished, NOW))
+    [assemble] = turns_only(drive(state, OperationCompleted(finished, NOW)))
     assert assemble == AssembleContext("t1", "agent-1", delivering=finished)
     [_, model_call] = drive(state, ContextAssembled("t1", setup(), BASE, NOW))
     assert isinstance(model_call, CallModel)
@@ -718,12 +735,163 @@ def test_stale_outcomes_of_a_cancelled_step_plan_nothing() -> None:
 
 
 def test_context_assembly_failure_is_noted_and_fails_the_turn() -> None:
-    note, fail = planning.plan(
-        state_with(live(TurnPhase.ASSEMBLING)), ContextAssemblyFailed("t1", error("x"), NOW)
+    note, fail = turns_only(
+        planning.plan(
+            state_with(live(TurnPhase.ASSEMBLING)), ContextAssemblyFailed("t1", error("x"), NOW)
+        )
     )
     assert isinstance(note, NoteEvent) and note.type == "context_assembly.failed"
     assert isinstance(fail, FailTurn) and fail.context_failed
     assert fail.reason == "context assembly failed: x"
+
+
+# ------------------------------------------------------------------------ the conversation's record
+# Its status follows its turns, and a person who speaks joins it (``MarkConversation``, no event).
+
+ACTIVE, WAITING, FAILED = (
+    ConversationStatus.ACTIVE,
+    ConversationStatus.WAITING,
+    ConversationStatus.FAILED,
+)
+USER_U = Participant(type="user", id="u")
+# The status each event leaves, planned against turn t1 in each phase with the status that phase
+# implies (acting, awaiting: waiting; otherwise active); absent: unchanged, so no mark.
+EXPECTED_STATUS: dict[str, dict[TurnPhase | None, ConversationStatus]] = {
+    "context assembled": {},
+    "context failed": {AS: FAILED},
+    "model answered": {TH: WAITING},  # answered, op-1 still out
+    "model called tools": {TH: WAITING},
+    "model failed": {TH: FAILED},
+    "tools returned": {AC: ACTIVE},
+    "memories extracted": {},
+    "extraction failed": {},
+    "operation completed": {AW: ACTIVE},  # delivered: the model works on it
+    "operations checked": {AW: ACTIVE},
+    "cancel requested": {AC: ACTIVE, AW: ACTIVE},  # cancelled is not failed
+    "step failed": {phase: FAILED for phase in PHASES if phase is not None},
+    "turn requested": {A: ACTIVE},  # and its user joins (below)
+}
+
+
+def consistent(state: ConversationState) -> ConversationState:
+    """``state`` with the status its live turns imply (as the actor keeps it)."""
+    status = conversation_status(state, None)
+    state.conversation = state.conversation.model_copy(update={"status": status})
+    return state
+
+
+def marks(decisions: list[Decision]) -> list[MarkConversation]:
+    return [d for d in decisions if isinstance(d, MarkConversation)]
+
+
+@pytest.mark.parametrize("phase", PHASES, ids=lambda p: p.value if p else "no-turn")
+@pytest.mark.parametrize("event_name", list(EVENTS))
+def test_the_status_follows_the_turns(event_name: str, phase: TurnPhase | None) -> None:
+    turns = [] if phase is None else [live(phase, pending_operations=frozenset({"op-1"}))]
+    state = consistent(state_with(*turns))
+    found = marks(planning.plan(state, EVENTS[event_name]))
+    expected = EXPECTED_STATUS[event_name].get(phase)
+    joined = (USER_U,) if event_name == "turn requested" and phase is None else ()
+    if expected is None and not joined:
+        assert found == []
+    else:
+        assert found == [MarkConversation(expected or state.conversation.status, joined)]
+
+
+@pytest.mark.parametrize(
+    ("phases", "event", "expected"),
+    [
+        # Every live turn waits on work outside the conversation → waiting; one working → active.
+        ((TH, AC), ModelFailed("t1", error(), NOW), WAITING),
+        ((TH, AW), ModelFailed("t1", error(), NOW), WAITING),
+        ((TH, AC), ModelAnswered("t1", "x", (call("s", {}),), Usage(), ("o",), NOW), WAITING),
+        ((AS, AW), StepFailed("t1", "gone", NOW), WAITING),
+        ((AC, AW), EVENTS["tools returned"], ACTIVE),
+        # A turn still live keeps the conversation from failing; the last one to end decides.
+        ((TH, TH), ModelFailed("t1", error(), NOW), None),
+        ((TH, Q), ModelFailed("t1", error(), NOW), None),  # the queued one starts: active
+    ],
+)
+def test_the_status_counts_every_live_turn(
+    phases: tuple[TurnPhase, TurnPhase],
+    event: ConversationEvent,
+    expected: ConversationStatus | None,
+) -> None:
+    first, second = phases
+    t2 = live(second, turn_id="t2")
+    state = consistent(state_with(live(first), t2))
+    found = marks(planning.plan(state, event))
+    assert found == ([] if expected is None else [MarkConversation(expected)])
+
+
+def test_a_failed_conversation_takes_the_next_message_and_is_active_again() -> None:
+    state = consistent(state_with(live(TurnPhase.THINKING)))
+    assert marks(drive(state, ModelFailed("t1", error(), NOW))) == [MarkConversation(FAILED)]
+    assert state.conversation.status is FAILED
+    decisions = drive(state, received(caller=UserCaller(user_id="u"), author="u"))
+    assert names(decisions) == ["BeginTurn", "AssembleContext"]
+    assert marks(decisions) == [MarkConversation(ACTIVE, (USER_U,))]
+    assert state.conversation.status is ACTIVE and USER_U in state.conversation.participants
+    # A completed one stays completed, whatever its turns do.
+    done_state = state_with(live(TurnPhase.THINKING))
+    done_state.conversation = conversation(status=ConversationStatus.COMPLETED)
+    assert marks(planning.plan(done_state, ModelFailed("t1", error(), NOW))) == []
+
+
+def test_a_sync_tool_round_waits_then_works_again() -> None:
+    state = consistent(state_with(live(TurnPhase.THINKING)))
+    search = call("search", {"q": "x"})
+    tools = drive(state, ModelAnswered("t1", "looking", (search,), Usage(), ("o",), NOW))
+    assert marks(tools) == [MarkConversation(WAITING)]
+    result = ToolResult(tool_call_id=search.id, success=True, result={"hits": 1})
+    assert marks(drive(state, ToolsReturned("t1", (result,), NOW))) == [MarkConversation(ACTIVE)]
+    assert marks(drive(state, ModelAnswered("t1", "found", (), Usage(), (), NOW))) == []
+    assert state.conversation.status is ACTIVE and state.turns == {}
+
+
+@pytest.mark.parametrize(
+    ("event", "participants", "joined"),
+    [
+        (received(), [], (Participant(type="user", id="user-1"),)),
+        (received(), [Participant(type="user", id="user-1")], ()),  # a member already
+        (received(source="webhook"), [], ()),  # a system, not a person
+        (received(source="cron"), [], ()),
+        (received(caller=AgentCaller(agent_id="a2", turn_id="t0", conversation_id="c0")), [], ()),
+        (received(caller=WorkflowCaller(run_id="run-1"), author="run-1"), [], ()),
+        (received(requested_agent_id="nobody"), [], None),  # refused: no mark at all
+        (TurnRequested(active_turn("t9"), NOW), [], (USER_U,)),  # acknowledged elsewhere
+        (
+            Recovered(
+                tuple(RecoveredTurn(active_turn(f"t{n}", started_at=None)) for n in (1, 2)), NOW
+            ),
+            [],
+            (USER_U,),  # once, however many of its turns come back
+        ),
+    ],
+    ids=[
+        "new-user",
+        "known-user",
+        "webhook",
+        "cron",
+        "agent",
+        "workflow",
+        "refused",
+        "turn-requested",
+        "recovered",
+    ],
+)
+def test_a_person_who_speaks_joins_the_participants(
+    event: ConversationEvent,
+    participants: list[Participant],
+    joined: tuple[Participant, ...] | None,
+) -> None:
+    agent = Participant(type="agent", id="agent-1")
+    state = ConversationState(conversation(participants=[agent, *participants]))
+    found = marks(planning.plan(state, event))
+    if joined is None or not joined:
+        assert found == []
+    else:
+        assert found == [MarkConversation(ACTIVE, joined)]
 
 
 # --------------------------------------------------------------------------- tool calls

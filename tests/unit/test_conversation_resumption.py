@@ -13,7 +13,9 @@ from actors.conversation.domain import (
     CheckOperations,
     CompleteTurn,
     ContextAssembled,
+    ConversationEvent,
     ConversationState,
+    Decision,
     DispatchTool,
     ExtractMemories,
     ModelAnswered,
@@ -45,11 +47,12 @@ from tests.unit.test_conversation_planning import (
     active_turn,
     call,
     conversation,
-    drive,
     names,
     operation,
     setup,
+    turns_only,
 )
+from tests.unit.test_conversation_planning import drive as drive_all
 
 IDEMPOTENT_SEARCH = SEARCH.model_copy(update={"idempotent": True})
 
@@ -72,6 +75,12 @@ def tool_move(sequence: int, iteration: int, tool_call_id: str, result: str) -> 
         raw={"iteration": iteration},
         created_at=NOW,
     )
+
+
+def drive(state: ConversationState, event: ConversationEvent) -> list[Decision]:
+    """Plan and apply; the decisions about turns (the conversation's record is tested in
+    test_conversation_planning)."""
+    return turns_only(drive_all(state, event))
 
 
 def resume(recovered: RecoveredTurn, **conv: Any) -> tuple[ConversationState, list[Any]]:

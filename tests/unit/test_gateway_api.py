@@ -55,6 +55,7 @@ class RecordingConversations:
         reply_to_message_id: str | None = None,
         message_id: str | None = None,
         agent_id: str | None = None,
+        actor_ready: bool | None = None,
     ) -> MessageAck:
         self.posted.append((conversation_id, content, author))
         return MessageAck(

@@ -49,6 +49,9 @@ REMAINING: dict[tuple[str, str], str] = {
             "GET /v1/workflow-runs/{run_id}",
             "POST /v1/workflow-runs/{run_id}/cancel",
             "POST /v1/workflows/{workflow_id}/runs",
+            "GET /v1/workflow-runs/{run_id}/branch",
+            "GET /v1/workflow-runs/{run_id}/diff",
+            "POST /v1/workflow-runs/{run_id}/merge",
             "Stateful tests",
         )
     },
@@ -88,6 +91,8 @@ REMAINING: dict[tuple[str, str], str] = {
             "GET /v1/conversations/{conversation_id}/events",
             "GET /v1/conversations/{conversation_id}/forks",
             "GET /v1/conversations/{conversation_id}/messages",
+            # Issue 14: a default_branch that does not exist in the project's repository.
+            "PATCH /v1/projects/{project_id}",
         )
     },
     # A routing target or a cron schedule the schema allows loosely (one-of-three routing keys, a

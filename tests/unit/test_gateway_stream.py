@@ -111,9 +111,13 @@ def test_forwards_tokens_and_acks(store: Store) -> None:
         assert ack == {
             "seq": None,
             "type": "ack",
+            "conversation_id": conv,
             "turn_id": "turn_1",
             "message_id": "msg_1",
             "message_seq": 2,
+            "forked": False,
+            "session": None,
+            "streamed_here": True,
             "id": "r1",
         }
     assert access.posted == ["hello"]
@@ -188,18 +192,21 @@ def test_reconnect_resumes_after_seq(store: Store) -> None:
 
 
 @pytest.mark.parametrize(
-    ("frame", "fragment"),
+    ("frame", "fragment", "echoed"),
     [
-        ("not json", "invalid frame"),
-        ('{"type": "dance"}', "does not match any of the expected tags"),
-        ('{"type": "message"}', "content: Field required"),
-        ('{"type": "message", "content": ""}', "content"),
-        ('{"type": "message", "content": "x", "color": "red"}', "color: Extra inputs"),
-        ("[1, 2]", "invalid frame"),
+        ("not json", "invalid frame", None),
+        ('{"type": "dance"}', "does not match any of the expected tags", None),
+        ('{"type": "message"}', "content: Field required", None),
+        ('{"type": "message", "content": ""}', "content", None),
+        ('{"type": "message", "content": "x", "color": "red"}', "color: Extra inputs", None),
+        ('{"type": "message", "content": "x", "to": {}, "id": "r1"}', "exactly one of", "r1"),
+        ('{"type": "message", "content": "x", "model": {"top_k": 1}, "id": "r2"}', "top_k", "r2"),
+        ('{"type": "message", "id": 7}', "content: Field required", None),  # not a string id
+        ("[1, 2]", "invalid frame", None),
     ],
 )
 def test_bad_frames_get_error_frames_and_the_stream_goes_on(
-    store: Store, frame: str, fragment: str
+    store: Store, frame: str, fragment: str, echoed: str | None
 ) -> None:
     client, _access, key, conv = connect(store, [[]])
     with client.websocket_connect(f"/v1/conversations/{conv}/stream?api_key={key}") as ws:
@@ -208,6 +215,7 @@ def test_bad_frames_get_error_frames_and_the_stream_goes_on(
         assert error["type"] == "error" and error["seq"] is None
         assert error["error"]["code"] == "INVALID_INPUT"
         assert fragment in error["error"]["message"], error
+        assert error.get("id") == echoed  # the frame's own id, so the client can match it
         ws.send_bytes(b'{"type": "ping", "id": "p"}')
         assert ws.receive_json() == {"seq": None, "type": "pong", "id": "p"}
 

@@ -3,6 +3,7 @@ arithmetic over vLLM's stats records (no Ray started, no engine)."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 import pytest
@@ -11,6 +12,7 @@ from serving.llm_client import conversation_key
 from serving.llm_metrics import EngineMetrics, EngineTotals, step_stats
 from serving.llm_routes import InFlight, RouteLog
 from serving.llm_routing import affinity_ranks
+from tests.conftest import async_wait_for
 
 REPLICAS = ["a", "b", "c"]
 
@@ -132,3 +134,34 @@ def test_in_flight_counts_each_request_once_where_it_went() -> None:
     counts.finished("r2")
     counts.finished("r2")  # a late second completion changes nothing
     assert (counts.count("a"), counts.count("b")) == (0, 0)
+
+
+class LoggingEngine:
+    """Stands in for vLLM's ``AsyncLLM``: counts ``do_log_stats`` calls; the first one fails."""
+
+    def __init__(self) -> None:
+        self.logged = 0
+
+    async def do_log_stats(self) -> None:
+        self.logged += 1
+        if self.logged == 1:
+            raise RuntimeError("a stats failure")
+
+    def shutdown(self) -> None:
+        return None
+
+
+async def test_the_local_engine_has_its_stat_loggers_log_periodically() -> None:
+    """vLLM only computes rates (the tokens/s gauge, its throughput line) when told to log;
+    ``vllm serve``'s server does it on a timer, and so does the replica's engine."""
+    from serving.llm import EngineSpec, LocalEngine
+
+    engine = LoggingEngine()
+    local = LocalEngine(engine, None, EngineSpec(model_dir="m", served_names=("m",)))
+    local.log_stats_every(0.01)
+    await async_wait_for(lambda: engine.logged >= 3, timeout=5)  # past the failing one
+    local.shutdown()
+    await asyncio.sleep(0.05)
+    stopped_at = engine.logged
+    await asyncio.sleep(0.05)
+    assert engine.logged == stopped_at

@@ -93,3 +93,37 @@ def test_only_accelerator_nodes_leave_actors_nowhere() -> None:
     [problem] = placement.check_nodes(settings(), [GPU])
     assert "WONDER_ACTORS_ON_ACCELERATOR_NODES" in problem
     assert placement.check_nodes(settings(actors_on_accelerator_nodes=True), [GPU]) == []
+
+
+def test_every_llm_deployment_is_placed_and_a_split_model_in_its_first_bundle() -> None:
+    """``wonder up``'s LLM app (``placed_llm_app``): each model's deployment asks for an
+    accelerator unit; for a model over several GPUs the replica actor's bundle carries it too."""
+    from core.settings import LlmModelSettings
+    from serving.llm import build_llm_app
+
+    gpu = settings(
+        llm_device="cuda",
+        llm_tensor_parallel=2,
+        llm_models=[LlmModelSettings(name="small", model_dir="/models/small")],
+    )
+    placed: dict[str, dict[str, object]] = {}
+
+    def place(options: dict[str, object]) -> dict[str, object]:
+        placed[str(options["name"])] = placement.llm_deployment_options(options, gpu)
+        return placed[str(options["name"])]
+
+    build_llm_app(gpu, placement=place)
+    primary, small = placed["LLMServer"], placed["LLMServer-small"]
+    unit = {"wonder_accelerator": 1}
+    assert primary["ray_actor_options"]["resources"] == unit  # type: ignore[index]
+    assert primary["placement_group_bundles"] == [
+        {"CPU": 1.0, "GPU": 1.0, "wonder_accelerator": 1.0},
+        {"GPU": 1.0},
+    ]
+    assert small["ray_actor_options"]["resources"] == unit  # type: ignore[index]
+    assert small["ray_actor_options"]["num_gpus"] == 1  # type: ignore[index]
+    assert "placement_group_bundles" not in small
+    # On one CPU machine nothing asks for the unit: the options pass unchanged.
+    cpu = settings()
+    options = {"name": "LLMServer", "ray_actor_options": {"num_cpus": 1}}
+    assert placement.llm_deployment_options(options, cpu) == options

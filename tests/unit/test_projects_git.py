@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from core.git import GitRepository, Worktree, conversation_branch, run_git
+from core.errors import InvalidInput
+from core.git import GitRepository, Worktree, branch_owner, conversation_branch, run_branch, run_git
 from core.store import Store
 from serving.gateway.app import create_api
 from serving.gateway.context import GatewayContext
@@ -224,3 +226,105 @@ def test_branch_diff_and_merge_over_rest(api: TestClient, tmp_path: Path) -> Non
     plain = api.post("/v1/conversations", json={}).json()
     assert api.get(f"/v1/conversations/{plain['id']}/diff").status_code == 400
     assert api.get(f"/v1/conversations/{first['id']}/workspace").status_code == 503
+
+
+# --------------------------------------------------------------------------- branches' owners
+
+
+def test_run_branches_and_branch_owners() -> None:
+    assert run_branch("run_x") == "wonder/run-run_x"
+    assert branch_owner(run_branch("run_x")) == "run_x"
+    assert branch_owner(conversation_branch("conv_a")) == "conv_a"
+    for foreign in ("main", "wonder/conv-", "feature/wonder/conv-x"):
+        with pytest.raises(InvalidInput):
+            branch_owner(foreign)
+
+
+def test_a_branch_is_deleted_only_when_merged(repo: GitRepository, tmp_path: Path) -> None:
+    repo.create_branch("untouched", "main")
+    repo.create_branch("worked", "main")
+    repo.add_worktree(tmp_path / "w", "worked")
+    commit_file(tmp_path / "w", "a.txt", "a\n", "work")
+    assert repo.delete_branch_if_merged("untouched", "main") and not repo.has_branch("untouched")
+    assert not repo.delete_branch_if_merged("worked", "main") and repo.has_branch("worked")
+    repo.remove_worktree(tmp_path / "w")
+    assert repo.merge("worked", "main").status == "merged"
+    assert repo.delete_branch_if_merged("worked", "main") and not repo.has_branch("worked")
+    assert not repo.delete_branch_if_merged("worked", "main")  # already gone
+
+
+def test_a_lost_worktree_is_checked_out_again_from_its_branch(
+    repo: GitRepository, tmp_path: Path
+) -> None:
+    repo.create_branch("work", "main")
+    tree = tmp_path / "w"
+    assert repo.add_worktree(tree, "work")
+    commit_file(tree, "kept.txt", "committed\n", "keep")
+    (tree / "draft.txt").write_text("uncommitted\n")
+    assert not repo.add_worktree(tree, "work")  # an existing worktree is kept as it is
+    shutil.rmtree(tree)  # its node's disk is gone; the repository still registers it
+    assert repo.add_worktree(tree, "work")
+    assert (tree / "kept.txt").read_text() == "committed\n" and not (tree / "draft.txt").exists()
+    repo.remove_worktree(tree)
+    assert not tree.exists() and str(tree) not in repo.git("worktree", "list")
+    assert repo.has_branch("work")  # removing a worktree keeps its branch
+
+
+# --------------------------------------------------------------------------- pushing back
+
+
+@pytest.fixture
+def origin(tmp_path: Path) -> Path:
+    """A bare repository to clone from and push back to, with one commit on main."""
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    run_git(seed, "init", "--quiet", "--initial-branch=main")
+    commit_file(seed, "README", "hello\n", "first")
+    run_git(tmp_path, "clone", "--bare", "--quiet", str(seed), str(tmp_path / "origin.git"))
+    return tmp_path / "origin.git"
+
+
+def test_a_clone_pushes_its_default_branch_back(
+    api: TestClient, origin: Path, tmp_path: Path
+) -> None:
+    project = api.post(
+        "/v1/projects",
+        json={"name": "pushed", "repository": f"file://{origin}", "push_on_merge": True},
+    ).json()
+    assert project["push_on_merge"]
+    agent = agent_for(api, [project["id"]])
+    conversation = api.post("/v1/conversations", json={"agent_id": agent["id"]}).json()
+    repo = GitRepository(Path(project["repository"]))
+    tree = tmp_path / "work"
+    repo.add_worktree(tree, conversation["branch"])
+    commit_file(tree, "feature.txt", "new\n", "feature")
+
+    merged = api.post(f"/v1/conversations/{conversation['id']}/merge").json()
+    assert merged["status"] == "merged" and merged["pushed"] and merged["push_error"] is None
+    assert GitRepository(origin).require_branch("main") == merged["commit"]
+    pushed = api.post(f"/v1/projects/{project['id']}/push")
+    assert pushed.status_code == 200 and pushed.json()["commit"] == merged["commit"]
+
+    # Someone else pushes to the origin: the next push is refused (409), the merge stands.
+    other = tmp_path / "other"
+    run_git(tmp_path, "clone", "--quiet", str(origin), str(other))
+    commit_file(other, "theirs.txt", "theirs\n", "theirs")
+    run_git(other, "push", "--quiet", "origin", "main")
+    commit_file(tree, "more.txt", "more\n", "more")
+    again = api.post(f"/v1/conversations/{conversation['id']}/merge").json()
+    assert again["status"] == "merged" and not again["pushed"]
+    assert "refused" in again["push_error"] and repo.require_branch("main") == again["commit"]
+    refused = api.post(f"/v1/projects/{project['id']}/push")
+    assert refused.status_code == 409 and error_of(refused)["code"] == "CONFLICT"
+    shutil.rmtree(origin)  # unreachable: 503, a retryable error that says what git said
+    gone = api.post(f"/v1/projects/{project['id']}/push")
+    assert gone.status_code == 503 and "origin" in error_of(gone)["message"]
+
+    # Only a clone has an origin.
+    local = api.post("/v1/projects", json={"name": "new"}).json()
+    assert api.post(f"/v1/projects/{local['id']}/push").status_code == 409
+    no_origin = api.patch(f"/v1/projects/{local['id']}", json={"push_on_merge": True})
+    assert no_origin.status_code == 409 and "origin" in error_of(no_origin)["message"]
+    assert api.patch(f"/v1/projects/{local['id']}", json={"push_on_merge": 1}).status_code == 422
+    refused_at_creation = api.post("/v1/projects", json={"name": "x", "push_on_merge": True})
+    assert refused_at_creation.status_code == 400
