@@ -199,7 +199,7 @@ async def throughput(bench: Bench, conversations: int, turns: int) -> dict[str, 
     async def run(count: int) -> tuple[float, list[str]]:
         convs = bench.new_conversations(count)
         streams = [ResumingStream(bench.url, bench.key, c) for c in convs]
-        await asyncio.gather(*(s.open() for s in streams))
+        await asyncio.gather(*(s.open(TURN_TIMEOUT_S) for s in streams))
         await asyncio.gather(*(converse(s, ["hello"]) for s in streams))  # actors started
         started = time.monotonic()
         await asyncio.gather(*(converse(s, [f"t{i}" for i in range(turns)]) for s in streams))
@@ -233,7 +233,7 @@ async def trial(bench: Bench, victim: Node, batch: int) -> dict[str, Any]:
     for _ in range(5):
         convs = bench.new_conversations(batch)
         fresh = {c: ResumingStream(bench.url, bench.key, c) for c in convs}
-        await asyncio.gather(*(s.open() for s in fresh.values()))
+        await asyncio.gather(*(s.open(TURN_TIMEOUT_S) for s in fresh.values()))
         await asyncio.gather(*(converse(s, ["first"]) for s in fresh.values()))
         where = bench.placement(convs)
         for conv, stream in fresh.items():

@@ -66,18 +66,19 @@ class ResumingStream:
         """The node of the replica serving the current (or last) connection."""
         return self.nodes[-1] if self.nodes else ""
 
-    async def open(self) -> None:
-        """Connect (or reconnect after the last seq seen) and wait for ``subscribed``."""
+    async def open(self, timeout_s: float = 30.0) -> None:
+        """Connect (or reconnect after the last seq seen) and wait for ``subscribed`` (which
+        waits for the conversation's actor: many opened at once start many actors)."""
         url = self.base_url.replace("http://", "ws://", 1)
         self._ws = await connect(
             f"{url}/v1/conversations/{self.conversation_id}/stream?after_seq={self.last_seq}",
             additional_headers={"Authorization": f"Bearer {self.key}"},
             proxy=None,
-            open_timeout=30,
+            open_timeout=timeout_s,
         )
         response = self._ws.response
         self.nodes.append(response.headers.get(NODE_HEADER, "") if response else "")
-        while (await self._receive(30.0)).get("type") != "subscribed":
+        while (await self._receive(timeout_s)).get("type") != "subscribed":
             pass
 
     async def close(self) -> None:
