@@ -8,7 +8,8 @@ multi-node tier (``tests/cluster``) and ``benchmarks/cluster_scale.py`` can chec
 stream has no gap and no duplicate. A message is sent again only when the gateway refused it with
 a retriable error frame (nothing was stored); otherwise its turn is known from its ``ack`` or,
 when the connection broke before the ack came, from the stored user ``message`` event the resumed
-stream replays (the gateway may still be storing it then).
+stream replays (the gateway may still be storing it then); a message neither acknowledged nor
+replayed a while after the reconnect was lost with its connection and is sent again.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 NODE_HEADER = "x-wonder-node"
 RECONNECT_PAUSE_S = 0.2
 RESEND_PAUSE_S = 0.5
+UNACKED_RESEND_S = 2.0  # after a reconnect, how long the replay may take to show a stored message
 MAX_RESENDS = 20
 BROKEN = (ConnectionClosed, InvalidHandshake, OSError, TimeoutError)
 
@@ -40,6 +42,7 @@ class TurnSeen:
     ended: str | None = None  # turn.completed | turn.failed
     ended_at: float | None = None  # time.monotonic() when its end arrived
     refusals: list[dict[str, Any]] = field(default_factory=list)  # error frames for it
+    connection: int = 0  # the connection it was last sent on (a count of connections)
 
 
 @dataclass
@@ -56,6 +59,7 @@ class ResumingStream:
     turns: dict[str, TurnSeen] = field(default_factory=dict)  # by the frame id we sent
     _ws: ClientConnection | None = None
     _counter: int = 0
+    _opened_at: float = 0.0
 
     @property
     def last_seq(self) -> int:
@@ -78,6 +82,7 @@ class ResumingStream:
         )
         response = self._ws.response
         self.nodes.append(response.headers.get(NODE_HEADER, "") if response else "")
+        self._opened_at = time.monotonic()
         while (await self._receive(timeout_s)).get("type") != "subscribed":
             pass
 
@@ -103,6 +108,7 @@ class ResumingStream:
                     await self.open()
                 assert self._ws is not None
                 await self._ws.send(frame)
+                self.turns[frame_id].connection = len(self.nodes)
                 return
             except BROKEN:
                 await self._broke()
@@ -118,6 +124,15 @@ class ResumingStream:
         last["resent"] = True
         await asyncio.sleep(RESEND_PAUSE_S)
         await self._send(frame_id)
+
+    async def _resend_lost(self, seen: TurnSeen, frame_id: str) -> None:
+        """A message sent on a connection that broke before its ack (its gateway replica's node
+        lost) and that the resumed stream's replay does not show stored was not stored: send it
+        again on this connection, once the replay has had ``UNACKED_RESEND_S``."""
+        if seen.acked or seen.turn_id is not None or seen.connection >= len(self.nodes):
+            return
+        if time.monotonic() - self._opened_at >= UNACKED_RESEND_S:
+            await self._send(frame_id)
 
     async def wait_turn(self, frame_id: str, timeout_s: float) -> TurnSeen:
         """Read (reconnecting, resending a refused message) until the turn of ``frame_id`` has
@@ -152,9 +167,15 @@ class ResumingStream:
             try:
                 if self._ws is None:
                     await self.open()
-                await self._receive(remaining)
+                wait = remaining if frame_id is None else min(remaining, UNACKED_RESEND_S)
+                try:
+                    await self._receive(wait)
+                except TimeoutError:
+                    if wait >= remaining:
+                        raise
                 if frame_id is not None:
                     await self._resend_refused(self.turns[frame_id], frame_id)
+                    await self._resend_lost(self.turns[frame_id], frame_id)
             except BROKEN:
                 await self._broke()
 
