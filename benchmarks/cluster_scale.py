@@ -299,7 +299,11 @@ async def drill(bench: Bench, trials: int, batch: int, budget_s: float) -> dict[
             f"lost {result['lost']}, gaps {result['gaps']}, dups {result['duplicates']} "
             f"(load {load()})"
         )
-        bench.add_worker()  # the cluster is N nodes again
+        try:
+            bench.add_worker()  # the cluster is N nodes again
+        except Exception as exc:  # `ray start` gave up three times: a loaded machine
+            progress(f"no replacement worker after trial {k} ({type(exc).__name__}): stopping")
+            break
     recovery = [r for t in results for r in t["recovery_s"]]
     detected = [t["dead_declared_after_s"] for t in results]
     baseline = [b for t in results for b in t["baseline_s"]]
