@@ -54,9 +54,13 @@ down:
 status:
 	$(BIN)/wonder status
 
-# Then the integration tier's core again on PostgreSQL (the store tier runs both backends already;
-# `pytest --database=postgresql tests/integration` runs all of it there).
-PG_INTEGRATION := tests/integration/test_conversation_actor.py tests/integration/test_gateway_stream.py
+# Then the integration files that drive the store's transactions again on PostgreSQL: the turn
+# loop, the gateway's stream, the conversation tree (forks, sessions, threads), workflow runs and
+# memory (the store tier runs both backends already). All of the integration tier on PostgreSQL,
+# `pytest --database=postgresql tests/integration`, took 28 min at load 35-130 here: too long for
+# `make test`; run it when the store changes.
+PG_INTEGRATION := $(addprefix tests/integration/,test_conversation_actor.py test_gateway_stream.py \
+  test_conversation_tree.py test_workflows.py test_memory_recall.py)
 test: install
 	$(BIN)/python -m pytest tests
 	$(BIN)/python -m pytest --database=postgresql $(PG_INTEGRATION)

@@ -11,7 +11,9 @@ Starts its own local Ray and the gateway (``benchmarks.harness``). Two parts, on
   client (send, wait for ``turn.completed``, next), while a conversation actor picked at random
   among the resident ones is killed every S seconds (default 3). Counted: turns completed, turns
   failed, kills, and for every conversation its durable event stream as the client saw it (from
-  seq 1 across every reconnect the gateway makes for it): gaps and duplicates.
+  seq 1 across every reconnect the gateway makes for it): gaps and duplicates; and why each client
+  stream broke (a close by the server with its code and error frame, or 30 s of silence, with
+  whether the store then held events the client had not seen).
 
 Prints progress, then ONE JSON object as the last line.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import itertools
 import json
 import os
@@ -179,15 +182,22 @@ async def mid_turn_kills(system: System, client_id: str, n: int) -> dict[str, An
 
 async def _client(system: System, key: str, conv: str, turns: int) -> dict[str, Any]:
     """T turns on one WebSocket; a stream that breaks (closed, or silent for 30 s) is reopened
-    after the last seq seen (docs/api.md), and an unacknowledged message sent again (same id)."""
+    after the last seq seen (docs/api.md), and an unacknowledged message sent again (same id).
+
+    A turn's end can reach the client before its ``ack`` does (a message sent again after a
+    reconnect is acknowledged once its turn may have ended): every end seen is kept by turn id."""
     import websockets
 
     base = f"ws://127.0.0.1:{system.port}/v1/conversations/{conv}/stream"
     headers = {"Authorization": f"Bearer {key}"}
     seqs: list[int] = []
-    completed = failed = reconnects = 0
+    ended: dict[str, str] = {}  # turn id -> turn.completed | turn.failed, as seen
+    outcomes: list[str] = []
+    reconnects = 0
     n, turn_id, sent = 0, None, False
-    while n < turns:
+    breaks: list[str] = []  # why each stream ended: close code and the error frame, or silence
+    error: str | None = None
+    while n < turns and reconnects <= 50:
         after = seqs[-1] if seqs else 0
         try:
             async with websockets.connect(
@@ -207,27 +217,35 @@ async def _client(system: System, key: str, conv: str, turns: int) -> dict[str, 
                     kind = frame.get("type")
                     if kind == "ack":
                         turn_id = frame.get("turn_id")
-                    elif kind in ("turn.completed", "turn.failed") and frame.get("turn_id") == (
-                        turn_id
-                    ):
-                        completed += kind == "turn.completed"
-                        failed += kind == "turn.failed"
+                    elif kind in ("turn.completed", "turn.failed"):
+                        ended[str(frame.get("turn_id"))] = kind
+                    elif kind == "error":
+                        error = str((frame.get("error") or {}).get("message"))[:160]
+                        if turn_id is None:
+                            sent = False  # not acknowledged: send it again (same id)
+                    if turn_id is not None and turn_id in ended:
+                        outcomes.append(ended[turn_id])
                         n, turn_id, sent = n + 1, None, False
-                    elif kind == "error" and turn_id is None:
-                        sent = False  # not acknowledged: send it again (same id)
-        except (TimeoutError, OSError, websockets.exceptions.ConnectionClosed):
+        except (TimeoutError, OSError, websockets.exceptions.ConnectionClosed) as exc:
+            if isinstance(exc, websockets.exceptions.ConnectionClosed):
+                code = exc.rcvd.code if exc.rcvd is not None else None
+                breaks.append(f"closed {code}: {error}")
+            else:  # silent: was there something to deliver (a stuck stream) or not (slow)?
+                stored = system.store.events.last_seq(conv)
+                behind = "events pending" if stored > (seqs[-1] if seqs else 0) else "nothing new"
+                breaks.append(f"{type(exc).__name__} ({behind}; turn {n} acked: {bool(turn_id)})")
             reconnects += 1
             if turn_id is None:
                 sent = False  # the ack may be lost: the same id is acknowledged once
-            if reconnects > 50:
-                break
+        error = None
     gaps, duplicates = _gap_free(seqs)
     return {
-        "completed": completed,
-        "failed": failed,
+        "completed": outcomes.count("turn.completed"),
+        "failed": outcomes.count("turn.failed"),
         "gaps": gaps,
         "duplicates": duplicates,
         "reconnects": reconnects,
+        "breaks": breaks,
     }
 
 
@@ -247,11 +265,19 @@ async def load(
     rng = random.Random(12)
 
     async def killer() -> None:
+        # On a fixed cadence (a slow kill does not delay the next), a conversation whose actor is
+        # up (asking the directory starts nothing; asking the actor for its pid would start a
+        # cold one and wait for it).
         nonlocal kills
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
         while not stop.is_set():
-            await asyncio.sleep(every_s)
+            next_at += every_s
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
             for conv in rng.sample(convs, len(convs)):
                 try:
+                    if not await port.is_ready(conv):
+                        continue
                     status = await asyncio.wait_for(port.status(conv), 5)
                     os.kill(int(status["pid"]), signal.SIGKILL)
                 except Exception:
@@ -278,6 +304,10 @@ async def load(
         "broken": broken[:3],
         "kills": kills,
         "client_reconnects": sum(r["reconnects"] for r in ok),
+        "reconnect_reasons": dict(
+            collections.Counter(b.split(":")[0] for r in ok for b in r["breaks"]).most_common()
+        ),
+        "break_samples": sorted({b for r in ok for b in r["breaks"]})[:12],
         "gaps": sum(r["gaps"] for r in ok),
         "duplicates": sum(r["duplicates"] for r in ok),
         "elapsed_s": round(elapsed, 1),

@@ -323,10 +323,11 @@ class RayConversations:
         caller: Caller,
         mode: InvocationMode = "delegate",
         agent_id: str | None = None,
+        message_id: str | None = None,
     ) -> AgentAnswer:
         return await self._call(
             conversation_id,
-            lambda actor: actor.start_agent_call.remote(input, caller, mode, agent_id),
+            lambda actor: actor.start_agent_call.remote(input, caller, mode, agent_id, message_id),
         )
 
     async def run_agent_turn(self, conversation_id: str, turn_id: str) -> AgentAnswer:
@@ -380,13 +381,15 @@ class RayConversations:
 
         If the actor dies or is evicted while streaming, the stream resumes from the last ``seq``
         it delivered on a re-activated actor (``STREAM_RESUME``), so the caller sees no gap and no
-        duplicate.
+        duplicate. A resubscription asks for one event before that ``seq``: the actor's replay of
+        it (dropped here) proves the new subscription works even on a quiet conversation, so only
+        subscriptions that fail *in a row* count against the budget, however many times the actor
+        restarts in the stream's life.
         """
         last = after_seq
         replace = False
-        attempt = 0  # failed subscriptions in a row: a stream that delivered starts over
+        failures = 0  # subscriptions in a row that failed before delivering anything
         while True:
-            attempt += 1
             generator = None
             try:
                 handle = await self._directory().activate.remote(conversation_id, replace)
@@ -394,22 +397,32 @@ class RayConversations:
                 # slow consumer's tokens wait in the actor's queue, where they are coalesced.
                 generator = handle.events.options(
                     num_returns="streaming", _generator_backpressure_num_objects=BACKPRESSURE_EVENTS
-                ).remote(last)
+                ).remote(max(last - 1, 0) if replace else last)
                 async for ref in generator:
                     event: JsonObject = await ref
-                    if event.get("seq") is not None:
-                        last = int(event["seq"])
-                        attempt = 0  # this subscription works: its restarts are new failures
+                    failures = 0  # this subscription works: a later failure is a new one
+                    seq = event.get("seq")
+                    if seq is not None:
+                        if int(seq) <= last:
+                            continue  # the replayed event a resubscription asked for
+                        last = int(seq)
                     yield event
                 return
             except RAY_CALL_ERRORS as exc:
+                failures += 1
                 error = as_wonder_error(exc, f"the event stream of {conversation_id}")
-                if not error.retriable or attempt >= STREAM_RESUME.attempts:
+                if not error.retriable or failures >= STREAM_RESUME.attempts:
+                    log.warning(
+                        "the event stream of %s gave up after %d failed subscriptions: %s",
+                        conversation_id,
+                        failures,
+                        error.message,
+                    )
                     raise error from None
             finally:
                 if generator is not None:
                     ray.cancel(generator)
-            await asyncio.sleep(STREAM_RESUME.backoff(max(attempt, 1)))
+            await asyncio.sleep(STREAM_RESUME.backoff(failures))
             replace = True
 
     async def stop_conversations(self, conversation_ids: list[str]) -> None:

@@ -2,13 +2,17 @@
 ``workflow:<run_id>``) and the reserve of coordinators started ahead of their runs.
 
 The rules of starting, waiting for and cancelling runs are ``WorkflowRunService``'s (in the
-coordinator package); this module only runs the actors.
+coordinator package); this module only runs the actors. A coordinator whose process or node dies
+is restarted by Ray (``max_restarts=-1``: the bound on resumptions is the run's own, counted in
+the store); the new incarnation resumes the run. Calls cut by such a restart are made again
+(``ACTOR_CALL``): ``start`` and ``cancel`` are idempotent, ``wait`` waits on.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import ray
@@ -25,6 +29,7 @@ from cluster.naming import (
     named_detached,
     workflow_actor_name,
 )
+from core.retry import ACTOR_CALL, with_retries
 from core.settings import settings_from_env
 
 PortsFactory = Callable[[], CoordinatorPorts]
@@ -44,7 +49,6 @@ def coordinator(run_id: str, ports: PortsFactory, settings_env: dict[str, str]) 
         workflow_actor_name(run_id),
         run_id,
         ports,
-        max_restarts=0,  # a restarted coordinator would not have its tokens back
         **placement.coordinator_options(settings_from_env(settings_env)),
     )
 
@@ -69,32 +73,51 @@ class RayCoordinators:
         self._reserve: dict[str, Any] = {}  # "waking" → handle; "ready" once it answered
 
     async def launch(self, run_id: str) -> None:
-        try:
-            await coordinator(run_id, self._ports, self.settings_env).start.remote()
-            ray_metrics().workflow_run_started()
-        except RAY_ERRORS as exc:
-            raise as_wonder_error(exc, f"the coordinator of {run_id}") from None
+        await self._on_coordinator(
+            run_id, lambda: coordinator(run_id, self._ports, self.settings_env).start.remote()
+        )
+        ray_metrics().workflow_run_started()
 
     def is_live(self, run_id: str) -> bool:
         return existing_actor(workflow_actor_name(run_id)) is not None
 
+    def revive(self, run_id: str) -> None:
+        coordinator(run_id, self._ports, self.settings_env)
+
     async def wait(self, run_id: str, timeout_s: float | None) -> None:
-        handle = existing_actor(workflow_actor_name(run_id))
-        if handle is None:
-            return
-        try:
-            await handle.wait.remote(timeout_s)
-        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
-            pass  # it exited between lookup and call: the store has the outcome
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+
+        def wait_on_it() -> Awaitable[Any] | None:
+            handle = existing_actor(workflow_actor_name(run_id))
+            if handle is None:
+                return None  # it exited: the run has ended, the store has the outcome
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            return handle.wait.remote(left)  # type: ignore[no-any-return]
+
+        await self._on_coordinator(run_id, wait_on_it)
 
     async def cancel(self, run_id: str, reason: str) -> None:
-        handle = existing_actor(workflow_actor_name(run_id))
-        if handle is None:
-            return
-        try:
-            await handle.cancel.remote(reason)
-        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
-            pass
+        def cancel_it() -> Awaitable[Any] | None:
+            handle = existing_actor(workflow_actor_name(run_id))
+            return None if handle is None else handle.cancel.remote(reason)
+
+        await self._on_coordinator(run_id, cancel_it)
+
+    async def _on_coordinator(self, run_id: str, call: Callable[[], Awaitable[Any] | None]) -> None:
+        """``call()`` (None: nothing to call), made again (``ACTOR_CALL``) while the coordinator
+        restarts."""
+
+        async def attempt() -> None:
+            pending = call()
+            if pending is None:
+                return
+            try:
+                await pending
+            except RAY_ERRORS as exc:
+                raise as_wonder_error(exc, f"the coordinator of {run_id}") from None
+
+        await with_retries(ACTOR_CALL, attempt)
 
     def wake_reserve(self) -> None:
         """Make sure this process has the reserve's handle (or is fetching it); never blocks."""

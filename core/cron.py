@@ -2,7 +2,10 @@
 
 Each field is ``*``, a number, a range ``a-b``, a step ``*/n`` or ``a-b/n``, or a comma list of
 those; day-of-week 0-7 (0 and 7 are Sunday). As in cron, when both day fields are restricted a
-day matching either runs.
+day matching either runs. A range whose end is below its start wraps around (hour ``22-2`` is
+22, 23, 0, 1, 2). ``CRON_PATTERN`` is the same grammar as a regular expression (the API's schema
+publishes it), so a schedule it matches parses; what it cannot say is a day that never exists
+(30 February), refused by ``next_due``.
 """
 
 from __future__ import annotations
@@ -14,6 +17,21 @@ from core.errors import InvalidInput
 
 BOUNDS = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
 NAMES = ("minute", "hour", "day of month", "month", "day of week")
+_NUMBERS = (
+    "[0-5]?[0-9]",
+    "[01]?[0-9]|2[0-3]",
+    "0?[1-9]|[12][0-9]|3[01]",
+    "0?[1-9]|1[0-2]",
+    "[0-7]",
+)
+
+
+def _field_pattern(number: str) -> str:
+    item = f"(?:\\*|(?:{number})(?:-(?:{number}))?)(?:/[1-9][0-9]{{0,2}})?"
+    return f"{item}(?:,{item})*"
+
+
+CRON_PATTERN = "^ *" + " +".join(_field_pattern(n) for n in _NUMBERS) + " *$"
 
 
 @dataclass(frozen=True)
@@ -48,9 +66,17 @@ def _field(text: str, low: int, high: int, name: str) -> frozenset[int]:
                 start = end = int(base)
         except ValueError:
             raise InvalidInput(f"schedule: {name} field {text!r} is not a cron field") from None
-        if step < 1 or not low <= start <= end <= high:
+        if step < 1 or not (low <= start <= high and low <= end <= high):
             raise InvalidInput(f"schedule: {name} field {text!r} is outside {low}-{high}")
-        values.update(range(start, end + 1, step))
+        span = (
+            list(range(start, end + 1))
+            if start <= end
+            else [
+                *range(start, high + 1),
+                *range(low, end + 1),
+            ]
+        )
+        values.update(span[::step])
     return frozenset(values)
 
 

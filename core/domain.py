@@ -123,6 +123,21 @@ class Tool(Model):
 class TaskAction(Model):
     """One step of a task. ``kind`` picks the executor action; ``params`` configure it."""
 
+    model_config = ConfigDict(
+        json_schema_extra={  # a python action names its callable (``core.callables``)
+            "if": {"required": ["kind"], "properties": {"kind": {"const": "python"}}},
+            "then": {
+                "required": ["params"],
+                "properties": {
+                    "params": {
+                        "required": ["callable"],
+                        "properties": {"callable": {"type": "string", "minLength": 1}},
+                    }
+                },
+            },
+        }
+    )
+
     kind: str = Field(pattern=r"^[a-z]+(\.[a-z_]+)?$")
     params: JsonObject = Field(default_factory=dict)
 
@@ -134,6 +149,11 @@ class TaskDef(Model):
     version: int = 0
     description: str = Field("", max_length=2000)
     actions: list[TaskAction] = Field(min_length=1, max_length=50)
+    idempotent: bool = Field(
+        False,
+        description="Safe to run twice with the same input: a workflow task node cut by a lost "
+        "coordinator is run again (otherwise the node fails as interrupted)",
+    )
 
 
 class Constraints(Model):
@@ -189,9 +209,23 @@ class Persona(Model):
     tool_ids: list[str] = Field(default_factory=list, max_length=128)
     constraints: Constraints = Field(default_factory=Constraints)
 
+    # At most one context hook; the published schema says so too (a body the schema accepts is
+    # one the server accepts).
+    model_config = ConfigDict(
+        json_schema_extra={
+            "not": {
+                "required": ["context_assembly_task_id", "context_assembly_workflow"],
+                "properties": {
+                    "context_assembly_task_id": {"type": "string"},
+                    "context_assembly_workflow": {"type": "string"},
+                },
+            }
+        }
+    )
+
     @model_validator(mode="after")
     def _one_context_hook(self) -> Persona:
-        if self.context_assembly_task_id and self.context_assembly_workflow:
+        if self.context_assembly_task_id is not None and self.context_assembly_workflow is not None:
             raise ValueError(
                 "context_assembly_task_id and context_assembly_workflow are exclusive: one hook"
             )

@@ -15,7 +15,7 @@ from __future__ import annotations
 from core.access import Level
 from core.conversations import CONVERSATION_STARTED
 from core.domain import Conversation, Event, Message, TurnStatus
-from core.errors import Conflict, InvalidInput
+from core.errors import Conflict, NotFound
 from core.ids import new_id, utc_now
 from core.jsontypes import JsonObject
 from core.store import Store
@@ -35,11 +35,11 @@ def fork_conversation(
     ``conversation_started`` event (numbered after the inherited seqs) and, when a user forks,
     that user as the fork's owner (forks do not copy the source's members), in one transaction.
 
-    Raises ``InvalidInput`` when ``turn_id`` is not a turn visible in ``source`` and
+    Raises ``NotFound`` when ``turn_id`` is not a turn visible in ``source`` and
     ``Conflict`` when that turn is still running."""
     found = store.forks.turn(source.id, turn_id)
     if found is None:
-        raise InvalidInput(f"turn_id: turn {turn_id} is not in conversation {source.id}")
+        raise NotFound(f"turn_id: turn {turn_id} is not in conversation {source.id}")
     turn, _seen = found
     if turn.status is TurnStatus.ACTIVE:
         raise Conflict(f"turn {turn_id} is still running; fork at it once it has ended")

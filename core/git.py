@@ -73,6 +73,11 @@ def conversation_branch(conversation_id: str) -> str:
     return f"{BRANCH_PREFIX}{conversation_id}"
 
 
+REPOSITORY_PATTERN = r"^(/|[A-Za-z][A-Za-z0-9+.-]*://|[^@/ ]+@[^:/ ]+:)"
+"""Where a project's repository may be: an absolute local path, or a remote (``scheme://...`` or
+scp-like ``user@host:path``)."""
+
+
 def run_branch(run_id: str) -> str:
     """The working branch of a workflow run that touches a project: ``wonder/run-<run_id>``."""
     return f"{RUN_BRANCH_PREFIX}{run_id}"
@@ -141,14 +146,14 @@ class GitRepository:
 
     @classmethod
     def open(cls, path: Path) -> GitRepository:
-        """An existing local repository; ``InvalidInput`` when ``path`` is not one."""
+        """An existing local repository; ``NotFound`` when there is none at ``path``."""
         if not path.is_absolute():
             raise InvalidInput(f"repository path must be absolute: {path}")
         if not path.is_dir():
-            raise InvalidInput(f"repository {path} does not exist")
+            raise NotFound(f"repository {path} does not exist")
         found = run_git(path, "rev-parse", "--absolute-git-dir", check=False)
         if found.returncode != 0:
-            raise InvalidInput(f"{path} is not a git repository")
+            raise NotFound(f"{path} is not a git repository")
         return cls(path)
 
     def git(self, *args: str, stdin: str | None = None, check: bool = True) -> str:

@@ -1,27 +1,27 @@
 """Per-turn model override (seed 004: model config can vary per turn).
 
 A message may ask for another model profile, temperature or max tokens for the turn it starts.
-The override is checked against the library when the message is posted (an unknown profile is an
-``InvalidInput``), stored keyed by the message, applied when the turn's context is assembled, and
+The override is checked against the library when the message is posted (an unknown profile is a
+``NotFound``), stored keyed by the message, applied when the turn's context is assembled, and
 the profile actually used is recorded for the turn (``TurnModel``).
 """
 
 from __future__ import annotations
 
 from core.domain import ModelProfile
-from core.errors import InvalidInput, NotFound
+from core.errors import NotFound
 from core.store import Store
 from core.turn_model import ModelOverride, ModelUsed
 
 
 def check_override(store: Store, override: ModelOverride, client_id: str) -> None:
-    """``InvalidInput`` when the override names a profile neither the client's library nor the
+    """``NotFound`` when the override names a profile neither the client's library nor the
     system's has."""
     if override.model_profile_id is not None:
         try:
             store.model_profiles.get(override.model_profile_id, client_id=client_id)
         except NotFound:
-            raise InvalidInput(
+            raise NotFound(
                 f"model.model_profile_id: model profile {override.model_profile_id} not found"
             ) from None
 

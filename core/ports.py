@@ -217,9 +217,11 @@ class Conversations(Protocol):
         caller: Caller,
         mode: InvocationMode = "delegate",
         agent_id: str | None = None,
+        message_id: str | None = None,
     ) -> AgentAnswer:
         """One turn answering ``input`` in the conversation, by ``agent_id`` (default: its primary
-        agent). ``loop_in``: that agent first joins the conversation as a participant."""
+        agent). ``loop_in``: that agent first joins the conversation as a participant. A call
+        repeated with the same ``message_id`` answers with the turn that message started."""
         ...
 
     async def run_agent_turn(self, conversation_id: str, turn_id: str) -> AgentAnswer: ...
@@ -339,8 +341,14 @@ class Coordinators(Protocol):
 
     def is_live(self, run_id: str) -> bool: ...
 
+    def revive(self, run_id: str) -> None:
+        """Create the coordinator of a run whose coordinator is gone (it resumes the run);
+        returns at once."""
+        ...
+
     async def wait(self, run_id: str, timeout_s: float | None) -> None:
-        """Wait on a live coordinator (returns at once when there is none)."""
+        """Wait on a live coordinator, across its restarts (returns at once when there is
+        none)."""
         ...
 
     async def cancel(self, run_id: str, reason: str) -> None: ...

@@ -30,6 +30,7 @@ from pathlib import Path
 from core.domain import Agent, Conversation, Project
 from core.errors import Conflict, InvalidInput, NotFound, PermissionDenied, WonderError
 from core.git import (
+    GitError,
     GitRepository,
     MergeOutcome,
     branch_owner,
@@ -65,11 +66,20 @@ def _local_repository(settings: Settings, location: str) -> GitRepository:
     resolved = path.resolve()
     for wonders in (settings.data_dir.resolve(), workspaces_root(settings)):
         if resolved == wonders or wonders in resolved.parents:
-            raise InvalidInput("repository: paths inside Wonder's data directory are not allowed")
+            raise PermissionDenied(
+                "repository: paths inside Wonder's data directory are not allowed"
+            )
     roots = [Path(root).resolve() for root in settings.project_path_roots]
     if roots and not any(resolved == r or r in resolved.parents for r in roots):
         raise PermissionDenied(f"repository: {location} is outside the allowed project roots")
     return GitRepository.open(resolved)
+
+
+def _cloned(url: str, path: Path) -> GitRepository:
+    try:
+        return GitRepository.clone_bare(url, path)
+    except GitError as exc:  # nothing there to clone (or not reachable from here)
+        raise NotFound(f"repository: cannot clone {url}: {exc.message}") from None
 
 
 def create_project(
@@ -95,12 +105,12 @@ def create_project(
         if repository is None:
             repo = GitRepository.init_bare(home / CODE_REPOSITORY, default_branch or "main")
         elif looks_like_url(repository):
-            repo = GitRepository.clone_bare(repository, home / CODE_REPOSITORY)
+            repo = _cloned(repository, home / CODE_REPOSITORY)
         else:
             repo = _local_repository(settings, repository)
         branch = default_branch or repo.head_branch() or "main"
         if not repo.has_branch(branch):
-            raise InvalidInput(f"default_branch: {branch} does not exist in the repository")
+            raise NotFound(f"default_branch: {branch} does not exist in the repository")
         if repository is None or looks_like_url(repository):
             # Worktrees on other nodes' disks look missing from here: git gc must never prune them.
             repo.git("config", "gc.worktreePruneExpire", "never")
@@ -133,7 +143,7 @@ def update_project(
     push_on_merge: bool | None = None,
 ) -> Project:
     if default_branch is not None and not repository_of(project).has_branch(default_branch):
-        raise InvalidInput(f"default_branch: {default_branch} does not exist in the repository")
+        raise NotFound(f"default_branch: {default_branch} does not exist in the repository")
     if push_on_merge and project.origin is None:
         raise Conflict(f"push_on_merge: project {project.id} has no origin (not cloned from a URL)")
     changes: dict[str, str | bool] = {}
@@ -175,7 +185,7 @@ def check_agent_projects(store: Store, client_id: str, project_ids: list[str]) -
         try:
             store.projects.get(project_id, client_id=client_id)
         except NotFound:
-            raise InvalidInput(f"project_ids: project {project_id} not found") from None
+            raise NotFound(f"project_ids: project {project_id} not found") from None
 
 
 def project_for_conversation(
@@ -204,7 +214,7 @@ def start_run_branch(store: Store, client_id: str, project_id: str, run_id: str)
     try:
         project = store.projects.get(project_id, client_id=client_id)
     except NotFound:
-        raise InvalidInput(f"project_id: project {project_id} not found") from None
+        raise NotFound(f"project_id: project {project_id} not found") from None
     branch = run_branch(run_id)
     repository_of(project).create_branch(branch, project.default_branch)
     return branch

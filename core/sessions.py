@@ -87,9 +87,7 @@ def create_session(
         try:
             store.conversations.get(conversation_id, client_id=client_id)
         except NotFound:
-            raise InvalidInput(
-                f"conversation_id: conversation {conversation_id} not found"
-            ) from None
+            raise NotFound(f"conversation_id: conversation {conversation_id} not found") from None
         if not store.session_labels.create(client_id, label, conversation_id, _now()):
             raise Conflict(f"session {label} exists")
         return get_session(store, client_id, label)
@@ -97,7 +95,7 @@ def create_session(
     try:
         store.agents.get(agent_id, client_id=client_id)
     except NotFound:
-        raise InvalidInput(f"agent_id: agent {agent_id} not found") from None
+        raise NotFound(f"agent_id: agent {agent_id} not found") from None
     return _session_with_new_conversation(store, client_id, label, agent_id, exists_ok=False)
 
 
@@ -111,7 +109,7 @@ def persona_session(
     try:
         store.personas.get(persona_id, client_id=client_id)
     except NotFound:
-        raise InvalidInput(f"persona {persona_id} not found in the library") from None
+        raise NotFound(f"persona {persona_id} not found in the library") from None
     agent = _persona_agent(store, client_id, persona_id)
     return _session_with_new_conversation(
         store, client_id, label, agent.id, exists_ok=True, owner=user
@@ -153,7 +151,7 @@ def makes_conversation(store: Store, client_id: str, to: Route) -> bool:
 
 
 def check_route(store: Store, client_id: str, to: Route) -> None:
-    """``InvalidInput`` unless ``to`` names something of the client's now: a library persona, one
+    """``NotFound`` unless ``to`` names something of the client's now: a library persona, one
     of its session labels, a turn of one of its conversations (for a hook or trigger's rule,
     checked when it is made; where it goes is resolved each time it fires)."""
     match to.kind:
@@ -171,7 +169,7 @@ def check_route(store: Store, client_id: str, to: Route) -> None:
             )
             what = f"thread {to.target} not found"
     if not found:
-        raise InvalidInput(f"route: {what}")
+        raise NotFound(f"route: {what}")
 
 
 def _exists(read: Callable[[], object]) -> bool:

@@ -23,8 +23,8 @@ from core.trigger_model import CronTrigger
 def create_trigger(
     store: Store, client_id: str, schedule: str, template: str, route: Route
 ) -> CronTrigger:
-    """A new trigger, first due at the schedule's next time (``InvalidInput`` for a bad schedule
-    or a route to nothing of the client's)."""
+    """A new trigger, first due at the schedule's next time (``InvalidInput`` for a bad schedule,
+    ``NotFound`` for a route to nothing of the client's)."""
     check_route(store, client_id, route)
     now = utc_now()
     trigger = CronTrigger(

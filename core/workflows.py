@@ -42,6 +42,11 @@ from core.jsontypes import JsonObject
 NODE_ID_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
 NodeId = Annotated[str, Field(pattern=NODE_ID_PATTERN)]
 REF_ROOTS = ("input", "nodes", "previous", "item", "index", "branches", "output", "run_id")
+REF_PATTERN = rf"^(?:{'|'.join(REF_ROOTS)})(?:\.[A-Za-z0-9_-]+)*$"
+"""A reference, as the published schema says it (``_check_ref`` says why one is refused)."""
+MAPPING_TEXT_PATTERN = rf"^(?:(?:{'|'.join(REF_ROOTS)})(?:\.[A-Za-z0-9_-]+)*|[\s\S]*\{{\{{[\s\S]*)$"
+"""A mapping value that is text: a reference, or a template (it holds ``{{``)."""
+Ref = Annotated[str, Field(pattern=REF_PATTERN)]
 _REF = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$")
 _TEMPLATE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_.-]*)\s*\}\}")
 
@@ -107,7 +112,10 @@ def _check_mapping_value(value: Any) -> Any:
     return value
 
 
-MappingValue = Annotated[str | Const, BeforeValidator(_check_mapping_value)]
+MappingValue = Annotated[
+    Annotated[str, Field(pattern=MAPPING_TEXT_PATTERN)] | Const,
+    BeforeValidator(_check_mapping_value),
+]
 Mapping_ = dict[Annotated[str, Field(min_length=1, max_length=100)], MappingValue]
 
 
@@ -162,15 +170,15 @@ _SHORTHAND = re.compile(
 class Compare(_Model):
     """``ref`` compared with ``value`` (a literal) or ``value_ref`` (another reference)."""
 
-    ref: str
+    ref: Ref
     op: CompareOp = "truthy"
     value: Any = None
-    value_ref: str | None = None
+    value_ref: Ref | None = None
 
-    @field_validator("ref", "value_ref")
+    @field_validator("ref", "value_ref", mode="before")
     @classmethod
-    def _refs_ok(cls, value: str | None) -> str | None:
-        return None if value is None else _check_ref(value)
+    def _refs_ok(cls, value: Any) -> Any:
+        return _check_ref(value) if isinstance(value, str) else value
 
 
 class AllOf(_Model):
@@ -281,6 +289,14 @@ _COMPARE: dict[str, Callable[[Any, Any], Any]] = {
 class Join(_Model):
     """Fan-in: wait for ``all`` branches, the first (``any``), or the first ``n``."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "if": {"required": ["mode"], "properties": {"mode": {"const": "n"}}},
+            "then": {"required": ["n"], "properties": {"n": {"type": "integer"}}},
+            "else": {"properties": {"n": {"type": "null"}}},
+        }
+    )
+
     mode: Literal["all", "any", "n"] = "all"
     n: int | None = Field(None, ge=1, le=100_000)
 
@@ -309,12 +325,54 @@ class Node(_Model):
     the conversation whose id the reference gives (that conversation's agent answers).
     """
 
+    # Which targets each kind takes (``_target_for_kind``), as the published schema says it.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "allOf": [
+                {
+                    "if": {"properties": {"kind": {"const": "pass"}}},
+                    "then": {
+                        "properties": {
+                            "target_id": {"type": "null"},
+                            "target_ref": {"type": "null"},
+                        }
+                    },
+                },
+                {
+                    "if": {"properties": {"kind": {"enum": ["task", "subworkflow"]}}},
+                    "then": {
+                        "required": ["target_id"],
+                        "properties": {
+                            "target_id": {"type": "string"},
+                            "target_ref": {"type": "null"},
+                        },
+                    },
+                },
+                {
+                    "if": {"properties": {"kind": {"const": "agent"}}},
+                    "then": {
+                        "anyOf": [
+                            {
+                                "required": ["target_id"],
+                                "properties": {"target_id": {"type": "string"}},
+                            },
+                            {
+                                "required": ["target_ref"],
+                                "properties": {"target_ref": {"type": "string"}},
+                            },
+                        ]
+                    },
+                },
+            ]
+        }
+    )
+
     id: NodeId
     kind: NodeKind
     description: str = Field("", max_length=2000)
     target_id: str | None = Field(None, min_length=1, max_length=200)
     target_version: int | None = Field(None, ge=1)
-    target_ref: str | None = None
+    target_ref: Ref | None = None
     mode: Literal["delegate", "loop_in"] = "delegate"
     input_mapping: Mapping_ | None = None
     output_mapping: Mapping_ | None = None
@@ -323,10 +381,10 @@ class Node(_Model):
     timeout_s: float | None = Field(None, gt=0, le=86_400)
     on_failure: Literal["fail_run", "drop"] = "fail_run"
 
-    @field_validator("target_ref")
+    @field_validator("target_ref", mode="before")
     @classmethod
-    def _target_ref_ok(cls, value: str | None) -> str | None:
-        return None if value is None else _check_ref(value)
+    def _target_ref_ok(cls, value: Any) -> Any:
+        return _check_ref(value) if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _target_for_kind(self) -> Node:
@@ -346,16 +404,25 @@ class Node(_Model):
 class Edge(_Model):
     """``from`` → ``to`` when ``when`` holds (or, ``otherwise``, when no sibling edge matched)."""
 
+    model_config = ConfigDict(
+        json_schema_extra={  # ``otherwise`` takes no condition
+            "not": {
+                "required": ["otherwise", "when"],
+                "properties": {"otherwise": {"const": True}, "when": {"not": {"type": "null"}}},
+            }
+        }
+    )
+
     source: NodeId = Field(alias="from")
     to: NodeId
     when: Condition | None = None
     otherwise: bool = False
-    foreach: str | None = Field(None, description="A reference to a list: one token per item")
+    foreach: Ref | None = Field(None, description="A reference to a list: one token per item")
 
-    @field_validator("foreach")
+    @field_validator("foreach", mode="before")
     @classmethod
-    def _foreach_ok(cls, value: str | None) -> str | None:
-        return None if value is None else _check_ref(value)
+    def _foreach_ok(cls, value: Any) -> Any:
+        return _check_ref(value) if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _otherwise_alone(self) -> Edge:
@@ -371,7 +438,9 @@ class WorkflowDef(_Model):
     version: int = 0
     description: str = Field("", max_length=2000)
     input_schema: JsonObject | None = None
-    start: list[NodeId] | None = Field(None, description="Default: nodes without incoming edges")
+    start: list[NodeId] | None = Field(
+        None, min_length=1, description="Default: nodes without incoming edges"
+    )
     nodes: list[Node] = Field(min_length=1, max_length=1000)
     edges: list[Edge] = Field(default_factory=list, max_length=5000)
     output_mapping: Mapping_ | None = None
@@ -550,8 +619,31 @@ class WorkflowRun(_Model):
     events: list[RunEvent] = Field(default_factory=list)
 
 
+class JoinProgress(_Model):
+    """How one join collecting a fan-out stands: the branches arrived so far (index → output;
+    emptied once it fired)."""
+
+    node_id: str
+    arrivals: dict[int, Any] = Field(default_factory=dict)
+    fired: bool = False
+
+
+class FanOut(_Model):
+    """The fan-out a token started when it finished: its group of branches and its joins."""
+
+    group_id: str
+    size: int
+    join_node_id: str | None = None
+    joins: list[JoinProgress] = Field(default_factory=list)
+
+
 class NodeRecord(_Model):
-    """One token's visit to one node: the run's node history."""
+    """One token's visit to one node: the run's node history.
+
+    Everything the coordinator's planning knows about the token is here (its fan-out item and
+    index, a join's branches, the fan-out it started), so a re-created coordinator rebuilds the
+    run from these records (docs/workflows.md, "A coordinator that dies").
+    """
 
     run_id: str
     token_id: str
@@ -568,6 +660,11 @@ class NodeRecord(_Model):
     child_run_id: str | None = None
     created_at: datetime
     finished_at: datetime | None = None
+    item: Any = None
+    index: int | None = None
+    from_foreach: bool = False
+    branches: list[Any] | None = Field(None, description="A join token: the joined outputs")
+    fanout: FanOut | None = Field(None, description="The fan-out this token started")
 
 
 for _model in (AllOf, AnyOf, NotOf, Edge):

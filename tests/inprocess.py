@@ -3,31 +3,41 @@
 The actor classes are plain Python handed their ports at construction, so a test can run real
 Conversation actors (and the real async-operations runner and executor) over a real store in this
 process. ``InProcessCluster`` is the ``Conversations``, ``Residency`` and ``AsyncOperations`` ports
-at once: it keeps one actor per conversation, as the directory does on Ray. Only the runtime is
-replaced; every class it runs is the production one.
+at once: it keeps one actor per conversation, as the directory does on Ray; its ``workflows`` is
+the production ``WorkflowRunService`` over coordinators run in this process
+(``InProcessCoordinators``). Only the runtime is replaced; every class it runs is the production
+one.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
 from actors.async_operations.runner import AsyncOperationRunner
 from actors.conversation.actor import ConversationActor
 from actors.conversation.intake import Intake
 from actors.conversation.ports import ConversationPorts, ToolPorts
 from actors.executor import run_task
+from actors.workflow_coordinator.actor import WorkflowCoordinator
+from actors.workflow_coordinator.ports import CoordinatorPorts
+from actors.workflow_coordinator.runs import WorkflowRunService
 from cluster.models import ServedChatModels
 from cluster.wiring import executor_services
 from core.domain import Caller, ConcurrencyPolicy, TaskDef
-from core.errors import Unavailable
 from core.jsontypes import JsonObject
+from core.memory import open_memory_service
+from core.memory.embedding import HashingEmbedder
+from core.memory.service import MemoryService
 from core.ports import (
     AgentAnswer,
     ConversationChange,
     InvocationMode,
+    Lifecycle,
     MessageAck,
     ParticipantChange,
-    RunParent,
     TaskContext,
     TaskOutcome,
     TurnOutcome,
@@ -35,7 +45,8 @@ from core.ports import (
 from core.settings import settings_from_env
 from core.store import open_store
 from core.turn_quotas import StoredQuotas
-from core.workflows import NodeRecord, WorkflowRun
+
+T = TypeVar("T")
 
 
 class InProcessTasks:
@@ -48,52 +59,116 @@ class InProcessTasks:
         return await run_task(task, task_input, context, executor_services(self.settings_env))
 
 
-class NoWorkflows:
-    """``WorkflowRuns`` for tests that run no workflow: any use says so."""
+class InProcessMemory:
+    """``MemoryAccess``: the production ``MemoryService`` over LanceDB and the object store in
+    the cluster's data dir, embedding with the deterministic ``HashingEmbedder`` (no model)."""
 
-    def _refuse(self) -> Unavailable:
-        return Unavailable("no workflows in this in-process test cluster")
+    def __init__(self, settings_env: dict[str, str]) -> None:
+        self.settings = settings_from_env(settings_env)
+        self._service: MemoryService | None = None
+        self._lock = threading.Lock()
 
-    async def start(
-        self,
-        workflow_id: str,
-        input: JsonObject,
-        version: int | None = None,
-        parent: RunParent | None = None,
-        *,
-        client_id: str | None = None,
-        run_id: str | None = None,
-        project_id: str | None = None,
-    ) -> str:
-        raise self._refuse()
+    async def service(self) -> MemoryService:
+        def opened() -> MemoryService:
+            with self._lock:
+                if self._service is None:
+                    self._service = open_memory_service(self.settings, HashingEmbedder())
+                return self._service
 
-    async def wait(self, run_id: str, timeout_s: float | None = None) -> WorkflowRun:
-        raise self._refuse()
+        return await asyncio.to_thread(opened)
 
-    async def cancel(self, run_id: str, reason: str = "cancelled") -> WorkflowRun:
-        raise self._refuse()
 
-    def get(self, run_id: str, client_id: str | None = None) -> WorkflowRun:
-        raise self._refuse()
+class InProcessCoordinators:
+    """``Coordinators``: the production ``WorkflowCoordinator``, one per run, all on one event
+    loop of their own in a thread of this process (as Ray runs an async actor: its own loop,
+    whatever loop its callers are on). A coordinator that exits is forgotten, as a named actor
+    that exits is."""
 
-    def history(self, run_id: str) -> list[NodeRecord]:
-        raise self._refuse()
+    def __init__(self, ports: Callable[[Lifecycle], CoordinatorPorts]) -> None:
+        self._ports = ports
+        self.live: dict[str, WorkflowCoordinator] = {}
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="in-process-coordinators", daemon=True
+        )
+        self._thread.start()
 
-    async def run_to_end(
-        self,
-        workflow_id: str,
-        input: JsonObject,
-        parent: RunParent | None = None,
-        version: int | None = None,
-        timeout_s: float | None = None,
-    ) -> TaskOutcome:
-        raise self._refuse()
+    def close(self) -> None:
+        """Cancel what the coordinators still run and stop their loop."""
+
+        async def cancel_all() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(cancel_all(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+
+    async def _on_loop(self, call: Callable[[], Awaitable[T]]) -> T:
+        async def run() -> T:
+            return await call()
+
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(run(), self._loop))
+
+    def _coordinator(self, run_id: str) -> WorkflowCoordinator:
+        """Get or create (call on the coordinators' loop)."""
+        if run_id not in self.live:
+            self.live[run_id] = WorkflowCoordinator(
+                run_id, lambda: self._ports(_Leave(self, run_id))
+            )
+        return self.live[run_id]
+
+    def lose(self, run_id: str) -> None:
+        """Lose the run's coordinator as a kill -9 would: its work stops, nothing more is
+        written, and it is gone (the next ``get``/``wait``/``cancel`` of the run revives it)."""
+        coordinator = self.live.pop(run_id)
+
+        async def stop() -> None:
+            work = [*coordinator._inflight.values(), *coordinator._background]
+            for task in work:
+                task.cancel()
+            await asyncio.gather(*work, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(timeout=10)
+
+    async def launch(self, run_id: str) -> None:
+        await self._on_loop(lambda: self._coordinator(run_id).start())
+
+    def is_live(self, run_id: str) -> bool:
+        return run_id in self.live
+
+    def revive(self, run_id: str) -> None:
+        self._loop.call_soon_threadsafe(self._coordinator, run_id)
+
+    async def wait(self, run_id: str, timeout_s: float | None) -> None:
+        coordinator = self.live.get(run_id)
+        if coordinator is not None:
+            await self._on_loop(lambda: coordinator.wait(timeout_s))
+
+    async def cancel(self, run_id: str, reason: str) -> None:
+        coordinator = self.live.get(run_id)
+        if coordinator is not None:
+            await self._on_loop(lambda: coordinator.cancel(reason))
 
     async def reserved_run_id(self) -> str | None:
         return None
 
-    def prepare(self) -> None:
+    def wake_reserve(self) -> None:
         return None
+
+
+class _Leave:
+    """``Lifecycle`` of one in-process coordinator: leaving forgets it."""
+
+    def __init__(self, coordinators: InProcessCoordinators, run_id: str) -> None:
+        self.coordinators = coordinators
+        self.run_id = run_id
+
+    def exit(self) -> None:
+        self.coordinators.live.pop(self.run_id, None)
 
 
 class InProcessCluster:
@@ -103,13 +178,16 @@ class InProcessCluster:
         self.settings_env = settings_env
         self.store = open_store(settings_env)
         self.actors: dict[str, ConversationActor] = {}
+        self.memory = InProcessMemory(settings_env)
+        self.coordinators = InProcessCoordinators(self.coordinator_ports)
+        self.workflows = WorkflowRunService(self.store, self.coordinators)
         self.tools = ToolPorts(
             store=self.store,
             settings=settings_from_env(settings_env),
             settings_env=settings_env,
             tasks=InProcessTasks(settings_env),
             conversations=self,
-            workflows=NoWorkflows(),
+            workflows=self.workflows,
         )
         self.runner = AsyncOperationRunner(lambda: self.tools)
         self.intake = Intake(self.store)  # what the gateway's adapter acknowledges with
@@ -131,6 +209,21 @@ class InProcessCluster:
             models=ServedChatModels(tools.settings.allow_test_doubles),
             quotas=StoredQuotas(tools.store),
         )
+
+    def coordinator_ports(self, lifecycle: Lifecycle) -> CoordinatorPorts:
+        tools = self.tools
+        return CoordinatorPorts(
+            store=tools.store,
+            settings=tools.settings,
+            settings_env=tools.settings_env,
+            tasks=tools.tasks,
+            conversations=self,
+            workflows=self.workflows,
+            lifecycle=lifecycle,
+        )
+
+    def close(self) -> None:
+        self.coordinators.close()
 
     def actor(self, conversation_id: str) -> ConversationActor:
         if conversation_id not in self.actors:
@@ -178,8 +271,11 @@ class InProcessCluster:
         caller: Caller,
         mode: InvocationMode = "delegate",
         agent_id: str | None = None,
+        message_id: str | None = None,
     ) -> AgentAnswer:
-        return await self.actor(conversation_id).start_agent_call(input, caller, mode, agent_id)
+        return await self.actor(conversation_id).start_agent_call(
+            input, caller, mode, agent_id, message_id
+        )
 
     async def run_agent_turn(self, conversation_id: str, turn_id: str) -> AgentAnswer:
         return await self.actor(conversation_id).run_agent_turn(turn_id)

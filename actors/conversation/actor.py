@@ -513,10 +513,18 @@ class ConversationActor:
         caller: Caller,
         mode: InvocationMode = "delegate",
         agent_id: str | None = None,
+        message_id: str | None = None,
     ) -> AgentAnswer:
         """Run one turn for another agent or a workflow and return its answer: by ``agent_id``
-        (default: the primary agent), which first joins the conversation when ``loop_in``."""
+        (default: the primary agent), which first joins the conversation when ``loop_in``.
+
+        A call repeated with the ``message_id`` of one already stored (a workflow coordinator
+        resumed after a crash) re-attaches to the turn that message started.
+        """
         self._touch()
+        existing = existing_ack(self.store, self.id, message_id) if message_id else None
+        if existing is not None:
+            return await self._answer(existing.turn_id)
         if mode == "loop_in" and agent_id is not None:
             joined, _acks = self._handle(ParticipantAdded(agent_id, utc_now()))
             raise_refusal(joined)
@@ -527,7 +535,7 @@ class ConversationActor:
             caller,
             source,
             None,
-            None,
+            message_id,
             agent_id or self.state.conversation.agent_id,
             policy_applies=False,
         )

@@ -742,7 +742,7 @@ def _conversation_changed(
         case ParticipantRemoved(agent_id=agent_id, at=at):
             if agent_id == conversation.agent_id:
                 message = "the primary agent cannot leave its conversation"
-                return [Refuse(ErrorCode.INVALID_INPUT, message)]
+                return [Refuse(ErrorCode.CONFLICT, message)]
             left = [p for p in participants if p.id != agent_id]
             if len(left) == len(participants):
                 return [Refuse(ErrorCode.NOT_FOUND, f"agent {agent_id} is not a participant")]

@@ -9,6 +9,12 @@ fan-out of N tokens costs one store write for its dispatch, not N.
 
 When the run ends its result and node history stay in the store and the actor exits, after the
 callers blocked in ``wait`` have had their answer.
+
+A coordinator that is lost mid-run (its process or node dies) is re-created: by Ray, which
+restarts it (``cluster.workflows``), or by the next caller that waits on, reads or cancels the
+run and finds no coordinator (``WorkflowRunService``). Either way the new one finds its run
+``running`` in the store when it is constructed, rebuilds the state from the node history and
+resumes the run (``resumption``).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -24,26 +31,33 @@ from actors.workflow_coordinator.domain import (
     CancelRun,
     CancelToken,
     CompleteRun,
+    CreateGroup,
     CreateToken,
     Decision,
     DispatchTask,
     FailRun,
+    FireJoin,
     NodeError,
     NodeFailed,
     NodeSucceeded,
+    RecordArrival,
+    ResumeRun,
     RunCancelled,
+    RunResumed,
     RunStarted,
     RunState,
     StartRun,
     StartSubworkflow,
+    TokenState,
     WorkflowEvent,
 )
 from actors.workflow_coordinator.planning import apply, plan
 from actors.workflow_coordinator.ports import CoordinatorPorts, CoordinatorPortsFactory
-from actors.workflow_coordinator.records import node_record, run_error
+from actors.workflow_coordinator.records import fanout_of, node_record, restored_state, run_error
+from actors.workflow_coordinator.resumption import RESUMED_EVENT, agent_call_ids
 from core.conversations import create_conversation
 from core.domain import TaskDef, TurnStatus, WorkflowCaller
-from core.errors import ErrorCode, WonderError
+from core.errors import ErrorCode, NotFound, WonderError
 from core.ids import new_id, utc_now
 from core.jsontypes import JsonObject
 from core.ports import TaskContext
@@ -52,7 +66,7 @@ from core.workflows import RunEvent, RunStatus, WorkflowParent, WorkflowRun
 
 log = logging.getLogger("wonder.workflows")
 
-RUN_DECISIONS = (StartRun, CompleteRun, FailRun, CancelRun)
+RUN_DECISIONS = (StartRun, CompleteRun, FailRun, CancelRun, ResumeRun)
 EXIT_GRACE_S = 0.2
 
 
@@ -76,6 +90,14 @@ class WorkflowCoordinator:
         self._finished: asyncio.Event | None = None
         self._waiters = 0
         self._background: set[asyncio.Task[Any]] = set()
+        self._taken_over = False
+        try:
+            # Under Ray an async actor is constructed on its event loop: a coordinator re-created
+            # for a run that was running resumes it at once, without waiting for a caller. Built
+            # without a loop (tests), the first call does it.
+            asyncio.get_running_loop().call_soon(self._take_over)
+        except RuntimeError:
+            pass
 
     @property
     def run(self) -> WorkflowRun:
@@ -94,8 +116,46 @@ class WorkflowCoordinator:
             workflow = self.store.workflows.get(
                 run.workflow_id, run.workflow_version, client_id=run.client_id
             )
-            self._state = RunState.new(self.run_id, workflow, run.input)
+            if run.status is RunStatus.PENDING:
+                self._state = RunState.new(self.run_id, workflow, run.input)
+            else:  # a run a previous coordinator worked on: as its records left it
+                records = self.runs.history(self.run_id)
+                self._child_runs = {r.token_id: r.child_run_id for r in records if r.child_run_id}
+                self._state = restored_state(run, workflow, records)
         return self._state
+
+    def _take_over(self) -> None:
+        """Resume the run if a lost coordinator left it running (once; every entry point asks)."""
+        if self._taken_over:
+            return
+        try:
+            run = self.runs.get(self.run_id)
+        except NotFound:
+            return  # reserved ahead of its run: ``start`` comes
+        self._taken_over = True
+        self._run = run
+        if run.status.terminal:  # it ended, and its coordinator was lost before it exited
+            self._finished_event().set()
+            self._background_task(self._exit_when_answered())
+        elif run.status is RunStatus.RUNNING:
+            resumption = sum(1 for e in run.events if e.type == RESUMED_EVENT) + 1
+            log.warning("workflow run %s: resumed (%d)", self.run_id, resumption)
+            self._handle([RunResumed(resumption, self._idempotent_waiting(), utc_now())])
+
+    def _idempotent_waiting(self) -> frozenset[str]:
+        """The nodes with a task out whose task is declared idempotent (may run again)."""
+        nodes: set[str] = set()
+        for token_id in self.state.live:
+            token = self.state.tokens[token_id]
+            node = self.state.graph.node(token.node_id)
+            if token.state is not TokenState.WAITING_FOR_TASK or node.target_id is None:
+                continue
+            try:
+                if self._task(node.target_id, node.target_version).idempotent:
+                    nodes.add(node.id)
+            except WonderError:
+                pass  # gone from the library: not known to be idempotent
+        return frozenset(nodes)
 
     # ------------------------------------------------------------------ entry points
 
@@ -105,6 +165,7 @@ class WorkflowCoordinator:
 
     async def start(self) -> JsonObject:
         """Start the run (idempotent): the start tokens are dispatched when this returns."""
+        self._take_over()
         if self.run.status is RunStatus.PENDING:
             if any(node.kind == "subworkflow" for node in self.state.workflow.nodes):
                 self.ports.workflows.prepare()  # children can then start on ready coordinators
@@ -113,6 +174,7 @@ class WorkflowCoordinator:
 
     async def wait(self, timeout_s: float | None = None) -> JsonObject:
         """The run record once the run has ended (or as it is after ``timeout_s``)."""
+        self._take_over()
         self._waiters += 1
         try:
             if not self.run.status.terminal:
@@ -124,16 +186,18 @@ class WorkflowCoordinator:
         return self.run.model_dump(mode="json")
 
     async def cancel(self, reason: str = "cancelled") -> JsonObject:
+        self._take_over()
         self._handle([RunCancelled(reason, utc_now())])
         return self.run.model_dump(mode="json")
 
     async def status(self) -> JsonObject:
-        """The run plus its live tokens (for debugging and the REST status)."""
+        """The run plus its live tokens, and this coordinator's process (operators, tests)."""
+        self._take_over()
         live = [
             {"token_id": t.id, "node_id": t.node_id, "state": t.state.value}
             for t in (self.state.tokens[i] for i in sorted(self.state.live))
         ]
-        return {"run": self.run.model_dump(mode="json"), "live": live}
+        return {"run": self.run.model_dump(mode="json"), "live": live, "pid": os.getpid()}
 
     # ------------------------------------------------------------------ the step
 
@@ -180,7 +244,7 @@ class WorkflowCoordinator:
             elif isinstance(decision, RUN_DECISIONS):
                 run_changed = True
                 self._update_run(decision)
-            token_id = getattr(decision, "token_id", None)
+            token_id = self._record_touched(decision)
             if token_id is not None and token_id not in created:
                 touched[token_id] = None
         self.runs.record(
@@ -189,10 +253,21 @@ class WorkflowCoordinator:
             [self._record(t) for t in touched],
         )
 
+    def _record_touched(self, decision: Decision) -> str | None:
+        """The token whose history record ``decision`` changes: its own, or for a fan-out's
+        group and joins, the record of the token that fanned out."""
+        if isinstance(decision, CreateGroup):
+            return decision.group.origin_token_id
+        if isinstance(decision, RecordArrival | FireJoin):
+            return self.state.groups[decision.group_id].origin_token_id
+        token_id: str | None = getattr(decision, "token_id", None)
+        return token_id
+
     def _record(self, token_id: str) -> Any:
         token = self.state.tokens[token_id]
         kind = self.state.graph.node(token.node_id).kind
-        return node_record(self.run_id, token, kind, self._child_runs.get(token_id))
+        child = self._child_runs.get(token_id)
+        return node_record(self.run_id, token, kind, child, fanout_of(self.state, token))
 
     def _update_run(self, decision: Decision) -> None:
         run = self.run
@@ -212,6 +287,9 @@ class WorkflowCoordinator:
                         ],
                     }
                 )
+            case ResumeRun(at=at, resumption=resumption):
+                event = RunEvent(type=RESUMED_EVENT, at=at, payload={"resumption": resumption})
+                run = run.model_copy(update={"events": [*run.events, event]})
             case CompleteRun(at=at, output=output):
                 run = run.model_copy(
                     update={
@@ -349,18 +427,21 @@ class WorkflowCoordinator:
         token_id = decision.token_id
         runs = self.ports.workflows
         try:
-            # The child's id is intent: recorded on the token before the child exists. A reserved
-            # id comes with its coordinator already running.
-            child_id = await runs.reserved_run_id() or new_id("run")
-            self._child_runs[token_id] = child_id
-            self.runs.record(None, [], [self._record(token_id)])
-            await runs.start(
-                decision.workflow_id,
-                decision.input,
-                decision.workflow_version,
-                parent=WorkflowParent(run_id=self.run_id, token_id=token_id),
-                run_id=child_id,
-            )
+            child_id = self._child_runs.get(token_id) if decision.reattach else None
+            if child_id is None:
+                # The child's id is intent: recorded on the token before the child exists. A
+                # reserved id comes with its coordinator already running.
+                child_id = await runs.reserved_run_id() or new_id("run")
+                self._child_runs[token_id] = child_id
+                self.runs.record(None, [], [self._record(token_id)])
+            if not self._run_exists(child_id):  # not started yet (or lost before it was)
+                await runs.start(
+                    decision.workflow_id,
+                    decision.input,
+                    decision.workflow_version,
+                    parent=WorkflowParent(run_id=self.run_id, token_id=token_id),
+                    run_id=child_id,
+                )
             child = await runs.wait(child_id, decision.timeout_s)
         except WonderError as exc:
             return NodeFailed(token_id, _node_error(exc), utc_now())
@@ -374,15 +455,25 @@ class WorkflowCoordinator:
         message = f"subworkflow {decision.workflow_id} ({child_id}) failed: {cause}"
         return NodeFailed(token_id, NodeError(ErrorCode.EXECUTION_FAILED, message), utc_now())
 
+    def _run_exists(self, run_id: str) -> bool:
+        try:
+            self.runs.get(run_id)
+        except NotFound:
+            return False
+        return True
+
     async def _agent(self, decision: CallAgent) -> WorkflowEvent:
         token_id = decision.token_id
+        message_id, delegate_id = agent_call_ids(self.run_id, token_id, decision.attempt)
         conversation_id = decision.conversation_id
         try:
             if conversation_id is None:
-                conversation_id = self._delegate_conversation(decision)
+                conversation_id = self._delegate_conversation(decision, delegate_id)
             text = decision.input.get("message", decision.input.get("input"))
             message = text if isinstance(text, str) else json.dumps(decision.input, default=str)
             caller = WorkflowCaller(run_id=self.run_id)
+            # The same message id on a resumed run: the conversation answers with the turn it
+            # started then, never a second one.
             answer = await asyncio.wait_for(
                 self.ports.conversations.start_agent_call(
                     conversation_id,
@@ -390,6 +481,7 @@ class WorkflowCoordinator:
                     caller,
                     decision.mode,
                     agent_id=decision.agent_id if decision.mode == "loop_in" else None,
+                    message_id=message_id,
                 ),
                 decision.timeout_s,
             )
@@ -417,9 +509,14 @@ class WorkflowCoordinator:
         }
         return NodeSucceeded(token_id, output, utc_now())
 
-    def _delegate_conversation(self, decision: CallAgent) -> str:
+    def _delegate_conversation(self, decision: CallAgent, conversation_id: str) -> str:
         """A fresh child conversation of the target agent (delegate mode: a clean context),
-        working on the run's branch when the agent is scoped to its project (it creates none)."""
+        under the id this call derives (a resumed run finds the one it created), working on the
+        run's branch when the agent is scoped to its project (it creates none)."""
+        try:
+            return self.store.conversations.get(conversation_id).id
+        except NotFound:
+            pass
         agent = self.store.agents.get(decision.agent_id or "", self.run.client_id)
         context = self.run.context
         project_id, branch = delegated_workplace(agent, context.project_id, context.branch)
@@ -429,6 +526,7 @@ class WorkflowCoordinator:
             agent_id=agent.id,
             title=f"workflow run {self.run_id} ({decision.token_id})",
             started_by_conversation_id=context.conversation_id,
+            conversation_id=conversation_id,
             project_id=project_id,
             branch=branch,
         )

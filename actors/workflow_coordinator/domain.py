@@ -67,6 +67,11 @@ class Token:
     finished_at: datetime | None = None
 
 
+def fanout_group_id(origin: Token) -> str:
+    """The id of the fan-out group ``origin`` starts (one per token, derived from its seq)."""
+    return f"g{origin.seq}"
+
+
 @dataclass(frozen=True, slots=True)
 class Group:
     """One fan-out: ``size`` branches spawned when ``origin_token_id`` finished."""
@@ -157,7 +162,17 @@ class RunCancelled:
     at: datetime
 
 
-WorkflowEvent = RunStarted | NodeSucceeded | NodeFailed | RunCancelled
+@dataclass(frozen=True, slots=True)
+class RunResumed:
+    """A re-created coordinator took the run over from the store (``resumption``: 1 the first
+    time). ``idempotent_nodes``: the task nodes whose task is declared idempotent."""
+
+    resumption: int
+    idempotent_nodes: frozenset[str]
+    at: datetime
+
+
+WorkflowEvent = RunStarted | NodeSucceeded | NodeFailed | RunCancelled | RunResumed
 
 
 # --------------------------------------------------------------------------- decisions
@@ -205,6 +220,9 @@ class DispatchTask:
 
 @dataclass(frozen=True, slots=True)
 class StartSubworkflow:
+    """Run a child workflow; ``reattach``: wait for the child this attempt already recorded
+    (a resumed run) instead of starting another."""
+
     token_id: str
     workflow_id: str
     workflow_version: int | None
@@ -212,6 +230,7 @@ class StartSubworkflow:
     attempt: int
     delay_ms: int = 0
     timeout_s: float | None = None
+    reattach: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +289,14 @@ class CancelRun:
     at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class ResumeRun:
+    """Record that the run was taken over by a re-created coordinator (its ``resumption``-th)."""
+
+    resumption: int
+    at: datetime
+
+
 Dispatch = DispatchTask | StartSubworkflow | CallAgent
 
 Decision = (
@@ -287,4 +314,5 @@ Decision = (
     | CompleteRun
     | FailRun
     | CancelRun
+    | ResumeRun
 )

@@ -19,6 +19,10 @@ the innermost group instead. After the work queue drains, groups touched by this
 *settled*: an any/n join fires as soon as enough branches arrived, an ``all`` join once no branch of
 its group has a live token. Firing creates the join token (parent: the token that fanned out) and
 cancels stragglers. The run completes when no token is live.
+
+A re-created coordinator rebuilds the state from the store (``resumption.restored_state``) and
+plans ``RunResumed``: each token whose work was out is dispatched again or failed, by the rules of
+``resumption`` (completed nodes are never run again), then the run goes on as before.
 """
 
 from __future__ import annotations
@@ -49,7 +53,9 @@ from actors.workflow_coordinator.domain import (
     NodeFailed,
     NodeSucceeded,
     RecordArrival,
+    ResumeRun,
     RunCancelled,
+    RunResumed,
     RunStarted,
     RunState,
     StartRun,
@@ -57,6 +63,12 @@ from actors.workflow_coordinator.domain import (
     Token,
     TokenState,
     WorkflowEvent,
+    fanout_group_id,
+)
+from actors.workflow_coordinator.resumption import (
+    MAX_RESUMPTIONS,
+    interrupted_task,
+    too_many_resumptions,
 )
 from core.jsontypes import JsonObject
 from core.workflows import Edge, Node, RunStatus, apply_mapping, evaluate, resolve_ref
@@ -78,6 +90,8 @@ def plan(state: RunState, event: WorkflowEvent) -> list[Decision]:
             planner.failed(event.token_id, event.error)
         case RunCancelled():
             planner.cancel(event.reason)
+        case RunResumed():
+            planner.resume(event.resumption, event.idempotent_nodes)
         case _:
             assert_never(event)
     return planner.decisions
@@ -86,8 +100,8 @@ def plan(state: RunState, event: WorkflowEvent) -> list[Decision]:
 def apply(state: RunState, decision: Decision) -> None:
     """Apply one decision's state transition to ``state`` in place."""
     match decision:
-        case StartRun():
-            state.status = RunStatus.RUNNING
+        case StartRun() | CompleteRun() | FailRun() | CancelRun() | ResumeRun():
+            _apply_to_run(state, decision)
         case CreateToken(token=token):
             state.tokens[token.id] = token
             if token.state.live:
@@ -123,6 +137,16 @@ def apply(state: RunState, decision: Decision) -> None:
             )
         case CancelToken():
             _end_token(state, decision.token_id, TokenState.CANCELLED, decision.at)
+        case _:
+            assert_never(decision)
+
+
+def _apply_to_run(
+    state: RunState, decision: StartRun | CompleteRun | FailRun | CancelRun | ResumeRun
+) -> None:
+    match decision:
+        case StartRun():
+            state.status = RunStatus.RUNNING
         case CompleteRun():
             state.status = RunStatus.COMPLETED
             state.output = decision.output
@@ -134,6 +158,8 @@ def apply(state: RunState, decision: Decision) -> None:
         case CancelRun():
             state.status = RunStatus.CANCELLED
             state.error = NodeError(CANCELLED, decision.reason)
+        case ResumeRun():
+            pass  # recorded on the run by the shell; the tokens move by their own decisions
         case _:
             assert_never(decision)
 
@@ -279,6 +305,34 @@ class _Planner:
         self.cancel_live(lambda _t: True)
         self.emit(CancelRun(reason, self.at))
 
+    def resume(self, resumption: int, idempotent_nodes: frozenset[str]) -> None:
+        """Take over a running run whose coordinator was lost (see ``resumption``)."""
+        if not self.running:
+            return
+        if resumption > MAX_RESUMPTIONS:
+            self.fail_run(too_many_resumptions(resumption))
+            return
+        self.emit(ResumeRun(resumption, self.at))
+        for token_id in sorted(self.state.live, key=lambda t: self.token(t).seq):
+            token = self.token(token_id)
+            if not (self.running and token.state.live):
+                continue  # ended meanwhile: a failure above failed the run, or a join fired
+            node = self.graph.node(token.node_id)
+            match token.state:
+                case TokenState.RUNNING:  # created, its work not yet out: nothing ran
+                    self.work.append(("activate", token.id))
+                case TokenState.WAITING_FOR_TASK if node.id in idempotent_nodes:
+                    self.dispatch(token, node, token.input, token.attempt, 0)
+                case TokenState.WAITING_FOR_TASK:
+                    self.fail_token(token, interrupted_task(node.target_id or node.id))
+                case TokenState.WAITING_FOR_SUBWORKFLOW | TokenState.WAITING_FOR_AGENT:
+                    self.dispatch(token, node, token.input, token.attempt, 0, reattach=True)
+                case TokenState.DONE | TokenState.FAILED | TokenState.CANCELLED:
+                    raise AssertionError(f"token {token.id} is live in state {token.state}")
+                case _:
+                    assert_never(token.state)
+        self.drain()
+
     # ---- the work loop
 
     def drain(self) -> None:
@@ -382,7 +436,14 @@ class _Planner:
             self.dispatch(token, node, node_input, attempt=1, delay_ms=0)
 
     def dispatch(
-        self, token: Token, node: Node, node_input: JsonObject, attempt: int, delay_ms: int
+        self,
+        token: Token,
+        node: Node,
+        node_input: JsonObject,
+        attempt: int,
+        delay_ms: int,
+        *,
+        reattach: bool = False,
     ) -> None:
         target = node.target_id or ""
         match node.kind:
@@ -408,6 +469,7 @@ class _Planner:
                         attempt,
                         delay_ms,
                         node.timeout_s,
+                        reattach,
                     )
                 )
             case "agent":
@@ -490,7 +552,7 @@ class _Planner:
                 self.enter(edge.to, token, token.branch, token.item, token.index)
             return
         group = Group(
-            f"g{token.seq}",
+            fanout_group_id(token),
             len(spawns),
             token.id,
             self.graph.closing_join(matched[0].to) if matched else None,

@@ -4,8 +4,14 @@ the ``Coordinators`` port that runs coordinator actors).
 ``start`` validates the input against the workflow's schema, bounds subworkflow nesting, inherits
 the parent's context and client, writes the run row and launches the run's coordinator, returning
 once the start tokens are dispatched. A run's status, output, events
-(``workflow_started|completed|failed``) and node history are in the store, readable after its
-coordinator has exited; ``wait`` asks a live coordinator and falls back to the store.
+(``workflow_started|resumed|completed|failed``) and node history are in the store, readable after
+its coordinator has exited; ``wait`` asks a live coordinator and falls back to the store.
+
+Who re-creates a lost coordinator: Ray restarts one whose process or node died
+(``cluster.workflows``); one that is gone for good while its run is ``running`` (killed without a
+restart, its actor lost with the cluster's) is re-created by the next ``get``, ``wait`` or
+``cancel`` of the run. The new coordinator resumes the run from the store
+(``actors.workflow_coordinator.resumption``).
 """
 
 from __future__ import annotations
@@ -69,9 +75,9 @@ class WorkflowRunService:
         ``wonder/run-<run_id>`` from the project's default branch, created before the run row.
 
         Raises:
-            NotFound: no such workflow (version).
-            InvalidInput: ``input`` does not match the workflow's ``input_schema``; an unknown
-                ``project_id``, or one given with a ``parent`` (that run works on its parent's).
+            NotFound: no such workflow (version), or no such ``project_id`` of the client's.
+            InvalidInput: ``input`` does not match the workflow's ``input_schema``; a
+                ``project_id`` given with a ``parent`` (that run works on its parent's).
             PermissionDenied: subworkflows nested deeper than ``MAX_SUBWORKFLOW_DEPTH``.
         """
         depth, context = 0, RunContext()
@@ -129,7 +135,7 @@ class WorkflowRunService:
 
     def _fail_unstarted(self, run_id: str, message: str) -> WorkflowRun:
         run = self.runs.get(run_id)
-        if run.status.terminal:
+        if run.status is not RunStatus.PENDING:  # it started: its coordinator owns it
             return run
         failed = run.model_copy(
             update={
@@ -141,16 +147,11 @@ class WorkflowRunService:
         return self.runs.save(failed)
 
     def get(self, run_id: str, client_id: str | None = None) -> WorkflowRun:
-        """The stored run; a run left unfinished by a coordinator that is gone is failed first."""
+        """The stored run. A running run whose coordinator is gone gets a new one, which
+        resumes it (the run is answered as stored)."""
         run = self.runs.get(run_id, client_id)
-        if (
-            not run.status.terminal
-            and run.started_at is not None
-            and not self.coordinators.is_live(run_id)
-        ):
-            run = self.runs.get(run_id, client_id)  # it may have finished between the two reads
-            if not run.status.terminal:
-                run = self._fail_unstarted(run_id, "interrupted: the coordinator is gone")
+        if run.status is RunStatus.RUNNING and not self.coordinators.is_live(run_id):
+            self.coordinators.revive(run_id)
         return run
 
     def history(self, run_id: str) -> list[NodeRecord]:
@@ -159,6 +160,7 @@ class WorkflowRunService:
 
     async def wait(self, run_id: str, timeout_s: float | None = None) -> WorkflowRun:
         """The run once it has ended (or as it stands after ``timeout_s``)."""
+        self.get(run_id)  # a coordinator that is gone is re-created first
         await self.coordinators.wait(run_id, timeout_s)
         run = self.get(run_id)
         loop = asyncio.get_running_loop()
@@ -172,6 +174,7 @@ class WorkflowRunService:
 
     async def cancel(self, run_id: str, reason: str = "cancelled") -> WorkflowRun:
         """Cancel a run and its live work (subworkflows too); a finished run is left as it is."""
+        self.get(run_id)
         await self.coordinators.cancel(run_id, reason)
         return self.get(run_id)
 

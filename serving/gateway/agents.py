@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from core.domain import Agent, PersonaRef
-from core.errors import InvalidInput, NotFound
+from core.errors import NotFound
 from core.ids import new_id, utc_now
 from core.projects import check_agent_projects
 from core.store.library import SYSTEM
@@ -25,13 +25,13 @@ def _check_persona_ref(
         return None
     given = body.persona_ref
     if given.owner not in (None, SYSTEM, client_id):
-        raise InvalidInput(f"persona_ref.owner: library {given.owner} not found")
+        raise NotFound(f"persona_ref.owner: library {given.owner} not found")
     try:
         found = context.store.personas.find(
             given.id, given.version, client_id=client_id, owner=given.owner
         )
     except NotFound as exc:
-        raise InvalidInput(f"persona_ref: {exc.message} in the library") from None
+        raise NotFound(f"persona_ref: {exc.message} in the library") from None
     return PersonaRef(id=given.id, version=given.version, owner=found.owner)
 
 

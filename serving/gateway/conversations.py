@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from core.conversations import create_conversation
 from core.domain import Conversation
-from core.errors import Conflict, InvalidInput, NotFound
+from core.errors import Conflict, NotFound
 from core.ids import new_id
 from core.projects import (
     project_for_conversation,
@@ -22,12 +22,24 @@ from serving.gateway.context import GatewayContext
 from serving.gateway.cursors import cursor_key
 from serving.gateway.members import User, start_owner
 from serving.gateway.protocol import ConversationCreate, Deleted, Page
-from serving.gateway.translation import decode_cursor, encode_cursor
+from serving.gateway.translation import (
+    CURSOR_PATTERN,
+    MAX_CURSOR_CHARS,
+    decode_cursor,
+    encode_cursor,
+)
 
 router = APIRouter(prefix="/v1/conversations", tags=["conversations"])
 
 Limit = Annotated[int, Query(ge=1, le=200, description="Page size")]
-Cursor = Annotated[str | None, Query(max_length=512, description="next_cursor of the last page")]
+Cursor = Annotated[
+    str | None,
+    Query(
+        max_length=MAX_CURSOR_CHARS,
+        pattern=CURSOR_PATTERN,
+        description="next_cursor of the last page",
+    ),
+]
 ConversationPage = Page[Conversation]
 
 
@@ -69,10 +81,8 @@ async def create(
         try:
             agent = context.store.agents.get(body.agent_id, client_id=client_id)
         except NotFound:
-            raise InvalidInput(f"agent_id: agent {body.agent_id} not found") from None
+            raise NotFound(f"agent_id: agent {body.agent_id} not found") from None
         project = project_for_conversation(context.store, agent, body.project_id)
-    elif body.project_id is not None:
-        raise InvalidInput("project_id: a conversation works on a project through its agent")
     conversation_id = await context.conversations.reserved_conversation_id() or new_id("conv")
     # The branch comes first: a conversation row never names a branch that does not exist.
     branch = (

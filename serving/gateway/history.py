@@ -15,7 +15,6 @@ from fastapi import Query
 from pydantic import Field
 
 from core.domain import Message, Turn
-from core.errors import InvalidInput
 from core.store import Store
 from core.store.forks import Seen
 from core.turn_model import TurnModel
@@ -72,11 +71,8 @@ class SeqWindow:
 
 
 def seq_window(after_seq: int | None, before_seq: int | None, tail: bool, limit: int) -> SeqWindow:
-    """The page asked for; combining forward and backward controls is an ``InvalidInput``."""
-    if after_seq is not None and (before_seq is not None or tail):
-        raise InvalidInput("after_seq pages forward; before_seq and tail page backward: pick one")
-    if before_seq is not None and tail:
-        raise InvalidInput("tail is the page before the end; with before_seq, leave tail out")
+    """The page asked for: ``after_seq`` and ``before_seq`` bound the range; ``before_seq`` or
+    ``tail`` make it a backward page (the newest ``limit`` entries of the range)."""
     backward = before_seq is not None or tail
     return SeqWindow(after_seq or 0, before_seq, backward, limit)
 

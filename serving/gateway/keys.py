@@ -18,7 +18,7 @@ from fastapi import APIRouter, Path, Request
 from pydantic import AwareDatetime, Field
 from starlette.concurrency import run_in_threadpool
 
-from core.errors import Conflict, InvalidInput
+from core.errors import Conflict
 from core.ids import utc_now
 from core.keys import ApiKey, KeyScope, KeyStatus
 from core.store.keys import KEY_ID_PATTERN
@@ -82,7 +82,8 @@ def new_secret() -> str:
 
 def _future(expires_at: datetime | None, now: datetime) -> datetime | None:
     if expires_at is not None and expires_at <= now:
-        raise InvalidInput("expires_at: must be in the future")
+        # The rule is against the clock, not the body's shape: a conflict with the present.
+        raise Conflict("expires_at: must be in the future")
     return expires_at
 
 

@@ -21,7 +21,7 @@ from fastapi import APIRouter, Body, Path, Query
 from pydantic import BaseModel, Field, create_model
 
 from core.domain import NAME_PATTERN, ModelProfile, Persona, TaskDef, Tool
-from core.errors import InvalidInput, NotFound, PermissionDenied
+from core.errors import Conflict, NotFound, PermissionDenied
 from core.ids import utc_now
 from core.library_policy import policy_problems
 from core.settings import Settings
@@ -66,7 +66,8 @@ def stored_object(kind: LibraryKind, obj_id: str, body: BaseModel) -> BaseModel:
     """The library object a PUT body describes, with its id from the path."""
     body_id = getattr(body, "id", None)
     if body_id is not None and body_id != obj_id:
-        raise InvalidInput(f"body id {body_id!r} does not match the path id {obj_id!r}")
+        # A representation inconsistent with its target: RFC 9110 §9.3.4 suggests 409.
+        raise Conflict(f"body id {body_id!r} does not match the path id {obj_id!r}")
     fields: dict[str, Any] = body.model_dump(by_alias=True, exclude={"id", "version", "owner"})
     return kind.model.model_validate({**fields, "id": obj_id})
 
@@ -124,10 +125,11 @@ def writable(
 
 
 def allowed(obj: BaseModel, settings: Settings) -> BaseModel:
-    """``obj`` if the operator's policy allows storing it; else a 400 naming every problem."""
+    """``obj`` if the operator's policy allows storing it (registered callables, test doubles
+    enabled); else a 403 naming every problem."""
     problems = policy_problems(obj, settings)
     if problems:
-        raise InvalidInput("; ".join(problems))
+        raise PermissionDenied("; ".join(problems))
     return obj
 
 

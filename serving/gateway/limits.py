@@ -30,6 +30,9 @@ class BodyLimit:
     what: str
 
 
+# Each limit admits every body the route's schema allows: a text field of N characters may take
+# 6 N bytes of JSON (``\\uXXXX`` escapes), so the routes that take a message or a persona
+# (100,000 characters) take 1 MiB; a schema-valid body is never refused as too large.
 BODY_LIMITS: tuple[BodyLimit, ...] = (
     BodyLimit(
         "PUT",
@@ -37,7 +40,9 @@ BODY_LIMITS: tuple[BodyLimit, ...] = (
         1 * MIB,
         "a library object",
     ),
-    BodyLimit("POST", re.compile(r"/v1/conversations/[^/]+/messages$"), 512 * KIB, "a message"),
+    BodyLimit("POST", re.compile(r"/v1/(conversations/[^/]+/)?messages$"), 1 * MIB, "a message"),
+    BodyLimit("POST", re.compile(r"/v1/agents$"), 1 * MIB, "an agent with its persona"),
+    BodyLimit("POST", re.compile(r"/v1/triggers$"), 1 * MIB, "a trigger with its message"),
     BodyLimit("POST", re.compile(r"/v1/agents/[^/]+/memories$"), 2 * MIB, "a memory"),
 )
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
+from starlette.convertors import Convertor, register_url_convertor
 
 if TYPE_CHECKING:
     from core.memory.service import MemoryService
@@ -24,8 +25,25 @@ from serving.gateway.protocol import Deleted, Items, Page
 
 router = APIRouter(prefix="/v1/agents/{agent_id}/memories", tags=["memories"])
 
-MEMORY_ID = r"^[A-Za-z0-9_]{1,64}$"
-MemoryId = Annotated[str, Path(pattern=MEMORY_ID)]
+MEMORY_ID_FORM = "mem_[A-Za-z0-9]{1,60}"  # what ``MemoryService`` makes: ``new_id("mem")``
+MEMORY_ID = f"^{MEMORY_ID_FORM}$"
+MemoryId = Annotated[str, Path(pattern=MEMORY_ID, description="A memory id (mem_…)")]
+
+
+class MemoryIdConvertor(Convertor[str]):
+    """Routes only memory ids to ``/{memory_id}``: ``/memories/search`` is its own resource (its
+    ``Allow`` is ``POST``), never a memory called "search"."""
+
+    regex = MEMORY_ID_FORM
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("memory_id", MemoryIdConvertor())
 Limit = Annotated[int, Query(ge=1, le=200, description="Page size")]
 Cursor = Annotated[
     str | None,
@@ -33,7 +51,7 @@ Cursor = Annotated[
 ]
 
 
-class MemoryCreate(NewMemory):
+class MemoryCreate(StrictScalars, NewMemory):
     """A memory to store. ``dedupe: auto`` lets a fact or decision on a known subject (or nearly
     identical to an existing one) update it instead of adding a duplicate."""
 
@@ -47,6 +65,10 @@ class MemoryWritten(BaseModel):
     memory: Memory
 
 
+class RankWeightsIn(StrictScalars, RankWeights):
+    """``RankWeights`` as a client sends them (numbers only as numbers)."""
+
+
 class MemorySearch(StrictScalars):
     model_config = ConfigDict(extra="forbid")
 
@@ -54,7 +76,7 @@ class MemorySearch(StrictScalars):
     k: int = Field(5, ge=1, le=MAX_SEARCH_K)
     mode: SearchMode = SearchMode.VECTOR
     types: list[str] = Field(default_factory=list, max_length=20)
-    weights: RankWeights = Field(default_factory=RankWeights)
+    weights: RankWeightsIn = Field(default_factory=RankWeightsIn)
     include_consolidated: bool = False
     text_weight: float = Field(0.5, ge=0.0, le=1.0, description="Full-text share of hybrid")
 
@@ -140,7 +162,9 @@ async def search_memories(
     )
 
 
-@router.get("/{memory_id}", response_model=Memory, summary="Read one memory, full content")
+@router.get(
+    "/{memory_id:memory_id}", response_model=Memory, summary="Read one memory, full content"
+)
 async def read_memory(
     agent_id: str, memory_id: MemoryId, context: Context, client_id: ClientId
 ) -> Memory:
@@ -148,7 +172,7 @@ async def read_memory(
     return await service.read(agent_id, memory_id)
 
 
-@router.delete("/{memory_id}", response_model=Deleted, summary="Delete one memory")
+@router.delete("/{memory_id:memory_id}", response_model=Deleted, summary="Delete one memory")
 async def delete_memory(
     agent_id: str, memory_id: MemoryId, context: Context, client_id: ClientId
 ) -> Deleted:

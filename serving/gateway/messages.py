@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 
 from core.domain import ConversationStatus
-from core.errors import Conflict, InvalidInput
+from core.errors import Conflict
 from core.ids import new_id
 from core.model_override import check_override
 from core.turn_model import TurnModel
@@ -55,9 +55,10 @@ async def post_message(
 
 
 def check_author(body: MessageCreate, user: str | None) -> None:
-    """A message may name its author (``user_id``) only as the acting user, if there is one."""
+    """A message may name its author (``user_id``) only as the acting user, if there is one
+    (another is a ``Conflict``: the body disagrees with the header)."""
     if user is not None and body.user_id not in (None, user):
-        raise InvalidInput(f"user_id: the acting user is {user} (header {USER_HEADER})")
+        raise Conflict(f"user_id: the acting user is {user} (header {USER_HEADER})")
 
 
 async def accept_message(

@@ -7,10 +7,11 @@ a bare repository under its data dir). Another client's project is a 404, like a
 from __future__ import annotations
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 from starlette.concurrency import run_in_threadpool
 
 from core.domain import Project
+from core.git import REPOSITORY_PATTERN, looks_like_url
 from core.projects import (
     check_deletable,
     create_project,
@@ -25,7 +26,9 @@ from serving.gateway.protocol import Items
 
 router = APIRouter(prefix="/v1/projects", tags=["projects"])
 
-BRANCH_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$"
+# Git's rules for a branch name, as far as a pattern says them: "/"-separated components, dots
+# only inside a component (no "..", none leading or trailing).
+BRANCH_PATTERN = r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*(/[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*)*$"
 
 
 class ProjectCreate(BaseModel):
@@ -36,21 +39,34 @@ class ProjectCreate(BaseModel):
         None,
         min_length=1,
         max_length=1000,
-        description="An absolute local path, or a URL to clone; omit to get a new repository",
+        pattern=REPOSITORY_PATTERN,
+        description="An absolute local path, or a URL to clone (scheme://... or user@host:path); "
+        "omit to get a new repository",
     )
     default_branch: str | None = Field(
-        None, pattern=BRANCH_PATTERN, description="Default: the repository's HEAD, else main"
+        None,
+        max_length=200,
+        pattern=BRANCH_PATTERN,
+        description="Default: the repository's HEAD, else main",
     )
     push_on_merge: StrictBool = Field(
-        False, description="Push the default branch back to the URL after each merge into it"
+        False,
+        description="Push the default branch back to the URL after each merge into it (needs a "
+        "repository URL: only a cloned project has an origin)",
     )
+
+    @model_validator(mode="after")
+    def _origin_to_push_to(self) -> ProjectCreate:
+        if self.push_on_merge and (self.repository is None or not looks_like_url(self.repository)):
+            raise ValueError("push_on_merge: only a project cloned from a URL has an origin")
+        return self
 
 
 class ProjectUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str | None = Field(None, min_length=1, max_length=200)
-    default_branch: str | None = Field(None, pattern=BRANCH_PATTERN)
+    default_branch: str | None = Field(None, max_length=200, pattern=BRANCH_PATTERN)
     push_on_merge: StrictBool | None = Field(
         None, description="Only for a project cloned from a URL (409 otherwise)"
     )

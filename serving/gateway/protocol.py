@@ -6,9 +6,18 @@ models of ``core.domain`` where the stored shape is the public one; envelopes an
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    TypeAdapter,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from core.domain import (
     NAME_PATTERN,
@@ -35,6 +44,69 @@ MAX_MESSAGE_CHARS = 100_000
 
 class WireModel(StrictScalars):
     model_config = ConfigDict(extra="forbid")
+
+
+class OneOfFields(WireModel):
+    """A body naming exactly one of the optional fields ``one_of`` (the others left out).
+
+    The OpenAPI schema says so (``oneOf`` of ``required``, the fields not nullable), so a
+    generated valid body is one the server accepts; an explicit ``null`` is refused as the
+    schema refuses it (422 naming the field).
+    """
+
+    one_of: ClassVar[tuple[str, ...]] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nulls(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            nulls = [name for name in cls.one_of if name in data and data[name] is None]
+            if nulls:
+                raise ValueError(f"{', '.join(nulls)}: leave it out rather than null")
+        return data
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> OneOfFields:
+        if sum(getattr(self, name) is not None for name in self.one_of) != 1:
+            *others, last = self.one_of
+            raise ValueError(f"give exactly one of {', '.join(others)} or {last}")
+        return self
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        # One complete object schema per choice (the common fields, and that one field, not
+        # nullable): a oneOf that generators and validators read alike.
+        schema = handler(core_schema)
+        target = handler.resolve_ref_schema(schema)
+        properties = target.pop("properties", {})
+        required = target.pop("required", [])
+        target.pop("additionalProperties", None)  # each choice says it
+        common = {k: v for k, v in properties.items() if k not in cls.one_of}
+        target["oneOf"] = [
+            {
+                "type": "object",
+                "properties": {**common, name: not_nullable(properties[name])},
+                "required": [*required, name],
+                "additionalProperties": False,
+            }
+            for name in cls.one_of
+        ]
+        return schema
+
+
+def not_nullable(prop: dict[str, Any]) -> dict[str, Any]:
+    """One property's JSON schema without ``null`` (nor a ``null`` default)."""
+    prop = dict(prop)
+    options = [o for o in prop.pop("anyOf", []) if o != {"type": "null"}]
+    if len(options) == 1:
+        prop.update(options[0])
+    elif options:
+        prop["anyOf"] = options
+    if prop.get("default", ...) is None:
+        del prop["default"]
+    return prop
 
 
 # --------------------------------------------------------------------------- envelopes
@@ -110,8 +182,10 @@ class PersonaRefIn(WireModel):
     )
 
 
-class AgentCreate(WireModel):
+class AgentCreate(OneOfFields):
     """Exactly one of ``persona_ref`` (a library persona) or ``persona`` (inline)."""
+
+    one_of = ("persona_ref", "persona")
 
     name: str = Field(min_length=1, max_length=200)
     persona_ref: PersonaRefIn | None = None
@@ -119,12 +193,6 @@ class AgentCreate(WireModel):
     project_ids: list[Annotated[str, Field(max_length=200)]] = Field(
         default_factory=list, max_length=64
     )
-
-    @model_validator(mode="after")
-    def _one_persona(self) -> AgentCreate:
-        if (self.persona_ref is None) == (self.persona is None):
-            raise ValueError("give exactly one of persona_ref or persona")
-        return self
 
 
 AgentList = Items[Agent]
@@ -134,6 +202,15 @@ AgentList = Items[Agent]
 
 
 class ConversationCreate(WireModel):
+    """A conversation works on a project through its agent: ``project_id`` needs ``agent_id``."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "if": {"required": ["project_id"], "properties": {"project_id": {"type": "string"}}},
+            "then": {"required": ["agent_id"], "properties": {"agent_id": {"type": "string"}}},
+        }
+    )
+
     agent_id: str | None = Field(None, max_length=64, description="The agent that answers")
     title: str | None = Field(None, max_length=200)
     project_id: str | None = Field(
@@ -141,6 +218,12 @@ class ConversationCreate(WireModel):
         max_length=64,
         description="The agent's project to work on (default: its only project, if it has one)",
     )
+
+    @model_validator(mode="after")
+    def _project_through_agent(self) -> ConversationCreate:
+        if self.project_id is not None and self.agent_id is None:
+            raise ValueError("project_id: a conversation works on a project through its agent")
+        return self
 
 
 class Deleted(WireModel):
@@ -165,20 +248,16 @@ class MessageCreate(WireModel):
     reply_to_message_id: str | None = Field(None, max_length=64)
 
 
-class RouteTarget(WireModel):
+class RouteTarget(OneOfFields):
     """Exactly one: a thread (turn id), a session label, or a persona (its main session)."""
+
+    one_of = ("thread", "session", "persona")
 
     thread: str | None = Field(
         None, max_length=64, description="Turn id: append at the tip, otherwise fork from it"
     )
     session: str | None = Field(None, pattern=LABEL_PATTERN)
     persona: str | None = Field(None, max_length=128, description="Its main session <persona>:main")
-
-    @model_validator(mode="after")
-    def _one(self) -> RouteTarget:
-        if sum(v is not None for v in (self.thread, self.session, self.persona)) != 1:
-            raise ValueError("give exactly one of thread, session or persona")
-        return self
 
     def as_route(self) -> Route:
         if self.thread is not None:

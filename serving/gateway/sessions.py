@@ -22,6 +22,7 @@ from serving.gateway.protocol import (
     LABEL_PATTERN,
     Deleted,
     MessageCreate,
+    OneOfFields,
     RouteTarget,
     WireModel,
 )
@@ -39,8 +40,10 @@ class SessionOut(WireModel):
     created_at: datetime
 
 
-class SessionCreate(WireModel):
+class SessionCreate(OneOfFields):
     """Exactly one of ``conversation_id`` (an existing conversation) or ``agent_id`` (a new one)."""
+
+    one_of = ("conversation_id", "agent_id")
 
     conversation_id: str | None = Field(None, max_length=64)
     agent_id: str | None = Field(None, max_length=64)

@@ -17,11 +17,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from core.domain import Conversation, Event
-from core.errors import InvalidInput
+from core.errors import InvalidInput, NotFound
 from serving.gateway.errors import field_problems
 from serving.gateway.protocol import CLIENT_FRAME, ClientMessageFrame, ClientPingFrame
 
 MAX_CURSOR_CHARS = 512
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]{1,488}\.[A-Za-z0-9_-]{22}$"  # base64url body . signature
 
 
 SIGNATURE_BYTES = 16
@@ -47,8 +48,9 @@ def encode_cursor(conversation: Conversation, key: bytes) -> str:
 
 
 def decode_cursor(cursor: str, key: bytes) -> tuple[str, str]:
-    """``(created_at, id)`` from a cursor made by ``encode_cursor`` with ``key``; ``InvalidInput``
-    otherwise (malformed, or not signed by this API: a forged or altered cursor)."""
+    """``(created_at, id)`` from a cursor made by ``encode_cursor`` with ``key``; ``NotFound``
+    otherwise: no page of the listing starts there (a forged, altered or malformed cursor; the
+    query parameter's pattern, ``CURSOR_PATTERN``, already refuses what is not shaped like one)."""
     try:
         if len(cursor) > MAX_CURSOR_CHARS:
             raise ValueError("too long")
@@ -61,7 +63,7 @@ def decode_cursor(cursor: str, key: bytes) -> tuple[str, str]:
         if not isinstance(last_id, str):
             raise ValueError("id is not a string")
     except (ValueError, TypeError, binascii.Error) as exc:
-        raise InvalidInput(f"after_cursor is not a cursor this API returned ({exc})") from None
+        raise NotFound(f"after_cursor is not a cursor this API returned ({exc})") from None
     return created_at, last_id
 
 

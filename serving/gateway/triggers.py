@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import Field
 
+from core.cron import CRON_PATTERN
 from core.trigger_model import CronTrigger
 from core.triggers import create_trigger
 from serving.gateway.auth import ClientId, Context
@@ -14,7 +15,11 @@ router = APIRouter(prefix="/v1/triggers", tags=["triggers"])
 
 
 class TriggerCreate(WireModel):
-    schedule: str = Field(max_length=200, description="Five cron fields (UTC), e.g. '0 9 * * 1-5'")
+    schedule: str = Field(
+        max_length=200,
+        pattern=CRON_PATTERN,
+        description="Five cron fields (UTC), e.g. '0 9 * * 1-5'",
+    )
     template: str = Field(
         min_length=1,
         max_length=MAX_MESSAGE_CHARS,

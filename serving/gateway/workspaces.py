@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from core.domain import Project
-from core.errors import Conflict, InvalidInput, Unavailable
+from core.errors import Conflict, Unavailable
 from core.projects import merge_into_default, repository_of, workspace_spec
 from core.workspaces import WorkspaceStatus
 from serving.gateway.auth import ClientId, Context
@@ -76,7 +76,7 @@ Workplace = tuple[Project, str]
 def _of_conversation(context: GatewayContext, client_id: str, conversation_id: str) -> Workplace:
     conversation = context.store.conversations.get(conversation_id, client_id=client_id)
     if conversation.branch is None or conversation.project_id is None:
-        raise InvalidInput(f"conversation {conversation_id} has no project branch")
+        raise Conflict(f"conversation {conversation_id} has no project branch")
     project = context.store.projects.get(conversation.project_id, client_id=client_id)
     return project, conversation.branch
 
@@ -84,7 +84,7 @@ def _of_conversation(context: GatewayContext, client_id: str, conversation_id: s
 def _of_run(context: GatewayContext, client_id: str, run_id: str) -> Workplace:
     run = context.workflows.get(run_id, client_id)
     if run.context.branch is None or run.context.project_id is None:
-        raise InvalidInput(f"workflow run {run_id} works on no project branch")
+        raise Conflict(f"workflow run {run_id} works on no project branch")
     project = context.store.projects.get(run.context.project_id, client_id=client_id)
     return project, run.context.branch
 

@@ -21,7 +21,7 @@ from core.domain import MessageRole, TurnStatus
 from tests.conftest import Cluster
 from tests.integration import test_gateway_stream as stream
 from tests.integration.access import conversations
-from tests.integration.test_gateway_stream import open_stream, scripted_agent
+from tests.integration.test_gateway_stream import open_stream, read_until, scripted_agent
 
 # The gateway over real HTTP, a client key and a REST client (fixtures of the stream tests).
 gateway_url, key, api = stream.gateway_url, stream.key, stream.api
@@ -32,13 +32,16 @@ TURNS = 3
 
 
 def _drive(gateway_url: str, key: str, conv_id: str) -> dict[str, Any]:
-    """One client: TURNS messages, each awaited to its end. A stream the gateway closes (it
-    cannot resume one whose actor keeps restarting) is reopened after the last seq seen, as
-    docs/api.md tells clients to; an unacknowledged message is sent again with the same id."""
+    """One client: TURNS messages, each awaited to its end. A stream that breaks is reopened
+    after the last seq seen, as docs/api.md tells clients to; an unacknowledged message is sent
+    again with the same id (its turn may have ended before that ack arrives: every end seen is
+    kept). Counted: why each stream broke (none should, by the relay's design)."""
     seqs: list[int] = []
+    seen_ends: dict[str, str] = {}
     ended: dict[str, str] = {}
-    n, turn_id, sent, reconnects = 0, None, False, 0
-    while n < TURNS and reconnects <= 20:
+    breaks: list[str] = []
+    n, turn_id, sent = 0, None, False
+    while n < TURNS and len(breaks) <= 20:
         try:
             with open_stream(gateway_url, conv_id, key, seqs[-1] if seqs else 0) as ws:
                 while n < TURNS:
@@ -50,16 +53,16 @@ def _drive(gateway_url: str, key: str, conv_id: str) -> dict[str, Any]:
                         seqs.append(frame["seq"])
                     if frame["type"] == "ack":
                         turn_id = frame["turn_id"]
-                    elif frame["type"] in ("turn.completed", "turn.failed") and (
-                        frame.get("turn_id") == turn_id
-                    ):
-                        ended[frame["turn_id"]] = frame["type"]
+                    elif frame["type"] in ("turn.completed", "turn.failed"):
+                        seen_ends[frame["turn_id"]] = frame["type"]
+                    if turn_id is not None and turn_id in seen_ends:
+                        ended[turn_id] = seen_ends[turn_id]
                         n, turn_id, sent = n + 1, None, False
-        except (TimeoutError, OSError, ConnectionClosed):
-            reconnects += 1
+        except (TimeoutError, OSError, ConnectionClosed) as exc:
+            breaks.append(type(exc).__name__)
             if turn_id is None:
                 sent = False
-    return {"seqs": seqs, "ended": ended}
+    return {"seqs": seqs, "ended": ended, "breaks": breaks}
 
 
 async def test_turns_complete_while_actors_are_killed_at_random(
@@ -116,3 +119,51 @@ async def test_turns_complete_while_actors_are_killed_at_random(
                 if m.role is MessageRole.AGENT
             ]
             assert len(answers) == 1
+
+
+RESTARTS = 5  # more than the relay's resubscriptions in a row (core.retry.STREAM_RESUME) once were
+
+
+async def test_a_stream_outlives_its_idle_actor_killed_again_and_again(
+    ray_cluster: Cluster, gateway_url: str, key: str, api: httpx.Client
+) -> None:
+    """An open stream on a quiet conversation whose actor is killed several times in a row (no
+    event in between) still delivers the next turn: a resubscription that works counts as one
+    (the relay once counted only new events, so the fourth restart closed the stream, 1011)."""
+    agent_id = scripted_agent(api, [{"reply": "still here: {{last_user}}"}])
+    conv = api.post("/v1/conversations", json={"agent_id": agent_id}).json()["id"]
+    subscribed = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def listen() -> list[dict[str, Any]]:
+        with open_stream(gateway_url, conv, key) as ws:
+            frames = read_until(ws, {"subscribed"})
+            loop.call_soon_threadsafe(subscribed.set)
+            frames += read_until(ws, {"turn.completed", "turn.failed", "error"}, timeout=180)
+            return frames
+
+    listener = asyncio.create_task(asyncio.to_thread(listen))
+    await asyncio.wait_for(subscribed.wait(), 60)
+    for _ in range(RESTARTS):
+        pid = int((await conversations().status(conv))["pid"])
+        os.kill(pid, signal.SIGKILL)
+
+        async def restarted(old: int = pid) -> bool:
+            try:
+                return int((await conversations().status(conv))["pid"]) != old
+            except Exception:  # still restarting
+                return False
+
+        deadline = loop.time() + 60
+        while not await restarted():
+            assert loop.time() < deadline, "the actor did not come back"
+            await asyncio.sleep(0.2)
+    posted = api.post(f"/v1/conversations/{conv}/messages", json={"content": "hello"})
+    assert posted.status_code == 202, posted.text
+
+    frames = await asyncio.wait_for(listener, 180)
+
+    assert frames[-1]["type"] == "turn.completed", frames[-3:]
+    assert frames[-1]["turn_id"] == posted.json()["turn_id"]
+    seqs = [f["seq"] for f in frames if f.get("seq") is not None]
+    assert seqs == list(range(1, len(seqs) + 1))

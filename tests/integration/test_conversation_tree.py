@@ -161,8 +161,8 @@ def test_fork_refusals_and_isolation(api: httpx.Client, stranger: httpx.Client) 
     elsewhere = say(api, other, "hi")["turn_id"]
 
     for body, status, fragment in (
-        ({"turn_id": "turn_01NOPE"}, 400, "not in conversation"),
-        ({"turn_id": elsewhere}, 400, "not in conversation"),
+        ({"turn_id": "turn_01NOPE"}, 404, "not in conversation"),
+        ({"turn_id": elsewhere}, 404, "not in conversation"),
         ({}, 422, "turn_id"),
         ({"turn_id": done, "extra": 1}, 422, "extra"),
     ):
@@ -266,11 +266,15 @@ def test_backward_paging_and_cursors(api: httpx.Client) -> None:
             backward.append([e["seq"] for e in page["items"]])
         assert all(len(p) == limit for p in backward[:-1]) and backward[0] == forward[-limit:]
         assert [seq for p in reversed(backward) for seq in p] == forward
-        for params in ({"after_seq": 0, "before_seq": 5}, {"after_seq": 1, "tail": "true"}):
-            mixed = api.get(path, params=params)
-            assert mixed.status_code == 400 and "pick one" in error_of(mixed)["message"]
-        both = api.get(path, params={"before_seq": 5, "tail": "true"})
-        assert both.status_code == 400
+        # Together the controls bound a range, paged backward (the newest entries of it).
+        low, high = forward[0], forward[-1]
+        ranged = api.get(path, params={"after_seq": low, "before_seq": high, "limit": limit})
+        inside = [s for s in forward if low < s < high]
+        assert [e["seq"] for e in ranged.json()["items"]] == inside[-limit:]
+        tail_after = api.get(path, params={"after_seq": low, "tail": "true", "limit": 1000})
+        assert [e["seq"] for e in tail_after.json()["items"]] == forward[1:]
+        both = api.get(path, params={"before_seq": high, "tail": "true", "limit": limit})
+        assert [e["seq"] for e in both.json()["items"]] == [s for s in forward if s < high][-limit:]
 
     for _ in range(2):
         assert api.post("/v1/conversations", json={}).status_code == 201
@@ -279,9 +283,11 @@ def test_backward_paging_and_cursors(api: httpx.Client) -> None:
     follow = api.get("/v1/conversations", params={"limit": 1, "after_cursor": first["next_cursor"]})
     assert follow.status_code == 200 and follow.json()["items"] != first["items"]
     body = first["next_cursor"].split(".")[0]
-    for forged in (body, f"{body}.AAAAAAAAAAAAAAAAAAAAAA"):
+    # Not shaped like a cursor: 422 (the parameter's pattern); shaped like one but not signed by
+    # this API: 404 (no page starts there).
+    for forged, status in ((body, 422), (f"{body}.AAAAAAAAAAAAAAAAAAAAAA", 404)):
         refused = api.get("/v1/conversations", params={"after_cursor": forged})
-        assert refused.status_code == 400 and "after_cursor" in error_of(refused)["message"]
+        assert refused.status_code == status and "after_cursor" in error_of(refused)["message"]
     spec = api.get("/openapi.json").json()["paths"]["/v1/conversations/{conversation_id}/messages"]
     assert {"before_seq", "tail", "after_seq"} <= {p["name"] for p in spec["get"]["parameters"]}
 
@@ -329,7 +335,7 @@ def test_message_source_and_model_override(gateway_url: str, api: httpx.Client, 
 
     for body, status, fragment in (
         ({"content": "x", "source": "agent"}, 422, "body.source"),
-        ({"content": "x", "model": {"model_profile_id": "no-such-profile"}}, 400, "not found"),
+        ({"content": "x", "model": {"model_profile_id": "no-such-profile"}}, 404, "not found"),
         ({"content": "x", "model": {"temperature": 5}}, 422, "body.model.temperature"),
         ({"content": "x", "model": {"top_k": 5}}, 422, "body.model.top_k"),
     ):
@@ -390,7 +396,7 @@ def test_sessions_and_routing(api: httpx.Client, stranger: httpx.Client) -> None
     agent_id = api.get("/v1/agents").json()["items"][0]["id"]
     fresh = api.put("/v1/sessions/work", json={"agent_id": agent_id})
     assert fresh.status_code == 201 and fresh.json()["head_turn_id"] is None
-    assert api.put("/v1/sessions/x", json={}).status_code == 400
+    assert api.put("/v1/sessions/x", json={}).status_code == 422
     labels = [s["label"] for s in api.get("/v1/sessions").json()["items"]]
     assert labels == sorted([main, "notes", "work"])
     page = api.get("/v1/sessions", params={"limit": 1}).json()
@@ -402,7 +408,7 @@ def test_sessions_and_routing(api: httpx.Client, stranger: httpx.Client) -> None
     for to, status in (
         ({}, 422),
         ({"thread": "t", "session": "s"}, 422),
-        ({"persona": "nope"}, 400),
+        ({"persona": "nope"}, 404),
     ):
         refused = api.post("/v1/messages", json={"content": "x", "to": to})
         assert refused.status_code == status, refused.text
@@ -414,7 +420,7 @@ def test_sessions_and_routing(api: httpx.Client, stranger: httpx.Client) -> None
         assert stranger.post("/v1/messages", json={"content": "x", "to": to}).status_code == 404
     # The persona is in the first client's own library (issue 13): the other client cannot see it.
     theirs = stranger.post("/v1/messages", json={"content": "x", "to": {"persona": persona_id}})
-    assert theirs.status_code == 400 and "not found" in error_of(theirs)["message"]
+    assert theirs.status_code == 404 and "not found" in error_of(theirs)["message"]
 
     paths = api.get("/openapi.json").json()["paths"]
     assert {"201", "400", "409", "422"} <= set(paths["/v1/sessions/{label}"]["put"]["responses"])
@@ -544,9 +550,9 @@ def test_stream_message_frames_route_and_override_the_model(
                 ({"to": {"thread": tip, "persona": persona_id}}, "INVALID_INPUT", "exactly one"),
                 ({"to": {"thread": "turn_01NOPE"}}, "NOT_FOUND", "thread turn_01NOPE not found"),
                 ({"to": {"session": "nope"}}, "NOT_FOUND", "session nope not found"),
-                ({"to": {"persona": "nope"}}, "INVALID_INPUT", "persona nope not found"),
+                ({"to": {"persona": "nope"}}, "NOT_FOUND", "persona nope not found"),
                 ({"to": {"conversation": conv}}, "INVALID_INPUT", "to.conversation"),
-                ({"model": {"model_profile_id": "no-such"}}, "INVALID_INPUT", "no-such not found"),
+                ({"model": {"model_profile_id": "no-such"}}, "NOT_FOUND", "no-such not found"),
                 ({"model": {"temperature": 5}}, "INVALID_INPUT", "model.temperature"),
                 ({"to": {"persona": persona_id}, "model": {"top_k": 1}}, "INVALID_INPUT", "top_k"),
                 ({"source": "agent"}, "INVALID_INPUT", "source"),
@@ -610,7 +616,7 @@ def test_routing_acts_as_the_user(gateway_url: str, api: httpx.Client, key: str)
         mismatch = ws.reply(
             {"type": "message", "content": "x", "to": to, "user_id": "wes", "id": "b"}
         )
-        assert mismatch["error"]["code"] == "INVALID_INPUT", mismatch
+        assert mismatch["error"]["code"] == "CONFLICT", mismatch
         there = ws.reply({"type": "message", "content": "x", "to": to, "id": "c"})
         assert there["type"] == "ack" and there["streamed_here"] is False, there
         assert there["conversation_id"] == mine.json()["id"]
@@ -718,9 +724,9 @@ def test_webhooks_are_signed_and_routed(
         ({"persona": "nope"}, "persona nope not found"),
     ):
         refused = api.post("/v1/hooks", json={"route": route})
-        assert refused.status_code == 400 and fragment in error_of(refused)["message"]
+        assert refused.status_code == 404 and fragment in error_of(refused)["message"]
     theirs = stranger.post("/v1/hooks", json={"route": {"thread": thread}})
-    assert theirs.status_code == 400 and "not found" in error_of(theirs)["message"]
+    assert theirs.status_code == 404 and "not found" in error_of(theirs)["message"]
     assert api.post("/v1/hooks", json={"route": {"thread": thread}}).status_code == 201
 
     assert stranger.get(f"/v1/hooks/{hook_id}").status_code == 404
@@ -792,9 +798,9 @@ def test_cron_trigger_fires_once_per_due_time_across_scheduler_restarts(
     assert api.get(f"/v1/triggers/{trigger_id}").json()["fired"] == [first, second]
 
     bad = api.post("/v1/triggers", json={**body, "schedule": "61 * * * *"})
-    assert bad.status_code == 400 and "minute" in error_of(bad)["message"]
+    assert bad.status_code == 422 and "body.schedule" in error_of(bad)["message"]
     nowhere = api.post("/v1/triggers", json={**body, "route": {"session": "nope"}})
-    assert nowhere.status_code == 400 and "session nope not found" in error_of(nowhere)["message"]
+    assert nowhere.status_code == 404 and "session nope not found" in error_of(nowhere)["message"]
     assert stranger.get(f"/v1/triggers/{trigger_id}").status_code == 404
     assert stranger.delete(f"/v1/triggers/{trigger_id}").status_code == 404
     assert api.delete(f"/v1/triggers/{trigger_id}").json() == {"deleted": [trigger_id]}

@@ -130,11 +130,11 @@ def test_library_versions(alice: httpx.Client) -> None:
             422,
             "input_schema is not a valid JSON Schema",
         ),
-        ("POST", "/v1/agents", {"name": "a", "persona_ref": {"id": "nope-nope"}}, 400, "nope-nope"),
+        ("POST", "/v1/agents", {"name": "a", "persona_ref": {"id": "nope-nope"}}, 404, "nope-nope"),
         ("POST", "/v1/conversations", {"agent_id": 5}, 422, "body.agent_id"),
         ("POST", "/v1/conversations", {"titel": "x"}, 422, "body.titel"),
         ("GET", "/v1/conversations?limit=0", None, 422, "query.limit"),
-        ("GET", "/v1/conversations?ancestry=all&after_cursor=%%%", None, 400, "after_cursor"),
+        ("GET", "/v1/conversations?ancestry=all&after_cursor=%%%", None, 422, "after_cursor"),
     ],
 )
 def test_bad_requests_are_4xx_with_the_field(
@@ -167,7 +167,7 @@ def test_agents_and_isolation(alice: httpx.Client, bob: httpx.Client) -> None:
     }
     assert bob.get(f"/v1/agents/{agent_id}").status_code == 404
     assert bob.get("/v1/agents").json() == {"items": []}
-    assert bob.post("/v1/conversations", json={"agent_id": agent_id}).status_code == 400
+    assert bob.post("/v1/conversations", json={"agent_id": agent_id}).status_code == 404
 
     conv = alice.post("/v1/conversations", json={"agent_id": agent_id, "title": "t"}).json()
     assert alice.get(f"/v1/conversations/{conv['id']}").json()["agent_id"] == agent_id

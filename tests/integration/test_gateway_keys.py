@@ -94,7 +94,7 @@ def test_another_clients_keys_are_not_found(
         ("POST", "/v1/keys", {"scope": "app"}, 422, "body.name"),
         ("POST", "/v1/keys", {"name": "x", "scope": "root"}, 422, "body.scope"),
         ("POST", "/v1/keys", {"name": "x", "colour": 1}, 422, "body.colour"),
-        ("POST", "/v1/keys", {"name": "x", "expires_at": "2001-01-01T00:00:00Z"}, 400, "future"),
+        ("POST", "/v1/keys", {"name": "x", "expires_at": "2001-01-01T00:00:00Z"}, 409, "future"),
         ("POST", "/v1/keys", {"name": "x", "expires_at": "2999-01-01T00:00:00"}, 422, "timezone"),
         ("GET", "/v1/keys/not-a-key", None, 422, "path.key_id"),
         ("GET", "/v1/keys/key_000000000000000000000000", None, 404, "not found"),

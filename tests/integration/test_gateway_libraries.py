@@ -110,8 +110,8 @@ def test_agent_references_say_whose_persona(
         ({"id": sys_id}, 201, SYSTEM),
         ({"id": own_id}, 201, a.id),
         ({"id": sys_id, "owner": "system"}, 201, SYSTEM),
-        ({"id": own_id, "owner": "system"}, 400, "not found"),
-        ({"id": own_id, "owner": b.id}, 400, f"library {b.id} not found"),
+        ({"id": own_id, "owner": "system"}, 404, "not found"),
+        ({"id": own_id, "owner": b.id}, 404, f"library {b.id} not found"),
     ]
     for ref, status, expected in cases:
         created = a.api.post("/v1/agents", json={"name": "x", "persona_ref": ref})
@@ -121,7 +121,7 @@ def test_agent_references_say_whose_persona(
         else:
             assert expected in error_of(created)["message"]
     refused = b.api.post("/v1/agents", json={"name": "x", "persona_ref": {"id": own_id}})
-    assert refused.status_code == 400 and "not found" in error_of(refused)["message"]
+    assert refused.status_code == 404 and "not found" in error_of(refused)["message"]
 
 
 def _scripted_persona(tenant: Tenant, persona_id: str, reply: str, tool_ids: list[str]) -> None:

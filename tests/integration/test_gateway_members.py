@@ -171,7 +171,7 @@ def test_a_message_names_its_user_as_author(app: App, ray_cluster: Cluster) -> N
     assert posted.status_code == 202, posted.text
     mismatch = app.as_user("writer-u", "POST", path, json={"content": "x", "user_id": "other"})
     assert (
-        mismatch.status_code == 400 and "acting user is writer-u" in error_of(mismatch)["message"]
+        mismatch.status_code == 409 and "acting user is writer-u" in error_of(mismatch)["message"]
     )
     authors = {m["author"] for m in app.api.get(path).json()["items"] if m["role"] == "user"}
     assert authors == {"writer-u"}

@@ -41,9 +41,9 @@ def test_callables_are_listed_and_unregistered_ones_refused_at_put(
     for bad in ("jobs.cli:main", "actors.executor:run_task", "os:system", "{{input.fn}}"):
         task = {"actions": [{"kind": "python", "params": {"callable": bad}}]}
         response = alice.put(f"/v1/tasks/{unique('task')}", json=task)
-        assert response.status_code == 400, response.text
+        assert response.status_code == 403, response.text
         error = error_of(response)
-        assert error["code"] == "INVALID_INPUT" and "is not registered" in error["message"]
+        assert error["code"] == "PERMISSION_DENIED" and "is not registered" in error["message"]
         assert "actions.0.params.callable" in error["message"]
     ok = {"actions": [{"kind": "python", "params": {"callable": "library.callables:calculate"}}]}
     put_ok(alice, f"/v1/tasks/{unique('task')}", ok)
@@ -136,7 +136,7 @@ def test_the_scripted_provider_is_refused_where_test_doubles_are_off(
             refused = client.put(
                 f"/v1/model-profiles/{unique('mp')}", json={"provider": "scripted"}
             )
-            assert refused.status_code == 400, refused.text
+            assert refused.status_code == 403, refused.text
             assert "WONDER_ALLOW_TEST_DOUBLES" in error_of(refused)["message"]
             assert (
                 client.put(

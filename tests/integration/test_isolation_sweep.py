@@ -58,9 +58,9 @@ EXEMPT: dict[tuple[str, str], tuple[int, str]] = {
         for kind in LIBRARY_KINDS
     },
     ("PUT", "/v1/sessions/{label}"): (
-        400,
-        "session labels are per client: a second client's PUT names a session of its own, and "
-        "one with no conversation or agent in its body is refused before anything is read",
+        404,
+        "session labels are per client: a second client's PUT names a session of its own; the "
+        "conversation its example body names is none of its own (404), so nothing is stored",
     ),
     **{
         (method, "/v1/users/{user_id}/quota"): (

@@ -157,7 +157,7 @@ def test_a_run_started_on_a_project_works_on_its_own_branch(
     assert api.put(f"/v1/workflows/{workflow_id}", json=workflow).status_code == 200
 
     unknown = api.post(f"/v1/workflows/{workflow_id}/runs", json={"project_id": "proj_nope"})
-    assert unknown.status_code == 400 and "proj_nope" in unknown.json()["error"]["message"]
+    assert unknown.status_code == 404 and "proj_nope" in unknown.json()["error"]["message"]
     started = api.post(
         f"/v1/workflows/{workflow_id}/runs", json={"project_id": project["id"], "wait_s": 60}
     )

@@ -36,7 +36,9 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InProce
     monkeypatch.setattr(steps, "LLM_CALL", RetryPolicy(3, (0.01, 0.01), 5.0))
     monkeypatch.setattr(steps, "CONTEXT_ASSEMBLY", RetryPolicy(3, (0.01, 0.01), 5.0))
     monkeypatch.setattr(steps, "MEMORY_EXTRACTION", RetryPolicy(3, (0.01, 0.01), 5.0))
-    yield InProcessCluster({"WONDER_DATA_DIR": str(tmp_path), "WONDER_EMBEDDER": "local"})
+    cluster = InProcessCluster({"WONDER_DATA_DIR": str(tmp_path), "WONDER_EMBEDDER": "local"})
+    yield cluster
+    cluster.close()
 
 
 def conversation(store: Store, script: list[dict[str, Any]] | None, **persona: Any) -> str:

@@ -187,7 +187,7 @@ def test_library_round_trip_keeps_alias(api: TestClient) -> None:
         ("/v1/personas/p", {"model_profile_id": "local"}, 422, "body.system_prompt"),
         ("/v1/personas/p", {**PERSONA, "sytem_prompt": "x"}, 422, "body.sytem_prompt"),
         ("/v1/personas/p", {**PERSONA, "recent_turns_limit": "many"}, 422, "recent_turns_limit"),
-        ("/v1/personas/p", {**PERSONA, "id": "other"}, 400, "does not match"),
+        ("/v1/personas/p", {**PERSONA, "id": "other"}, 409, "does not match"),
         ("/v1/personas/p", [1, 2], 422, "body"),
         ("/v1/personas/bad%20id", PERSONA, 422, "path.obj_id"),
         (
@@ -208,8 +208,8 @@ def test_bad_library_bodies(
     response = api.put(path, json=body)
     assert response.status_code == status, response.text
     error = error_of(response)
-    assert error["code"] == "INVALID_INPUT" and not error["retriable"]
-    assert fragment in error["message"], error
+    assert error["code"] == ("CONFLICT" if status == 409 else "INVALID_INPUT")
+    assert not error["retriable"] and fragment in error["message"], error
 
 
 def test_malformed_json_is_400(api: TestClient) -> None:
@@ -253,8 +253,8 @@ def test_agents(api: TestClient, other: TestClient) -> None:
     ("body", "status", "fragment"),
     [
         ({"name": "a"}, 422, "exactly one of persona_ref or persona"),
-        ({"name": "a", "persona_ref": {"id": "ghost"}}, 400, "persona ghost not found"),
-        ({"name": "a", "persona_ref": {"id": "helper", "version": 9}}, 400, "version 9"),
+        ({"name": "a", "persona_ref": {"id": "ghost"}}, 404, "persona ghost not found"),
+        ({"name": "a", "persona_ref": {"id": "helper", "version": 9}}, 404, "version 9"),
         ({"name": "", "persona_ref": {"id": "helper"}}, 422, "body.name"),
         ({"name": "a", "persona": {"system_prompt": "x"}}, 422, "body.persona.id"),
     ],
@@ -331,7 +331,7 @@ def test_bad_message_bodies(api: TestClient, body: Any, status: int, fragment: s
 def test_conversation_with_foreign_agent_is_refused(api: TestClient, other: TestClient) -> None:
     agent_id = make_agent(api)
     response = other.post("/v1/conversations", json={"agent_id": agent_id})
-    assert response.status_code == 400
+    assert response.status_code == 404
     assert "not found" in error_of(response)["message"]
 
 
@@ -365,7 +365,9 @@ def test_children_cursor_and_cascade(api: TestClient, store: Store) -> None:
     assert len(children) == 6
     assert api.get("/v1/conversations", params={"ancestry": "cousins"}).status_code == 422
     bad_cursor = api.get("/v1/conversations", params={"after_cursor": "zzz"})
-    assert bad_cursor.status_code == 400 and "after_cursor" in error_of(bad_cursor)["message"]
+    assert bad_cursor.status_code == 422 and "after_cursor" in error_of(bad_cursor)["message"]
+    forged = api.get("/v1/conversations", params={"after_cursor": "zzz." + "A" * 22})
+    assert forged.status_code == 404 and "after_cursor" in error_of(forged)["message"]
 
     deleted = api.delete(f"/v1/conversations/{root['id']}").json()["deleted"]
     assert set(deleted) == {root["id"], grandchild.id, *(k.id for k in kids)}

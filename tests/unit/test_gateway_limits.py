@@ -37,7 +37,9 @@ def test_depth_counts_brackets_outside_strings() -> None:
 
 def test_routes_have_their_own_limits() -> None:
     assert max_body("PUT", "/v1/personas/p")[0] == 1024 * 1024
-    assert max_body("POST", "/prod/v1/conversations/c/messages")[0] == 512 * 1024
+    assert max_body("POST", "/prod/v1/conversations/c/messages")[0] == 1024 * 1024
+    for routed in ("/v1/messages", "/v1/agents", "/v1/triggers"):  # a message or a persona
+        assert max_body("POST", routed)[0] == 1024 * 1024
     assert max_body("POST", "/v1/agents/a/memories")[0] == 2 * 1024 * 1024
     assert max_body("POST", "/v1/conversations")[0] == 64 * 1024
 
@@ -46,7 +48,7 @@ def test_routes_have_their_own_limits() -> None:
     ("method", "path", "size", "status"),
     [
         ("PUT", "/v1/personas/big", 1024 * 1024 + 1, 413),
-        ("POST", "/v1/conversations/c/messages", 512 * 1024 + 1, 413),
+        ("POST", "/v1/conversations/c/messages", 1024 * 1024 + 1, 413),
         ("POST", "/v1/conversations", 64 * 1024 + 1, 413),
         ("POST", "/v1/agents/a/memories", 2 * 1024 * 1024 + 1, 413),
     ],

@@ -53,8 +53,8 @@ def _forged(body: list[str], key: bytes) -> str:
         + _forged(["2026-11-22T12:00:00+00:00", "conv_1"], KEY).split(".")[1],
     ],
 )
-def test_bad_and_forged_cursors_are_invalid_input(cursor: str) -> None:
-    with pytest.raises(InvalidInput, match="after_cursor"):
+def test_bad_and_forged_cursors_name_no_page(cursor: str) -> None:
+    with pytest.raises(NotFound, match="after_cursor"):
         decode_cursor(cursor, KEY)
 
 

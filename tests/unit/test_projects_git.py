@@ -154,7 +154,7 @@ def test_projects_crud_and_conversation_branches(
     renamed = api.patch(f"/v1/projects/{project['id']}", json={"name": "api"})
     assert renamed.json()["name"] == "api"
     missing = api.patch(f"/v1/projects/{project['id']}", json={"default_branch": "nope"})
-    assert missing.status_code == 400 and "nope" in error_of(missing)["message"]
+    assert missing.status_code == 404 and "nope" in error_of(missing)["message"]
 
 
 def test_projects_from_a_path_or_a_url_and_scoping(
@@ -174,20 +174,22 @@ def test_projects_from_a_path_or_a_url_and_scoping(
     assert GitRepository(Path(cloned["repository"])).has_branch("trunk")
 
     for body, status in (
-        ({"name": "x", "repository": "relative/path"}, 400),
-        ({"name": "x", "repository": str(tmp_path / "absent")}, 400),
-        ({"name": "x", "repository": str(tmp_path / "data" / "projects")}, 400),
-        ({"name": "x", "repository": str(source), "default_branch": "main"}, 400),
-        ({"name": "x", "default_branch": "bad..name"}, 400),
+        ({"name": "x", "repository": "relative/path"}, 422),  # the schema's pattern
+        ({"name": "x", "repository": str(tmp_path / "absent")}, 404),
+        ({"name": "x", "repository": f"file://{tmp_path / 'absent'}"}, 404),  # nothing to clone
+        ({"name": "x", "repository": str(tmp_path / "data" / "projects")}, 403),
+        ({"name": "x", "repository": str(source), "default_branch": "main"}, 404),
+        ({"name": "x", "default_branch": "bad..name"}, 422),  # not a branch name
+        ({"name": "x", "repository": str(source), "default_branch": "no/such"}, 404),
     ):
         response = api.post("/v1/projects", json=body)
-        assert response.status_code in (status, 422), (body, response.text)
+        assert response.status_code == status, (body, response.text)
 
     bad_agent = api.post(
         "/v1/agents",
         json={"name": "a", "persona": {"id": "dev", **PERSONA}, "project_ids": ["proj_nope"]},
     )
-    assert bad_agent.status_code == 400 and "proj_nope" in error_of(bad_agent)["message"]
+    assert bad_agent.status_code == 404 and "proj_nope" in error_of(bad_agent)["message"]
     other = TestClient(api.app, raise_server_exceptions=False)
     other.headers["Authorization"] = f"Bearer {add_client(store, 'bob')}"
     assert other.get(f"/v1/projects/{in_place['id']}").status_code == 404
@@ -224,7 +226,7 @@ def test_branch_diff_and_merge_over_rest(api: TestClient, tmp_path: Path) -> Non
     assert api.get(f"/v1/conversations/{second['id']}/branch").json()["behind"] == 2
 
     plain = api.post("/v1/conversations", json={}).json()
-    assert api.get(f"/v1/conversations/{plain['id']}/diff").status_code == 400
+    assert api.get(f"/v1/conversations/{plain['id']}/diff").status_code == 409
     assert api.get(f"/v1/conversations/{first['id']}/workspace").status_code == 503
 
 
@@ -327,4 +329,5 @@ def test_a_clone_pushes_its_default_branch_back(
     assert no_origin.status_code == 409 and "origin" in error_of(no_origin)["message"]
     assert api.patch(f"/v1/projects/{local['id']}", json={"push_on_merge": 1}).status_code == 422
     refused_at_creation = api.post("/v1/projects", json={"name": "x", "push_on_merge": True})
-    assert refused_at_creation.status_code == 400
+    assert refused_at_creation.status_code == 422  # a rule across fields of the body
+    assert "origin" in error_of(refused_at_creation)["message"]

@@ -14,7 +14,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from actors.workspace.actor import WorkspaceActor
 from cluster.workspaces import actor_options
 from core.domain import Agent, PersonaRef
-from core.errors import InvalidInput, PermissionDenied
+from core.errors import InvalidInput, NotFound, PermissionDenied
 from core.git import GitRepository, conversation_branch, run_branch
 from core.ids import new_id, utc_now
 from core.projects import (
@@ -130,10 +130,10 @@ def test_a_runs_branch_and_its_workspace(store: Store, settings: Settings) -> No
     assert repository_of(project).require_branch(branch) == repository_of(project).require_branch(
         "main"
     )
-    with pytest.raises(InvalidInput, match="proj_nope"):
+    with pytest.raises(NotFound, match="proj_nope"):
         start_run_branch(store, client_id, "proj_nope", "run_2")
     other_client, _ = make_client(store, "other")
-    with pytest.raises(InvalidInput):  # another client's project is not found either
+    with pytest.raises(NotFound):  # another client's project is not found either
         start_run_branch(store, other_client, project.id, "run_2")
 
     run = WorkflowRun(
@@ -178,7 +178,7 @@ def test_the_workspaces_dir_may_be_elsewhere(store: Store, tmp_path: Path) -> No
     assert spec.worktree == str((tmp_path / "local" / "run_1").resolve())
     # A repository may not be named inside it.
     (tmp_path / "local" / "x").mkdir(parents=True)
-    with pytest.raises(InvalidInput, match="data directory"):
+    with pytest.raises(PermissionDenied, match="data directory"):
         create_project(
             store, settings, client_id=client_id, name="x", repository=str(tmp_path / "local" / "x")
         )
