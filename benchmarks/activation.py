@@ -14,6 +14,11 @@ scripted echo without hooks, so what is measured is Wonder's own cost. In one ru
 - ``reactivation``: a message to an evicted conversation through the ``Conversations`` adapter:
   acknowledged (p50/p99) and answered (p50/p99), beside the bare actor start.
 
+``--ack-only``: the burst's clients leave once acknowledged (the acknowledgement under the burst's
+starts, without waiting minutes for 200 first turns). ``--gateway-niceness 15``: the gateway
+replica and the Serve proxy at Ray's worker niceness, as before ``cluster.niceness`` (the
+baseline for the default, 0). The summary carries the 1-minute load average before and after.
+
 Prints progress, then ONE JSON object as the last line.
 """
 
@@ -81,7 +86,9 @@ def conversation_rss(dashboard_url: str) -> list[float]:
     return [r for r in found if r > 0]
 
 
-async def one_client(system: System, key: str, conv_id: str) -> dict[str, Any]:
+async def one_client(
+    system: System, key: str, conv_id: str, ack_only: bool = False
+) -> dict[str, Any]:
     import websockets
 
     url = f"ws://127.0.0.1:{system.port}/v1/conversations/{conv_id}/stream?after_seq=0"
@@ -97,13 +104,17 @@ async def one_client(system: System, key: str, conv_id: str) -> dict[str, Any]:
             kind = frame.get("type")
             if kind == "ack":
                 acked, turn_id = time.perf_counter() - t0, frame.get("turn_id")
+                if ack_only:
+                    return {"ack": acked}
             elif kind == "turn.completed" and frame.get("turn_id") == turn_id:
                 return {"ack": acked, "done": time.perf_counter() - t0}
             elif kind in ("turn.failed", "error"):
                 return {"ack": acked, "error": frame}
 
 
-async def burst(system: System, setup: dict[str, Any], size: int) -> dict[str, Any]:
+async def burst(
+    system: System, setup: dict[str, Any], size: int, ack_only: bool = False
+) -> dict[str, Any]:
     from core.conversations import create_conversation
 
     convs = [
@@ -124,10 +135,10 @@ async def burst(system: System, setup: dict[str, Any], size: int) -> dict[str, A
 
     async def client(conv_id: str) -> dict[str, Any]:
         nonlocal done
-        result = await one_client(system, setup["key"], conv_id)
+        result = await one_client(system, setup["key"], conv_id, ack_only)
         done += 1
         if done % 25 == 0:
-            progress(f"burst: {done}/{size} first turns answered")
+            progress(f"burst: {done}/{size} {'acknowledged' if ack_only else 'answered'}")
         return result
 
     sampler = asyncio.create_task(sample())
@@ -136,8 +147,9 @@ async def burst(system: System, setup: dict[str, Any], size: int) -> dict[str, A
     elapsed = time.perf_counter() - t0
     stop.set()
     await sampler
-    answered = [r for r in results if isinstance(r, dict) and "done" in r]
-    failures = [r for r in results if not (isinstance(r, dict) and "done" in r)]
+    finished = "ack" if ack_only else "done"
+    answered = [r for r in results if isinstance(r, dict) and r.get(finished) is not None]
+    failures = [r for r in results if not (isinstance(r, dict) and r.get(finished) is not None)]
     for failure in failures[:3]:
         progress(f"burst failure: {failure!r:.300}")
     acks = [r["ack"] for r in results if isinstance(r, dict) and r.get("ack") is not None]
@@ -147,9 +159,9 @@ async def burst(system: System, setup: dict[str, Any], size: int) -> dict[str, A
         "answered": len(answered),
         "failed": len(failures),
         "elapsed_s": round(elapsed, 1),
-        "activations_per_s": round(len(answered) / elapsed, 2),
+        "activations_per_s": None if ack_only else round(len(answered) / elapsed, 2),
         "ack": ms(acks) if acks else None,
-        "first_turn": ms([r["done"] for r in answered]) if answered else None,
+        "first_turn": ms([r["done"] for r in answered]) if answered and not ack_only else None,
         "rss_samples": rss_samples,
         "directory": {k: v for k, v in stats.items() if k != "conversations"},
     }
@@ -187,7 +199,7 @@ async def main_async(args: argparse.Namespace, system: System) -> dict[str, Any]
     results["reactivation"] = await reactivation(system, setup, args.reactivations)
     progress(f"re-activation: {results['reactivation']}")
     progress(f"burst of {args.burst} new conversations over the WebSocket")
-    results["burst"] = await burst(system, setup, args.burst)
+    results["burst"] = await burst(system, setup, args.burst, args.ack_only)
     rss = results["burst"].pop("rss_samples")
     if rss:
         results["conversation_rss_mib"] = {
@@ -211,13 +223,29 @@ def main() -> None:
         default=None,
         help="conversation actors starting at once (default: the settings' default)",
     )
+    parser.add_argument(
+        "--ack-only",
+        action="store_true",
+        help="burst clients leave once acknowledged (no first-turn or activation figures)",
+    )
+    parser.add_argument(
+        "--gateway-niceness",
+        type=int,
+        default=None,
+        help="the gateway's and Serve proxy's niceness (WONDER_GATEWAY_NICENESS; 15: as Ray's "
+        "other workers, the baseline)",
+    )
     args = parser.parse_args()
 
     settings = {"WONDER_MAX_RESIDENT_CONVERSATIONS": str(args.cap)}
+    if args.gateway_niceness is not None:
+        settings["WONDER_GATEWAY_NICENESS"] = str(args.gateway_niceness)
     if args.max_starting is not None:
         settings["WONDER_MAX_STARTING_CONVERSATIONS"] = str(args.max_starting)
+    load_before = os.getloadavg()[0]
     with local_system(progress, **settings) as system:
         results = asyncio.run(main_async(args, system))
+    load_after = os.getloadavg()[0]
 
     burst_result = results["burst"]
     summary: dict[str, Any] = {
@@ -235,6 +263,8 @@ def main() -> None:
         "burst_first_turn_p99_ms": (burst_result["first_turn"] or {}).get("p99"),
         "burst_activations_per_s": burst_result["activations_per_s"],
         "cap": args.cap,
+        "gateway_niceness": int(settings.get("WONDER_GATEWAY_NICENESS", "0")),
+        "load_1m_before_after": [round(load_before, 1), round(load_after, 1)],
     }
     if "conversation_rss_mib" in results:
         median = results["conversation_rss_mib"]["median"]

@@ -90,9 +90,15 @@ def local_system(progress: Callable[[str], None], **settings: str) -> Iterator[S
     )
     port = free_port()
     try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
         from cluster.gateway import build_gateway_app
+        from cluster.niceness import serve_controller_options
+        from core.settings import settings_from_env
         from core.store import open_store
+
+        serve.start(
+            http_options={"host": "127.0.0.1", "port": port},
+            controller_options=serve_controller_options(settings_from_env(env)),
+        )
 
         serve.run(build_gateway_app(env), name="gateway", route_prefix="/")
         yield System(env, port, f"http://127.0.0.1:{dashboard_port}", open_store(env))

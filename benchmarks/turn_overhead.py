@@ -96,7 +96,7 @@ async def _gateway_turns(
     port: int, key: str, conv_id: str, n: int
 ) -> tuple[list[float], list[float]]:
     """Message frame → the agent's ``message`` event (the reply, what the user waits for), and
-    message frame → ``turn.completed`` (after memory extraction)."""
+    message frame → ``turn.completed`` (memory extraction runs after it, seed 001)."""
     import websockets
 
     url = f"ws://127.0.0.1:{port}/v1/conversations/{conv_id}/stream?after_seq=0"

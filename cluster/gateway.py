@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from ray import serve
 from ray.serve import Application
 
-from cluster import placement, wiring
+from cluster import niceness, placement, wiring
 from cluster.models import ProcessMemory, ServedEmbedders
 from cluster.scheduler import scheduler_handle
 from core.settings import Settings, settings_from_env, wonder_env
@@ -53,7 +53,8 @@ def build_gateway_app(settings_env: dict[str, str]) -> Application:
     with it; a replica beyond the nodes that can hold one waits for a node)."""
     deployment: Any = Gateway
     settings = settings_from_env(settings_env)
-    options = {"num_cpus": 0, "runtime_env": {"env_vars": wonder_env(settings_env)}}
+    env_vars = {**wonder_env(settings_env), **niceness.raised_env(settings)}
+    options = {"num_cpus": 0, "runtime_env": {"env_vars": env_vars}}
     placed = placement.gateway_actor_options(settings)
     configured = deployment.options(
         num_replicas=settings.gateway_num_replicas,
@@ -76,4 +77,5 @@ def start_serve(settings: Settings) -> None:
     serve.start(
         proxy_location=settings.serve_proxy_location,
         http_options={"host": settings.gateway_host, "port": settings.gateway_port},
+        controller_options=niceness.serve_controller_options(settings),
     )

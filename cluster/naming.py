@@ -12,6 +12,7 @@ from typing import Any
 
 import ray
 
+from cluster.niceness import worker_runtime_env
 from core.errors import NonRetryableError, RetryableError, WonderError
 
 NAMESPACE = "wonder"
@@ -47,6 +48,9 @@ def named_detached(cls: type, name: str, *args: Any, **options: Any) -> Any:
         "max_restarts": -1,
         "max_concurrency": 1000,
     }
+    runtime_env = worker_runtime_env()
+    if runtime_env is not None:  # created from a raised process: not raised itself
+        defaults["runtime_env"] = runtime_env
     remote_cls: Any = ray.remote(cls)
     return remote_cls.options(name=name, **{**defaults, **options}).remote(*args)
 

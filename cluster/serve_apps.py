@@ -11,26 +11,30 @@ from typing import Any
 
 from ray.serve import Application
 
-from cluster import placement
+from cluster import niceness, placement
 from cluster.gateway import build_gateway_app
 from core.settings import Settings, load_settings, wonder_env
 
 
 def placed_llm_app(settings: Settings) -> Application:
     """The vLLM application (``serving.llm``: every model's deployment) placed on the
-    accelerator nodes as ``placement.llm_deployment_options`` says."""
+    accelerator nodes as ``placement.llm_deployment_options`` says, its replicas at Ray's worker
+    niceness (``cluster.niceness``)."""
     from serving.llm import build_llm_app
 
-    return build_llm_app(
-        settings, placement=lambda options: placement.llm_deployment_options(options, settings)
-    )
+    def placed(options: dict[str, Any]) -> dict[str, Any]:
+        out = placement.llm_deployment_options(options, settings)
+        return {**out, "ray_actor_options": niceness.at_worker_niceness(out["ray_actor_options"])}
+
+    return build_llm_app(settings, placement=placed)
 
 
 def placed_embedder_app(settings: Settings, **kwargs: Any) -> Application:
     """The embedder application with ``placement.embedder_actor_options``."""
     from serving.embedder_app import build_embedder_app
 
-    return build_embedder_app(placement=placement.embedder_actor_options(settings), **kwargs)
+    options = niceness.at_worker_niceness(placement.embedder_actor_options(settings))
+    return build_embedder_app(placement=options, **kwargs)
 
 
 # Builders for a Serve config file (KubeRay's ``serveConfigV2``, ``serve deploy``): each reads

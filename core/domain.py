@@ -357,6 +357,11 @@ class TurnStatus(StrEnum):
 
 class TurnIssues(Model):
     memory_extraction_failed: bool = False
+    memory_extraction_pending: bool = Field(
+        False,
+        description="The turn completed and its memory extraction has not run to its end yet "
+        "(seed 001: extraction runs after the turn completes)",
+    )
     tool_failures: int = 0
     context_assembly_failed: bool = False
 
@@ -489,3 +494,13 @@ class Event(Model):
     type: str
     payload: JsonObject = Field(default_factory=dict)
     at: datetime
+
+
+class PendingExtraction(Model):
+    """A completed turn's memory extraction that has not run to its end (stored until it has,
+    so a restarted conversation actor runs it again)."""
+
+    conversation_id: str
+    turn_id: str
+    agent_id: str
+    task_id: str

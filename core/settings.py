@@ -69,6 +69,13 @@ class Settings(BaseSettings):
         description="Where Serve runs its HTTP proxies: EveryNode (each node with a replica, "
         "behind a load balancer) or HeadOnly (one proxy on the head)",
     )
+    gateway_niceness: int = Field(
+        0,
+        ge=0,
+        le=19,
+        description="CPU niceness of the gateway replicas and the Serve proxy (Ray runs its "
+        "other workers at 15 once started; a starting worker runs at 0 and would outrank them)",
+    )
     scheduler_tick_s: float = Field(
         5.0, gt=0, le=60, description="How often the cron scheduler looks for due triggers"
     )

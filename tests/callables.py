@@ -97,3 +97,20 @@ async def record_then_wait(data: dict[str, Any]) -> dict[str, Any]:
     await asyncio.sleep(float(args.get("seconds") or 1))
     with open(str(args["path"])) as f:
         return {"runs": len(f.readlines())}
+
+
+@library_callable
+async def extract_once_slowly(data: dict[str, Any]) -> dict[str, Any]:
+    """A memory extraction hook a crash can cut: append the turn id to the file named by
+    ``WONDER_TEST_EXTRACTIONS``, then, the first time only, wait 30 s."""
+    import asyncio
+    import os
+
+    path = os.environ["WONDER_TEST_EXTRACTIONS"]
+    with open(path, "a") as f:
+        f.write(f"{data.get('turn_id')}\n")
+    with open(path) as f:
+        runs = len(f.readlines())
+    if runs == 1:
+        await asyncio.sleep(30)
+    return {"runs": runs}

@@ -218,8 +218,12 @@ def serve_port(ray_cluster: Cluster) -> Iterator[int]:
     """Ray Serve started once on a free loopback port."""
     from ray import serve
 
+    from cluster.niceness import serve_controller_options
+    from core.settings import settings_from_env
+
     port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    controller = serve_controller_options(settings_from_env(ray_cluster.env))
+    serve.start(http_options={"host": "127.0.0.1", "port": port}, controller_options=controller)
     try:
         yield port
     finally:

@@ -56,6 +56,7 @@ from actors.conversation.domain import (
     ResumeTurn,
     RunTools,
     SaveConversation,
+    SettleExtraction,
     SettleOperation,
     StartedTools,
     StartTurn,
@@ -207,8 +208,8 @@ class ConversationActor:
                 self._spawn(turn_id, self.steps.call_model(turn_id, self._models[turn_id], request))
             case RunTools(turn_id=turn_id, agent_id=agent_id, plans=plans):
                 self._spawn(turn_id, self.steps.run_tools(turn_id, agent_id, plans))
-            case ExtractMemories(turn_id=turn_id, agent_id=agent_id, task_id=task_id):
-                self._spawn(turn_id, self.steps.extract_memories(turn_id, agent_id, task_id))
+            case ExtractMemories(extraction=extraction):
+                self._spawn(extraction.turn_id, self.steps.extract_memories(extraction))
             case CheckOperations(turn_id=turn_id, agent_id=agent_id, operations=operations):
                 self._side_step(turn_id, self.steps.check_operations(turn_id, agent_id, operations))
             case StopWork(turn_id=turn_id):
@@ -240,6 +241,7 @@ class ConversationActor:
                 | NoteEvent()
                 | CloseDangling()
                 | SettleOperation()
+                | SettleExtraction()
             ):
                 pass  # persisted and applied: nothing more to do
             case _:
@@ -362,7 +364,8 @@ class ConversationActor:
                 turns.append(RecoveredTurn(turn, ops, admission=admission))
             else:
                 turns.append(RecoveredTurn(turn, ops))
-        return Recovered(tuple(turns), at)
+        extractions = tuple(self.store.pending_extractions.list(self.id))
+        return Recovered(tuple(turns), at, extractions)
 
     def _measure_acknowledged(self, recovered: Recovered) -> None:
         """Show the turn metrics the ``turn.started`` of turns acknowledged in the store before
@@ -384,7 +387,9 @@ class ConversationActor:
             log.debug("model prewarm for %s skipped", self.id, exc_info=True)
 
     def is_idle(self) -> bool:
-        live = self.state.turns if self._bound else {}
+        if not self._bound:
+            return not self._work and not self._subscribers
+        live = self.state.turns or self.state.extracting
         return not self._work and not self._subscribers and not live
 
     async def status(self) -> JsonObject:
@@ -420,6 +425,10 @@ class ConversationActor:
         cancelled = sorted(self.state.turns) if self._bound else []
         for turn_id in cancelled:
             await self.cancel_turn(turn_id, reason)
+        extractions = [self._work[t] for t in self.state.extracting if t in self._work]
+        for work in extractions:  # nothing left to extract memories for
+            work.cancel()
+        await asyncio.gather(*extractions, return_exceptions=True)
         self._closing = True
         return {"conversation_id": self.id, "cancelled_turns": cancelled}
 

@@ -24,6 +24,7 @@ from core.domain import (
     ModelProfile,
     Move,
     Participant,
+    PendingExtraction,
     Persona,
     Tool,
     ToolError,
@@ -83,12 +84,9 @@ class TurnPhase(StrEnum):
     THINKING = "thinking"  # a model call is running
     ACTING = "acting"  # the tool calls of the last answer are running
     AWAITING = "awaiting"  # answered; async operations of this turn are still out
-    EXTRACTING = "extracting"  # answered, nothing pending; memory extraction is running
 
 
-RUNNING_PHASES = frozenset(
-    {TurnPhase.ASSEMBLING, TurnPhase.THINKING, TurnPhase.ACTING, TurnPhase.EXTRACTING}
-)
+RUNNING_PHASES = frozenset({TurnPhase.ASSEMBLING, TurnPhase.THINKING, TurnPhase.ACTING})
 
 
 @dataclass(slots=True)
@@ -115,11 +113,13 @@ class TurnState:
 
 @dataclass(slots=True)
 class ConversationState:
-    """One conversation as planning sees it: its row and its live turns."""
+    """One conversation as planning sees it: its row, its live turns, and the memory
+    extractions running for turns already completed (by turn id)."""
 
     conversation: Conversation
     turns: dict[str, TurnState] = field(default_factory=dict)
     queue: list[str] = field(default_factory=list)  # queued turn ids, oldest first
+    extracting: dict[str, PendingExtraction] = field(default_factory=dict)
 
     @property
     def running(self) -> list[str]:
@@ -218,10 +218,12 @@ class Resumption:
 
 @dataclass(frozen=True, slots=True)
 class Recovered:
-    """The actor (re)started: what a previous incarnation left active."""
+    """The actor (re)started: what a previous incarnation left active, and the memory
+    extractions of completed turns it did not finish."""
 
     turns: tuple[RecoveredTurn, ...]
     at: datetime
+    extractions: tuple[PendingExtraction, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -565,17 +567,34 @@ class HoldDelivery:
 
 @dataclass(frozen=True, slots=True)
 class ExtractMemories:
+    """Run the memory extraction of a completed turn (recorded as pending by its completion)."""
+
+    extraction: PendingExtraction
+
+    @property
+    def turn_id(self) -> str:
+        return self.extraction.turn_id
+
+
+@dataclass(frozen=True, slots=True)
+class SettleExtraction:
+    """A completed turn's memory extraction is over: no longer pending; ``failed`` is noted on
+    the turn (``issues.memory_extraction_failed``)."""
+
     turn_id: str
-    agent_id: str
-    task_id: str
+    failed: bool
+    at: datetime
 
 
 @dataclass(frozen=True, slots=True)
 class CompleteTurn:
+    """The turn is answered and nothing is pending. ``extraction``: its memory extraction, to
+    run after (seed 001), recorded as pending in the same transaction."""
+
     turn_id: str
     usage: Usage
-    memory_extraction_failed: bool
     at: datetime
+    extraction: PendingExtraction | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -672,6 +691,7 @@ Decision = (
     | WaitForOperations
     | HoldDelivery
     | ExtractMemories
+    | SettleExtraction
     | CompleteTurn
     | FailTurn
     | NoteEvent

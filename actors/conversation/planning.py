@@ -10,11 +10,11 @@ performs the effects, whose outcomes are the next events:
     context assembled ─▶ CallModel                           (context assembly failed ─▶ FailTurn)
     model answered:  tool calls ─▶ RunTools                  (model failed ─▶ FailTurn; the
                                    day's tokens spent during the call ─▶ FailTurn, reason quota)
-                     plain text ─▶ AppendAgentMessage + AwaitOperations | ExtractMemories |
-                                   CompleteTurn, or the next held delivery
+                     plain text ─▶ AppendAgentMessage + AwaitOperations | CompleteTurn
+                                   (+ ExtractMemories), or the next held delivery
     tools returned ─▶ RecordMoves + CallModel     (without tools once max_moves_per_turn is spent)
     operation completed ─▶ AssembleContext (delivering it) when the turn waits, else HoldDelivery
-    memories extracted / extraction failed ─▶ CompleteTurn (the failure is noted on the turn)
+    memories extracted / extraction failed ─▶ SettleExtraction (the failure noted on the turn)
     cancel requested ─▶ StopWork + CloseDangling + FailTurn
     recovered (actor restart) ─▶ unstarted turns start; answered turns keep waiting for their
                                  operations (lost ones settled); turns cut mid-loop resume
@@ -22,6 +22,9 @@ performs the effects, whose outcomes are the next events:
                                  ``resumption``), and fail ``interrupted`` after too many crashes
 
 A turn that ends (completed, failed, or waiting for operations) lets the oldest queued turn start.
+Memory extraction runs after its turn completes (seed 001: "the user already saw the response"):
+the completion records it as pending, in the same transaction, and ``SettleExtraction`` clears
+it; a restarted actor runs the pending ones again (``Recovered.extractions``).
 After every batch the conversation's own record follows its turns (``standing``: its status,
 ``waiting`` / ``failed`` / ``active``, and the users who joined by speaking), as one
 ``MarkConversation`` when something changed, with no event of its own.
@@ -47,6 +50,7 @@ from actors.conversation.context import (
 from actors.conversation.domain import (
     AddUsage,
     AdoptContext,
+    AgentSetup,
     AppendAgentMessage,
     AssembleContext,
     AwaitOperations,
@@ -88,6 +92,7 @@ from actors.conversation.domain import (
     ReturnToolError,
     RunTools,
     SaveConversation,
+    SettleExtraction,
     SettleOperation,
     StartOperation,
     StartTurn,
@@ -112,6 +117,7 @@ from core.domain import (
     MessageRole,
     OperationStatus,
     Participant,
+    PendingExtraction,
     ToolError,
     ToolResult,
     Turn,
@@ -352,7 +358,11 @@ def _turn_requested(state: ConversationState, event: TurnRequested) -> list[Deci
 
 
 def _recovered(state: ConversationState, event: Recovered) -> list[Decision]:
-    decisions: list[Decision] = []
+    decisions: list[Decision] = [
+        ExtractMemories(pending)
+        for pending in event.extractions
+        if pending.turn_id not in state.extracting
+    ]
     unstarted: list[Turn] = []
     for recovered in event.turns:
         turn = recovered.turn
@@ -459,11 +469,8 @@ def _resumed(state: ConversationState, turn: TurnState, event: ContextAssembled)
     transcript, moves_made = resumption.transcript, resumption.moves_made
     loop = ResumeLoop(turn.turn_id, transcript, moves_made)
     if resumption.answered:
-        task_id = setup.extraction_task_id
-        if task_id:
-            return [loop, ExtractMemories(turn.turn_id, setup.agent.id, task_id)]
-        done = CompleteTurn(turn.turn_id, turn.usage, False, event.at)
-        return [loop, done, *_start_next(state, turn.turn_id, event.at)]
+        ending = _finish(state, turn.turn_id, setup, turn.usage, event.at)
+        return [loop, *ending]
     if resumption.interrupted:
         plans = resumed_plans(resumption, setup.catalog)
         return [
@@ -557,17 +564,33 @@ def _answered(
             AwaitOperations(turn.turn_id, usage, announce=not turn.awaiting_recorded),
             *_start_next(state, turn.turn_id, at),
         ]
-    return [*decisions, *_finish(state, turn, agent_id, usage, at)]
+    return [*decisions, *_finish(state, turn.turn_id, turn.setup, usage, at, agent_id)]
 
 
 def _finish(
-    state: ConversationState, turn: TurnState, agent_id: str, usage: Usage, at: datetime
+    state: ConversationState,
+    turn_id: str,
+    setup: AgentSetup | None,
+    usage: Usage,
+    at: datetime,
+    agent_id: str | None = None,
 ) -> list[Decision]:
-    """Nothing pending: memory extraction when the persona has it, else the turn completes."""
-    task_id = turn.setup.extraction_task_id if turn.setup is not None else None
-    if task_id:
-        return [ExtractMemories(turn.turn_id, agent_id, task_id)]
-    return [CompleteTurn(turn.turn_id, usage, False, at), *_start_next(state, turn.turn_id, at)]
+    """Nothing pending: the turn completes, then its memory extraction runs when the persona
+    has one (recorded as pending with the completion)."""
+    task_id = setup.extraction_task_id if setup is not None else None
+    if not task_id or setup is None:
+        return [CompleteTurn(turn_id, usage, at), *_start_next(state, turn_id, at)]
+    pending = PendingExtraction(
+        conversation_id=state.conversation.id,
+        turn_id=turn_id,
+        agent_id=agent_id or setup.agent.id,
+        task_id=task_id,
+    )
+    return [
+        CompleteTurn(turn_id, usage, at, extraction=pending),
+        ExtractMemories(pending),
+        *_start_next(state, turn_id, at),
+    ]
 
 
 def _model_failed(state: ConversationState, event: ModelFailed) -> list[Decision]:
@@ -654,26 +677,21 @@ def _lost(op: AsyncOperation) -> AsyncOperation:
 
 
 def _memories_extracted(state: ConversationState, event: MemoriesExtracted) -> list[Decision]:
-    turn = _live(state, event.turn_id, TurnPhase.EXTRACTING)
-    if turn is None:
+    if event.turn_id not in state.extracting:
         return []
-    return [
-        CompleteTurn(turn.turn_id, turn.usage, False, event.at),
-        *_start_next(state, turn.turn_id, event.at),
-    ]
+    return [SettleExtraction(event.turn_id, False, event.at)]
 
 
 def _memory_extraction_failed(
     state: ConversationState, event: MemoryExtractionFailed
 ) -> list[Decision]:
-    turn = _live(state, event.turn_id, TurnPhase.EXTRACTING)
-    if turn is None:
+    """The turn stays completed (the user has its answer); the failure is noted on it."""
+    if event.turn_id not in state.extracting:
         return []
-    payload = {"turn_id": turn.turn_id, "error": event.error.model_dump(mode="json")}
+    payload = {"turn_id": event.turn_id, "error": event.error.model_dump(mode="json")}
     return [
         NoteEvent("memory_extraction.failed", payload, event.at),
-        CompleteTurn(turn.turn_id, turn.usage, True, event.at),
-        *_start_next(state, turn.turn_id, event.at),
+        SettleExtraction(event.turn_id, True, event.at),
     ]
 
 
@@ -696,6 +714,11 @@ def _cancel(
 
 def _step_failed(state: ConversationState, event: StepFailed) -> list[Decision]:
     turn = state.turns.get(event.turn_id)
+    if turn is None and event.turn_id in state.extracting:  # the extraction step itself
+        error = ToolError(code=ErrorCode.INTERNAL_ERROR, message=event.reason, retriable=True)
+        return _memory_extraction_failed(
+            state, MemoryExtractionFailed(event.turn_id, error, event.at)
+        )
     if turn is None:
         return []
     decisions: list[Decision] = []
@@ -780,6 +803,7 @@ def _simulated(state: ConversationState, decisions: list[Decision]) -> Conversat
         state.conversation,
         {turn_id: replace(turn) for turn_id, turn in state.turns.items()},
         list(state.queue),
+        dict(state.extracting),
     )
     for decision in decisions:
         apply(after, decision)
@@ -812,9 +836,12 @@ def apply(state: ConversationState, decision: Decision) -> None:
             | RunTools()
             | RecordMoves()
             | AwaitOperations()
-            | ExtractMemories()
         ):
             _apply_step(state.turns[decision.turn_id], decision)
+        case ExtractMemories(extraction=extraction):
+            state.extracting[extraction.turn_id] = extraction
+        case SettleExtraction(turn_id=turn_id):
+            state.extracting.pop(turn_id, None)
         case AppendAgentMessage() | HoldDelivery() | CloseDangling() | SettleOperation():
             _apply_delivery(state, decision)
         case MarkConversation(status=status, joined=joined):
@@ -885,8 +912,7 @@ def _apply_step(
     | AddUsage
     | RunTools
     | RecordMoves
-    | AwaitOperations
-    | ExtractMemories,
+    | AwaitOperations,
 ) -> None:
     match decision:
         case AssembleContext(delivering=delivering):
@@ -913,8 +939,6 @@ def _apply_step(
         case AwaitOperations():
             turn.phase = TurnPhase.AWAITING
             turn.awaiting_recorded = True
-        case ExtractMemories():
-            turn.phase = TurnPhase.EXTRACTING
         case _:
             assert_never(decision)
 

@@ -7,7 +7,7 @@ pure effects (call the model, run tools...) write nothing here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import assert_never
 
@@ -39,6 +39,7 @@ from actors.conversation.domain import (
     ReturnToolError,
     RunTools,
     SaveConversation,
+    SettleExtraction,
     SettleOperation,
     StartOperation,
     StartTurn,
@@ -59,6 +60,7 @@ from core.domain import (
     Move,
     OperationStatus,
     Participant,
+    PendingExtraction,
     ToolCallRecord,
     ToolError,
     ToolResult,
@@ -96,6 +98,8 @@ class BatchWriter:
                 return self._moves(decision)
             case SettleOperation(operation=operation):
                 return PendingWrite([], lambda c, _e: self._save_operation(operation, c))
+            case SettleExtraction(turn_id=turn_id, failed=failed):
+                return PendingWrite([], lambda c, _e: self._settle_extraction(turn_id, failed, c))
             case NoteEvent(type=event_type, payload=payload):
                 return PendingWrite([PendingEvent(event_type, payload)])
             case SaveConversation(conversation=conversation, event=event, payload=payload):
@@ -144,17 +148,17 @@ class BatchWriter:
                 return self._turn_change(
                     turn_id, "turn.awaiting", {}, awaiting_operations=True, usage=usage
                 )
-            case CompleteTurn(turn_id=turn_id, usage=usage, at=at):
-                extraction_failed = decision.memory_extraction_failed
+            case CompleteTurn(turn_id=turn_id, usage=usage, at=at, extraction=extraction):
                 return self._turn_change(
                     turn_id,
                     "turn.completed",
                     {},
+                    also=None if extraction is None else self._extraction_pending(extraction),
                     status=TurnStatus.COMPLETED,
                     completed_at=at,
                     awaiting_operations=False,
                     usage=usage,
-                    memory_extraction_failed=extraction_failed,
+                    memory_extraction_pending=extraction is not None,
                 )
             case FailTurn(turn_id=turn_id, reason=reason, usage=usage, at=at, error=error):
                 extra: JsonObject = {"reason": reason}
@@ -195,6 +199,9 @@ class BatchWriter:
     def _update_turn(self, turn_id: str, conn: Connection, **changes: object) -> Turn:
         turn = self.store.turns.get(turn_id, conn)
         issues = turn.issues
+        if "memory_extraction_pending" in changes:
+            pending = changes.pop("memory_extraction_pending")
+            issues = issues.model_copy(update={"memory_extraction_pending": pending})
         if changes.pop("memory_extraction_failed", False):
             issues = issues.model_copy(update={"memory_extraction_failed": True})
         if changes.pop("context_failed", False):
@@ -211,13 +218,32 @@ class BatchWriter:
         return updated
 
     def _turn_change(
-        self, turn_id: str, event_type: str, extra: JsonObject, **changes: object
+        self,
+        turn_id: str,
+        event_type: str,
+        extra: JsonObject,
+        also: Callable[[Connection], None] | None = None,
+        **changes: object,
     ) -> PendingWrite:
         def write(conn: Connection, events: list[Event]) -> None:
             updated = self._update_turn(turn_id, conn, **changes)
             events[0].payload.update({**turn_payload(updated), **extra})
+            if also is not None:
+                also(conn)
 
         return PendingWrite([PendingEvent(event_type)], write)
+
+    # ------------------------------------------------------------------ memory extraction
+
+    def _extraction_pending(self, extraction: PendingExtraction) -> Callable[[Connection], None]:
+        return lambda conn: self.store.pending_extractions.add(extraction, conn)
+
+    def _settle_extraction(self, turn_id: str, failed: bool, conn: Connection) -> None:
+        """The extraction is over: the turn says so (and whether it failed), the row goes."""
+        self._update_turn(
+            turn_id, conn, memory_extraction_pending=False, memory_extraction_failed=failed
+        )
+        self.store.pending_extractions.remove(self.conversation_id, turn_id, conn)
 
     # ------------------------------------------------------------------ operations
 

@@ -43,7 +43,16 @@ from actors.conversation.records import WAITING
 from actors.conversation.tool_calls import build_catalog
 from actors.conversation.tool_dispatch import ToolDispatcher
 from core.context_contract import CONTEXT_CONTRACT, parse_hook_answer
-from core.domain import AsyncOperation, Message, OperationStatus, ToolError, ToolResult, Turn, Usage
+from core.domain import (
+    AsyncOperation,
+    Message,
+    OperationStatus,
+    PendingExtraction,
+    ToolError,
+    ToolResult,
+    Turn,
+    Usage,
+)
 from core.errors import NotFound, WonderError
 from core.forks import messages_of_turns, recent_turn_ids_visible
 from core.ids import new_id, utc_now
@@ -275,8 +284,10 @@ class TurnSteps:
     # ------------------------------------------------------------------ after the answer
 
     async def extract_memories(
-        self, turn_id: str, agent_id: str, task_id: str
+        self, extraction: PendingExtraction
     ) -> MemoriesExtracted | MemoryExtractionFailed:
+        """The memory extraction hook of a completed turn, given the turn's transcript."""
+        turn_id, agent_id, task_id = extraction.turn_id, extraction.agent_id, extraction.task_id
         messages = self.store.messages.list(self.conversation_id, turn_ids=[turn_id])
         transcript = turn_transcript(messages, self.store.moves.list(turn_id))
         payload = {

@@ -36,6 +36,7 @@ from core.errors import NotFound
 from core.store import schema
 from core.store.audit import AuditOps
 from core.store.database import Database, PoolLimits
+from core.store.extractions import PendingExtractionOps
 from core.store.forks import ForkOps
 from core.store.hooks import HookOps
 from core.store.keys import KeyOps
@@ -531,6 +532,7 @@ class Store:
         self.hooks = HookOps(db)
         self.triggers = TriggerOps(db)
         self.turn_models = TurnModelOps(db)
+        self.pending_extractions = PendingExtractionOps(db)
         self.workflow_runs = WorkflowRunOps(db)
         self.projects = ProjectOps(db)
         self.workspaces = WorkspaceOps(db)
@@ -583,6 +585,7 @@ class Store:
                 schema.events,
                 schema.context_entries,
                 schema.async_operations,
+                schema.pending_extractions,
                 schema.conversation_members,
                 schema.forks,
                 schema.sessions,

@@ -273,6 +273,17 @@ server_secrets = Table(
     Column("value", String(128), nullable=False),
 )
 
+# Issue 10: memory extractions still to run for completed turns (seed 001 runs extraction after
+# the turn completes). A row is written with the turn's completion and deleted once extraction
+# is settled, so an actor that restarts in between runs it again (``actors.conversation``).
+pending_extractions = Table(
+    "pending_extractions",
+    metadata,
+    Column("conversation_id", String(64), primary_key=True),
+    Column("turn_id", String(64), primary_key=True),
+    Column("data", Text, nullable=False),
+)
+
 # Issue 11: a message's per-turn model override (seed 004), written with the message by the
 # gateway, and the model its turn actually used, recorded when the turn's context is assembled.
 turn_models = Table(

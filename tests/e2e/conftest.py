@@ -74,7 +74,8 @@ def session_llm_settings(base: Settings, model_dir: Path, adapter_dir: Path) -> 
 def llm_app(ray_cluster: Cluster, serve_port: int) -> Iterator[LlmApp]:
     from ray import serve
 
-    from serving.llm import LLM_APP_NAME, LLM_ROUTE_PREFIX, build_llm_app, engine_spec
+    from cluster.serve_apps import placed_llm_app
+    from serving.llm import LLM_APP_NAME, LLM_ROUTE_PREFIX, engine_spec
     from serving.model_setup import ensure_local_model
     from tests.e2e.lora import write_lora_adapter
 
@@ -83,8 +84,9 @@ def llm_app(ray_cluster: Cluster, serve_port: int) -> Iterator[LlmApp]:
     adapter_dir = write_lora_adapter(model_dir, ray_cluster.data_dir / "lora" / LORA_ADAPTER)
     settings = session_llm_settings(base, model_dir, adapter_dir)
     started = time.monotonic()
-    # No model_dir: the replicas prepare the model on their own node, as on a cluster (a cache hit).
-    serve.run(build_llm_app(settings), name=LLM_APP_NAME, route_prefix=LLM_ROUTE_PREFIX)
+    # As `wonder up` deploys it (placed; replicas at Ray's worker niceness, not the raised Serve
+    # controller's). No model_dir: the replicas prepare the model on their own node (a cache hit).
+    serve.run(placed_llm_app(settings), name=LLM_APP_NAME, route_prefix=LLM_ROUTE_PREFIX)
     ready_s = time.monotonic() - started
     print(f"\nLLM application (2 deployments) ready in {ready_s:.1f} s")
     try:

@@ -15,7 +15,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from tests.conftest import Cluster, wait_for
+from tests.conftest import Cluster, dashboard_url, wait_for
 from tests.factories import make_client
 from tests.integration.test_gateway import deploy_gateway, http_client, unique
 
@@ -101,6 +101,46 @@ def test_post_then_stream_tokens(gateway_url: str, api: httpx.Client, key: str) 
     assert turn["status"] == "completed" and isinstance(turn["moves"], list)
     stored = api.get(f"/v1/conversations/{conv_id}/events").json()["items"]
     assert [e["seq"] for e in stored] == seqs
+
+
+def niceness(pid: int) -> int:
+    """A process's niceness (field 19 of /proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[16])
+
+
+def test_the_gateway_and_proxy_run_ahead_of_workers(
+    gateway_url: str, api: httpx.Client, key: str
+) -> None:
+    """The gateway replica and the Serve proxy run at WONDER_GATEWAY_NICENESS (0); every actor of
+    ours (namespace ``wonder``: conversation actors, the directory, what the gateway creates) at
+    Ray's worker niceness (15): a starting worker (at 0 until Ray renices it) does not outrank
+    the path of an acknowledgement, and nothing the gateway starts inherits its place."""
+    from ray.util.state import list_actors
+
+    from cluster.naming import NAMESPACE
+
+    agent_id = scripted_agent(api, [{"reply": "hi"}])
+    conv_id = api.post("/v1/conversations", json={"agent_id": agent_id}).json()["id"]
+    with open_stream(gateway_url, conv_id, key) as ws:
+        ws.send(json.dumps({"type": "message", "content": "hi"}))
+        read_until(ws, DONE)
+    alive = list_actors(
+        address=dashboard_url(), filters=[("state", "=", "ALIVE")], limit=10_000, detail=True
+    )
+    by_class: dict[str, set[int]] = {}
+    ours: set[int] = set()
+    for actor in alive:
+        nice = niceness(int(actor.pid))
+        by_class.setdefault(actor.class_name, set()).add(nice)
+        if actor.ray_namespace == NAMESPACE:
+            ours.add(nice)
+    assert by_class["ProxyActor"] == {0}
+    assert by_class["ServeController"] == {0}
+    gateways = [ns for c, ns in by_class.items() if c.startswith("ServeReplica:gateway")]
+    assert gateways and set().union(*gateways) == {0}
+    assert {"ConversationActor", "ConversationDirectoryActor"} <= set(by_class)
+    assert ours == {15}
 
 
 def test_chat_over_the_socket_and_bad_frames(gateway_url: str, api: httpx.Client, key: str) -> None:

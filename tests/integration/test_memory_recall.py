@@ -25,8 +25,11 @@ def library_task(name: str) -> TaskDef:
 
 
 async def finish(cluster: Cluster, turn_id: str) -> None:
+    """Until the turn is over and so is its memory extraction (which runs after it completes)."""
+
     def done() -> bool:
-        return cluster.store.turns.get(turn_id).status is not TurnStatus.ACTIVE
+        turn = cluster.store.turns.get(turn_id)
+        return turn.status is not TurnStatus.ACTIVE and not turn.issues.memory_extraction_pending
 
     await async_wait_for(done, timeout=120)
     turn = cluster.store.turns.get(turn_id)

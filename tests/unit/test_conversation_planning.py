@@ -57,6 +57,7 @@ from actors.conversation.domain import (
     ReturnToolError,
     RunTools,
     SaveConversation,
+    SettleExtraction,
     SettleOperation,
     StartOperation,
     StartTurn,
@@ -84,6 +85,7 @@ from core.domain import (
     ModelProfile,
     OperationStatus,
     Participant,
+    PendingExtraction,
     Persona,
     Tool,
     ToolError,
@@ -290,13 +292,12 @@ EVENTS: dict[str, ConversationEvent] = {
 }
 
 A = None  # no live turn t1
-Q, AS, TH, AC, AW, EX = (
+Q, AS, TH, AC, AW = (
     TurnPhase.QUEUED,
     TurnPhase.ASSEMBLING,
     TurnPhase.THINKING,
     TurnPhase.ACTING,
     TurnPhase.AWAITING,
-    TurnPhase.EXTRACTING,
 )
 EVERY_PHASE: dict[TurnPhase | None, list[str]] = {phase: [] for phase in PHASES}
 
@@ -308,8 +309,9 @@ EXPECTED: dict[str, dict[TurnPhase | None, list[str]]] = {
     "model called tools": {**EVERY_PHASE, TH: ["AddUsage", "RunTools"]},
     "model failed": {**EVERY_PHASE, TH: ["FailTurn"]},
     "tools returned": {**EVERY_PHASE, AC: ["RecordMoves", "CallModel"]},
-    "memories extracted": {**EVERY_PHASE, EX: ["CompleteTurn"]},
-    "extraction failed": {**EVERY_PHASE, EX: ["NoteEvent", "CompleteTurn"]},
+    # Extraction runs after its turn completed: a live turn has none (table of its own below).
+    "memories extracted": EVERY_PHASE,
+    "extraction failed": EVERY_PHASE,
     # An operation of t1 (pending on it in every live phase below): delivered now when the turn
     # waits for it, held while the turn is busy; with the turn gone it is settled as cancelled.
     "operation completed": {
@@ -319,7 +321,6 @@ EXPECTED: dict[str, dict[TurnPhase | None, list[str]]] = {
         TH: ["HoldDelivery"],
         AC: ["HoldDelivery"],
         AW: ["AssembleContext"],
-        EX: ["HoldDelivery"],
     },
     "operations checked": {
         A: [],
@@ -328,7 +329,6 @@ EXPECTED: dict[str, dict[TurnPhase | None, list[str]]] = {
         TH: ["SettleOperation", "HoldDelivery"],
         AC: ["SettleOperation", "HoldDelivery"],
         AW: ["SettleOperation", "AssembleContext"],
-        EX: ["SettleOperation", "HoldDelivery"],
     },
     "cancel requested": {
         **{phase: ["StopWork", "CloseDangling", "FailTurn"] for phase in PHASES},
@@ -349,6 +349,27 @@ def test_every_event_in_every_phase(event_name: str, phase: TurnPhase | None) ->
     turns = [] if phase is None else [live(phase, pending_operations=frozenset({"op-1"}))]
     decisions = planning.plan(state_with(*turns), EVENTS[event_name])
     assert names(decisions) == EXPECTED[event_name][phase]
+
+
+T1_EXTRACTION = PendingExtraction(
+    conversation_id="conv", turn_id="t1", agent_id="agent-1", task_id="extract"
+)
+# Turn t1 completed and its memory extraction runs (the turn is no longer live): the extraction's
+# outcomes settle it; every other event plans as with no turn t1.
+EXPECTED_WHILE_EXTRACTING: dict[str, list[str]] = {
+    **{name: table[A] for name, table in EXPECTED.items()},
+    "memories extracted": ["SettleExtraction"],
+    "extraction failed": ["NoteEvent", "SettleExtraction"],
+    "step failed": ["NoteEvent", "SettleExtraction"],  # the extraction step crashed
+}
+
+
+@pytest.mark.parametrize("event_name", list(EVENTS))
+def test_every_event_while_a_completed_turn_extracts(event_name: str) -> None:
+    state = state_with()
+    state.extracting["t1"] = T1_EXTRACTION
+    decisions = planning.plan(state, EVENTS[event_name])
+    assert names(decisions) == EXPECTED_WHILE_EXTRACTING[event_name]
 
 
 def test_the_tables_cover_every_event_type() -> None:
@@ -642,18 +663,48 @@ def test_a_turn_with_a_tool_call_from_message_to_completion() -> None:
     answer = ModelAnswered("t-new", "found", (), Usage(prompt_tokens=5), (), NOW)
     decisions = drive(state, answer)
     assert names(decisions) == ["AddUsage", "AppendAgentMessage", "CompleteTurn"]
-    assert decisions[-1] == CompleteTurn("t-new", Usage(prompt_tokens=5), False, NOW)
+    assert decisions[-1] == CompleteTurn("t-new", Usage(prompt_tokens=5), NOW)
     assert state.turns == {}
 
 
-def test_extraction_runs_before_completion_when_the_persona_has_it() -> None:
+def test_extraction_runs_after_completion_when_the_persona_has_it() -> None:
+    """Seed 001: the turn completes with its answer and extraction runs after; the completion
+    records it as pending (one transaction), and its failure is noted on the completed turn."""
     state = state_with(live(TurnPhase.THINKING, setup=setup(extraction="extract")))
     decisions = drive(state, ModelAnswered("t1", "done", (), Usage(), (), NOW))
-    assert decisions[-1] == ExtractMemories("t1", "agent-1", "extract")
-    assert names(drive(state, MemoryExtractionFailed("t1", error(), NOW))) == [
-        "NoteEvent",
-        "CompleteTurn",
+    assert names(decisions) == ["AddUsage", "AppendAgentMessage", "CompleteTurn", "ExtractMemories"]
+    assert turns_only(decisions)[-2:] == [
+        CompleteTurn("t1", Usage(), NOW, extraction=T1_EXTRACTION),
+        ExtractMemories(T1_EXTRACTION),
     ]
+    assert state.turns == {} and state.extracting == {"t1": T1_EXTRACTION}
+    failed = drive(state, MemoryExtractionFailed("t1", error(), NOW))
+    assert names(failed) == ["NoteEvent", "SettleExtraction"]
+    assert turns_only(failed)[-1] == SettleExtraction("t1", True, NOW)
+    assert state.extracting == {}
+    assert drive(state, MemoriesExtracted("t1", NOW)) == []  # settled already: stale
+
+
+def test_the_next_queued_turn_starts_while_the_last_one_extracts() -> None:
+    thinking = live(TurnPhase.THINKING, setup=setup(extraction="extract"))
+    state = state_with(
+        thinking, live(TurnPhase.QUEUED, turn_id="t2"), policy=ConcurrencyPolicy.QUEUE
+    )
+    decisions = drive(state, ModelAnswered("t1", "done", (), Usage(), (), NOW))
+    assert names(decisions)[2:] == [
+        "CompleteTurn",
+        "ExtractMemories",
+        "StartTurn",
+        "AssembleContext",
+    ]
+
+
+def test_a_restarted_actor_runs_the_extractions_left_pending() -> None:
+    second = T1_EXTRACTION.model_copy(update={"turn_id": "t0"})
+    state = state_with()
+    state.extracting["t0"] = second  # already running here: not started twice
+    decisions = planning.plan(state, Recovered((), NOW, (second, T1_EXTRACTION)))
+    assert turns_only(decisions) == [ExtractMemories(T1_EXTRACTION)]
 
 
 @pytest.mark.parametrize(

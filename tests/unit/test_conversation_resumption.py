@@ -172,7 +172,8 @@ def test_an_answered_turn_only_finishes() -> None:
     assert isinstance(decisions[-1], CompleteTurn)
     state, _ = resume(recovered)
     decisions = drive(state, ContextAssembled("t1", setup(extraction="task-x"), BASE, NOW))
-    assert isinstance(decisions[-1], ExtractMemories)
+    assert names(decisions) == ["AdoptContext", "ResumeLoop", "CompleteTurn", "ExtractMemories"]
+    assert isinstance(decisions[-1], ExtractMemories) and decisions[-1].turn_id == "t1"
 
 
 def test_a_resumed_turn_counts_its_interruptions() -> None:

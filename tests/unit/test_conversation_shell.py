@@ -295,9 +295,45 @@ async def test_a_failing_extraction_keeps_the_answer(cluster: InProcessCluster) 
     )
     ack = await cluster.post_message(conv, "hi", "user-1")
     assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+    await async_wait_for(lambda: extraction_settled(cluster, ack.turn_id), timeout=20)
     assert cluster.store.turns.get(ack.turn_id).issues.memory_extraction_failed
     assert cluster.store.messages.list(conv)[-1].content == "kept"
-    assert "memory_extraction.failed" in event_types(cluster.store, conv)
+    # Extraction runs after the turn completed (seed 001): its failure comes after.
+    types = event_types(cluster.store, conv)
+    assert types.index("turn.completed") < types.index("memory_extraction.failed")
+
+
+def extraction_settled(cluster: InProcessCluster, turn_id: str) -> bool:
+    return not cluster.store.turns.get(turn_id).issues.memory_extraction_pending
+
+
+async def test_an_extraction_cut_by_a_crash_runs_again(
+    cluster: InProcessCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The turn completes with its extraction recorded as pending; an actor that dies before
+    the extraction ends leaves it pending, and its next incarnation runs it."""
+    runs = tmp_path / "extractions"
+    monkeypatch.setenv("WONDER_TEST_EXTRACTIONS", str(runs))
+    slow = task_tool(
+        cluster.store,
+        "extract",
+        [{"kind": "python", "params": {"callable": "tests.callables:extract_once_slowly"}}],
+    )
+    conv = conversation(
+        cluster.store, [{"reply": "done"}], memory_extraction_task_id=slow.target_id
+    )
+    ack = await cluster.post_message(conv, "hi", "user-1")
+    assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+    await async_wait_for(runs.exists, timeout=10)
+    assert cluster.store.turns.get(ack.turn_id).issues.memory_extraction_pending
+    assert [p.turn_id for p in cluster.store.pending_extractions.list(conv)] == [ack.turn_id]
+    cluster.crash(conv)
+    await async_wait_for(lambda: extraction_settled(cluster, ack.turn_id), timeout=20)
+    assert runs.read_text().splitlines() == [ack.turn_id, ack.turn_id]
+    assert cluster.store.pending_extractions.list(conv) == []
+    turn = cluster.store.turns.get(ack.turn_id)
+    assert turn.status is TurnStatus.COMPLETED and not turn.issues.memory_extraction_failed
+    assert event_types(cluster.store, conv).count("turn.completed") == 1
 
 
 # --------------------------------------------------------------------------- acknowledged elsewhere

@@ -12,8 +12,10 @@ from typing import Any
 import jsonschema
 import ray
 import yaml
+from ray.serve.schema import ServeDeploySchema
 
 from cluster import bootstrap, placement
+from cluster.niceness import serve_controller_options
 from core.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,6 +100,8 @@ def test_rayservice_groups_settings_and_serve_apps() -> None:
         )
         assert container["envFrom"] == [{"secretRef": {"name": "wonder-settings"}}]
     serve_config = yaml.safe_load(manifest["spec"]["serveConfigV2"])
+    ServeDeploySchema.model_validate(serve_config)  # Serve's own schema accepts it
+    assert serve_config["controller_options"] == serve_controller_options(settings)
     for app in serve_config["applications"]:
         module, _, name = app["import_path"].partition(":")
         assert callable(getattr(importlib.import_module(module), name)), app["import_path"]

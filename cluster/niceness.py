@@ -1,0 +1,53 @@
+"""Which of our processes run ahead of Ray's workers for the CPU (their niceness).
+
+Ray's CoreWorker renices a worker process to ``RAY_worker_niceness`` (15 by default) only once the
+process has started: while a new worker imports Python it runs at the raylet's niceness (0). On a
+small node a burst of conversation actors starting then outranks everything already running, the
+gateway replicas and the Serve proxy included, and acknowledgements wait for a core
+(docs/benchmarks.md, "Activation"). So the gateway replicas and the Serve controller — and the
+proxies, which the controller creates and which inherit its runtime env — start with
+``RAY_worker_niceness`` set to ``WONDER_GATEWAY_NICENESS`` (default 0), as Ray's own job manager
+does for job drivers. An actor created from such a process would inherit the setting;
+``worker_runtime_env`` gives it Ray's worker niceness back.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from core.settings import Settings
+
+RAY_WORKER_NICENESS = "RAY_worker_niceness"  # ray._private.ray_constants.RAY_WORKER_NICENESS
+RAY_DEFAULT_WORKER_NICENESS = "15"  # Ray's ``worker_niceness`` default (ray_config_def.h)
+
+
+def raised_env(settings: Settings) -> dict[str, str]:
+    """Environment variables of a process that runs ahead of Ray's workers (a gateway replica)."""
+    return {RAY_WORKER_NICENESS: str(settings.gateway_niceness)}
+
+
+def serve_controller_options(settings: Settings) -> dict[str, Any]:
+    """``serve.start(controller_options=...)``: the controller and its proxies run raised."""
+    return {"runtime_env": {"env_vars": raised_env(settings)}}
+
+
+def worker_env() -> dict[str, str]:
+    """Environment variables that give a process Ray's worker niceness back."""
+    return {RAY_WORKER_NICENESS: RAY_DEFAULT_WORKER_NICENESS}
+
+
+def worker_runtime_env() -> dict[str, Any] | None:
+    """The runtime env of an actor created by this process: Ray's worker niceness when this
+    process runs raised (it would inherit ours), else ``None`` (inherit as usual)."""
+    if RAY_WORKER_NICENESS not in os.environ:
+        return None
+    return {"env_vars": worker_env()}
+
+
+def at_worker_niceness(actor_options: dict[str, Any]) -> dict[str, Any]:
+    """``ray_actor_options`` of a Serve replica other than the gateway: the controller runs
+    raised and its replicas inherit its runtime env, so they say Ray's worker niceness."""
+    runtime_env = dict(actor_options.get("runtime_env") or {})
+    runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **worker_env()}
+    return {**actor_options, "runtime_env": runtime_env}
