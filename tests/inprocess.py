@@ -141,17 +141,25 @@ class InProcessCoordinators:
         return run_id in self.live
 
     def revive(self, run_id: str) -> None:
+        # Queued on the loop: ``wait`` and ``cancel`` look the coordinator up on the loop too,
+        # after this (the loop runs callbacks in order), so they find the revived one.
         self._loop.call_soon_threadsafe(self._coordinator, run_id)
 
     async def wait(self, run_id: str, timeout_s: float | None) -> None:
-        coordinator = self.live.get(run_id)
-        if coordinator is not None:
-            await self._on_loop(lambda: coordinator.wait(timeout_s))
+        async def wait_on_loop() -> None:
+            coordinator = self.live.get(run_id)
+            if coordinator is not None:
+                await coordinator.wait(timeout_s)
+
+        await self._on_loop(wait_on_loop)
 
     async def cancel(self, run_id: str, reason: str) -> None:
-        coordinator = self.live.get(run_id)
-        if coordinator is not None:
-            await self._on_loop(lambda: coordinator.cancel(reason))
+        async def cancel_on_loop() -> None:
+            coordinator = self.live.get(run_id)
+            if coordinator is not None:
+                await coordinator.cancel(reason)
+
+        await self._on_loop(cancel_on_loop)
 
     async def reserved_run_id(self) -> str | None:
         return None
