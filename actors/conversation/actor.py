@@ -586,13 +586,24 @@ class ConversationActor:
 
     async def _until_ended(self, turn_id: str, timeout_s: float | None) -> None:
         """Wait until ``turn_id`` is no longer live here (or the timeout passes)."""
-        if turn_id not in self.state.turns:
+        if turn_id not in self.state.turns and not self._on_its_way(turn_id):
             return
         ended = self._ended.setdefault(turn_id, asyncio.Event())
         try:
             await asyncio.wait_for(ended.wait(), timeout_s)
         except TimeoutError:
             pass
+
+    def _on_its_way(self, turn_id: str) -> bool:
+        """Whether ``turn_id`` is this conversation's, acknowledged in the store and not ended,
+        though not started here: its message was acknowledged without waiting for this actor and
+        the call that starts it here is still on its way (it is retried until it arrives), so a
+        wait for the turn waits for that, not for nothing (tests/cluster/test_head_restart.py)."""
+        try:
+            turn = self.store.turns.get(turn_id)
+        except NotFound:
+            return False
+        return turn.conversation_id == self.id and turn.status is TurnStatus.ACTIVE
 
     async def deliver_operation(self, op_id: str) -> bool:
         """An async operation finished: answer with its result on its turn (exactly once)."""

@@ -383,6 +383,22 @@ async def test_the_actor_picks_up_a_message_acknowledged_while_it_started(
     assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
 
 
+async def test_a_wait_for_a_turn_acknowledged_elsewhere_waits_for_its_start(
+    cluster: InProcessCluster,
+) -> None:
+    conv = conversation(cluster.store, [{"reply": "answer to {{last_user}}"}])
+    stream = cluster.stream_events(conv, 0)
+    assert (await anext(stream))["type"] == "conversation_started"
+    ack = cluster.intake.acknowledge(conv, "late", "user-1", message_id=new_id("msg"))
+    assert ack is not None
+    # The wait reaches the running actor before the call that starts the turn there does.
+    waiting = asyncio.ensure_future(cluster.actor(conv).wait_for_turn(ack.turn_id, 30))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()  # not answered "active" at once: the turn is on its way
+    await cluster.post_message(conv, "late", "user-1", message_id=ack.message_id)
+    assert (await waiting).status is TurnStatus.COMPLETED
+
+
 async def test_a_busy_conversation_is_left_to_its_actor(cluster: InProcessCluster) -> None:
     conv = conversation(cluster.store, [{"reply": "slow", "delay_s": 1}])
     first = await cluster.post_message(conv, "one", "user-1")
