@@ -15,12 +15,15 @@ export TRANSFORMERS_OFFLINE ?= 1
 install: $(STAMP) system-packages
 
 # From Debian's packages, a no-op when already on the machine: PostgreSQL (the tests start servers
-# themselves on 127.0.0.1 with initdb/pg_ctl in a temp dir), bubblewrap and git (shell.exec runs
-# each command in a bubblewrap sandbox, docs/workspaces.md; git drives workspaces).
+# themselves on 127.0.0.1 with initdb/pg_ctl in a temp dir), Redis (the multi-node tier's head
+# keeps the GCS's tables in a redis-server the tests start on 127.0.0.1: GCS fault tolerance),
+# bubblewrap and git (shell.exec runs each command in a bubblewrap sandbox, docs/workspaces.md;
+# git drives workspaces).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 system-packages:
 	@missing=""; \
 	  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	  command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	  command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
 	  command -v git >/dev/null || missing="$$missing git"; \
 	  if [ -n "$$missing" ]; then \
@@ -51,9 +54,14 @@ down:
 status:
 	$(BIN)/wonder status
 
-# Then the integration tier's core again on PostgreSQL (the store tier runs both backends already;
-# `pytest --database=postgresql tests/integration` runs all of it there).
-PG_INTEGRATION := tests/integration/test_conversation_actor.py tests/integration/test_gateway_stream.py
+# Then the integration files that drive the store's transactions again on PostgreSQL: the turn
+# loop, the gateway's stream, workflow runs and memory (the store tier runs both backends already).
+# All of the integration tier on PostgreSQL, `pytest --database=postgresql tests/integration`, took
+# 28 min at load 35-130 here: too long for `make test`; run it when the store changes. Not here
+# yet: test_conversation_tree.py (test_sessions_and_routing fails now and then on PostgreSQL:
+# messages queued at once on a session got a parent_turn_id chain out of turn order; issue 9).
+PG_INTEGRATION := $(addprefix tests/integration/,test_conversation_actor.py test_gateway_stream.py \
+  test_workflows.py test_memory_recall.py)
 test: install
 	$(BIN)/python -m pytest tests
 	$(BIN)/python -m pytest --database=postgresql $(PG_INTEGRATION)

@@ -38,6 +38,20 @@ TOKEN_FILE = "ray-auth-token"
 MAX_TEMP_DIR_CHARS = 40
 HEAD_START_TIMEOUT_S = 120.0
 HEAD_STOP_TIMEOUT_S = 20.0
+# How soon the GCS declares a lost node dead (Ray reads these RAY_* variables at start; only the
+# head's GCS uses them, every node may carry them). Ray's defaults check each raylet every 3 s and
+# give up after 5 failures: a killed node is noticed after about 15 s, and its conversations wait
+# that long to re-activate elsewhere. Here a raylet is checked every second and declared dead
+# after 3 failures in a row: a killed node (its port refuses at once) in about 3 s. The price:
+# a live raylet that cannot answer for about 9 s (3 x (2 s timeout + 1 s period)) and sends no
+# resource report meanwhile is declared dead too, and Ray then kills its workers (Ray's defaults
+# tolerate about 65 s). docs/deploy.md "Node loss"; `wonder up`, ray-cluster.yaml and
+# deploy/rayservice.yaml use these values (tests/unit/test_deploy_files.py).
+NODE_HEALTH_CHECK_ENV = {
+    "RAY_health_check_period_ms": "1000",
+    "RAY_health_check_timeout_ms": "2000",
+    "RAY_health_check_failure_threshold": "3",
+}
 
 
 @dataclass(frozen=True)
@@ -65,6 +79,8 @@ def ray_process_env(token_path: str | None = None) -> dict[str, str]:
     env["RAY_AUTH_MODE"] = auth_mode()
     env.pop("RAY_ADDRESS", None)
     env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    for name, value in NODE_HEALTH_CHECK_ENV.items():
+        env.setdefault(name, value)  # an operator's own choice wins
     if token_path is not None:
         env["RAY_AUTH_TOKEN_PATH"] = token_path
     return env

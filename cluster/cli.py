@@ -341,16 +341,15 @@ def deploy(settings: Settings) -> list[str]:
     """Start Serve on the gateway's host and port and deploy the apps; returns their names."""
     from ray import serve
 
-    from cluster.gateway import build_gateway_app
-    from cluster.niceness import serve_controller_options
+    from cluster.gateway import build_gateway_app, start_serve
     from cluster.preflight import check_placement
 
     check_placement(settings)
-    say(f"starting Serve on {settings.gateway_host}:{settings.gateway_port}")
-    serve.start(
-        http_options={"host": settings.gateway_host, "port": settings.gateway_port},
-        controller_options=serve_controller_options(settings),
+    say(
+        f"starting Serve on {settings.gateway_host}:{settings.gateway_port} "
+        f"(proxies: {settings.serve_proxy_location})"
     )
+    start_serve(settings)
     say("deploying the gateway")
     serve.run(build_gateway_app(settings.env()), name="gateway", route_prefix="/")
     apps = ["gateway"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import ray
 from fastapi import FastAPI
 from ray import serve
 from ray.serve import Application
@@ -14,7 +15,7 @@ from ray.serve import Application
 from cluster import niceness, placement, wiring
 from cluster.models import ProcessMemory, ServedEmbedders
 from cluster.scheduler import scheduler_handle
-from core.settings import settings_from_env, wonder_env
+from core.settings import Settings, settings_from_env, wonder_env
 from core.store import store_for_settings
 from serving.gateway.app import create_api
 from serving.gateway.context import GatewayContext
@@ -36,6 +37,7 @@ class Gateway:
             memory=ProcessMemory(settings, ServedEmbedders(settings_env)),
             settings_env=settings_env,
             workspaces=wiring.workspaces(settings_env),
+            node=ray.get_runtime_context().get_node_id(),
         )
         scheduler_handle(settings_env)  # cron triggers fire while a gateway is up (idempotent)
 
@@ -44,12 +46,36 @@ class Gateway:
 
 
 def build_gateway_app(settings_env: dict[str, str]) -> Application:
-    """The gateway as a Serve application; run it with ``serve.run(app, name="gateway")``."""
+    """The gateway as a Serve application; run it with ``serve.run(app, name="gateway")``.
+
+    ``WONDER_GATEWAY_NUM_REPLICAS`` replicas over the nodes the placement rules allow, at most
+    ``WONDER_GATEWAY_MAX_REPLICAS_PER_NODE`` on one (default 1: a lost node takes one replica
+    with it; a replica beyond the nodes that can hold one waits for a node)."""
     deployment: Any = Gateway
     settings = settings_from_env(settings_env)
     env_vars = {**wonder_env(settings_env), **niceness.raised_env(settings)}
     options = {"num_cpus": 0, "runtime_env": {"env_vars": env_vars}}
     placed = placement.gateway_actor_options(settings)
-    configured = deployment.options(ray_actor_options=placement.merged(options, placed))
+    configured = deployment.options(
+        num_replicas=settings.gateway_num_replicas,
+        max_replicas_per_node=settings.gateway_max_replicas_per_node,
+        ray_actor_options=placement.merged(options, placed),
+    )
     app: Application = configured.bind(settings_env)
     return app
+
+
+def start_serve(settings: Settings) -> None:
+    """Start Serve's controller and HTTP proxies on the gateway's host and port.
+
+    ``WONDER_SERVE_PROXY_LOCATION``: ``EveryNode`` (Serve's default) runs a proxy on every node
+    that holds a replica, each on the same port, for a load balancer in front of them: a client
+    of a lost node's proxy reconnects through another one. ``HeadOnly`` runs one proxy on the
+    head, which routes to replicas on any node (one machine, where several nodes cannot share
+    a port: ``tests/cluster``).
+    """
+    serve.start(
+        proxy_location=settings.serve_proxy_location,
+        http_options={"host": settings.gateway_host, "port": settings.gateway_port},
+        controller_options=niceness.serve_controller_options(settings),
+    )

@@ -1,18 +1,54 @@
 """``Metrics`` on Ray: ``ray.util.metrics`` counters, histograms and gauges.
 
-Each process creates the metric objects once (``ray_metrics()``); Ray exports them from every node
-at its ``--metrics-export-port`` in Prometheus format (names get the ``ray_`` prefix), which the
-dashboard's Grafana panels and ``deploy/grafana-dashboard.json`` read. Labels are bounded: turn
-outcome and a failure reason's first word, never ids.
+Each process creates the metric objects once (``ray_metrics()``); Ray exports them from the node
+the process runs on, at that node's ``--metrics-export-port``, in Prometheus format (names get the
+``ray_`` prefix, counters ``_total``), every ``metrics_report_interval_ms`` (10 s by default);
+the dashboard's Grafana panels and ``deploy/grafana-dashboard.json`` read them. Labels are
+bounded: turn outcome and a failure reason's first word, never ids.
+
+Ray's metrics agent forgets a gauge value that has not been set again for two report intervals
+(its TTL for series of dead workers), so a gauge set once would vanish from the endpoint after
+about 20 s: this process sets its gauges' last values again every ``GAUGE_REFRESH_S``
+(tests/cluster/test_metrics.py).
 """
 
 from __future__ import annotations
 
 import functools
+import threading
+import time
 
 from ray.util.metrics import Counter, Gauge, Histogram
 
 LATENCY_BOUNDARIES_S = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300]
+GAUGE_REFRESH_S = 5.0
+
+
+class _RefreshedGauges:
+    """Gauges whose last values are set again every ``GAUGE_REFRESH_S`` (a daemon thread)."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[Gauge, float]] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def set(self, name: str, gauge: Gauge, value: float) -> None:
+        gauge.set(value)
+        with self._lock:
+            self._last[name] = (gauge, value)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._refresh, name="wonder-gauges", daemon=True
+                )
+                self._thread.start()
+
+    def _refresh(self) -> None:
+        while True:
+            time.sleep(GAUGE_REFRESH_S)
+            with self._lock:
+                last = list(self._last.values())
+            for gauge, value in last:
+                gauge.set(value)
 
 
 class RayMetrics:
@@ -50,6 +86,7 @@ class RayMetrics:
             "memory.search, embedding included",
             boundaries=[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5],
         )
+        self._gauges = _RefreshedGauges()
 
     def turn_started(self) -> None:
         self._turns_started.inc()
@@ -66,8 +103,8 @@ class RayMetrics:
         self._tokens.inc(count)
 
     def resident_conversations(self, resident: int, activating: int) -> None:
-        self._resident.set(resident)
-        self._activating.set(activating)
+        self._gauges.set("resident", self._resident, resident)
+        self._gauges.set("activating", self._activating, activating)
 
     def conversation_activated(self) -> None:
         self._activations.inc()
@@ -79,7 +116,7 @@ class RayMetrics:
         self._workflow_runs.inc()
 
     def pending_operations(self, count: int) -> None:
-        self._pending.set(count)
+        self._gauges.set("pending", self._pending, count)
 
     def memory_search(self, latency_s: float) -> None:
         self._memory_search.observe(latency_s)

@@ -477,6 +477,7 @@ class AsyncOperation(Model):
     status: OperationStatus = OperationStatus.PENDING
     result: ToolResult | None = None
     created_at: datetime
+    started_at: datetime | None = None  # the runner took it: from then on its tool may have run
     completed_at: datetime | None = None
     delivery_error: str | None = Field(
         None,

@@ -74,6 +74,17 @@ class Settings(BaseSettings):
 
     gateway_host: str = "127.0.0.1"
     gateway_port: int = 8000
+    gateway_num_replicas: int = Field(
+        1, ge=1, description="Gateway replicas (Serve spreads them over non-accelerator nodes)"
+    )
+    gateway_max_replicas_per_node: int = Field(
+        1, ge=1, description="At most this many gateway replicas on one node (a lost node's share)"
+    )
+    serve_proxy_location: Literal["EveryNode", "HeadOnly"] = Field(
+        "EveryNode",
+        description="Where Serve runs its HTTP proxies: EveryNode (each node with a replica, "
+        "behind a load balancer) or HeadOnly (one proxy on the head)",
+    )
     gateway_niceness: int = Field(
         0,
         ge=0,

@@ -86,6 +86,20 @@ def fail_times(data: dict[str, Any]) -> dict[str, Any]:
 
 
 @library_callable
+async def record_then_wait(data: dict[str, Any]) -> dict[str, Any]:
+    """A tool with an effect to count on every call: append a line to ``path``, then wait
+    ``seconds`` (an operation still running when something fails). Returns the lines so far."""
+    import asyncio
+
+    args = data.get("input") if isinstance(data.get("input"), dict) else data
+    with open(str(args["path"]), "a") as f:
+        f.write("ran\n")
+    await asyncio.sleep(float(args.get("seconds") or 1))
+    with open(str(args["path"])) as f:
+        return {"runs": len(f.readlines())}
+
+
+@library_callable
 async def extract_once_slowly(data: dict[str, Any]) -> dict[str, Any]:
     """A memory extraction hook a crash can cut: append the turn id to the file named by
     ``WONDER_TEST_EXTRACTIONS``, then, the first time only, wait 30 s."""

@@ -138,6 +138,19 @@ def postgres_server() -> Iterator[Any]:
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[Any]:
+    """A real Redis server (Debian's ``redis-server``) on 127.0.0.1, a free port and its own temp
+    dir, stopped by its PID after the session."""
+    from cluster.local_services import start_redis
+
+    server = start_redis()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 def _session_database_env(request: pytest.FixtureRequest) -> dict[str, str]:
     """``WONDER_DATABASE_URL`` for ``--database=postgresql`` (a fresh database), else nothing."""
     if request.config.getoption("--database") != "postgresql":

@@ -199,6 +199,9 @@ class InProcessCluster:
         )
         self.runner = AsyncOperationRunner(lambda: self.tools)
         self.intake = Intake(self.store)  # what the gateway's adapter acknowledges with
+        # Hand-overs to the runner to lose, as when an actor dies (its node lost) between
+        # recording an operation and handing it over.
+        self.lost_starts = 0
 
     def ports(self) -> ConversationPorts:
         tools = self.tools
@@ -326,6 +329,9 @@ class InProcessCluster:
         return False
 
     async def start(self, op_id: str, agent_id: str) -> None:
+        if self.lost_starts > 0:
+            self.lost_starts -= 1
+            return
         await self.runner.start(op_id, agent_id)
 
     async def running(self) -> frozenset[str]:

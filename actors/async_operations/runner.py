@@ -62,6 +62,11 @@ class AsyncOperationRunner:
 
     async def _run(self, op_id: str, agent_id: str) -> None:
         op = self.store.async_operations.get(op_id)
+        if op.status is not OperationStatus.PENDING:
+            return  # finished (or cancelled) already: a repeated start
+        if op.started_at is None:  # from here on its tool may run: a recovery must not re-run it
+            op = op.model_copy(update={"started_at": utc_now()})
+            self.store.async_operations.save(op)
         try:
             result = await self._execute(op, agent_id)
         except Exception as exc:  # any failure still reaches the model and the user

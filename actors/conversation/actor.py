@@ -81,13 +81,16 @@ from core.domain import (
     MessageRole,
     MessageSource,
     OperationStatus,
+    ToolError,
     TurnStatus,
     UserCaller,
     WorkflowCaller,
 )
 from core.errors import (
+    ErrorCode,
     NotFound,
     RetryableError,
+    Unavailable,
     WonderError,
 )
 from core.ids import new_id, utc_now
@@ -102,6 +105,7 @@ from core.ports import (
     ParticipantChange,
     TurnOutcome,
 )
+from core.retry import STORE_OUTAGE, with_retries
 
 log = logging.getLogger("wonder.conversation")
 
@@ -206,8 +210,8 @@ class ConversationActor:
                 self._spawn(turn_id, self.steps.run_tools(turn_id, agent_id, plans))
             case ExtractMemories(extraction=extraction):
                 self._spawn(extraction.turn_id, self.steps.extract_memories(extraction))
-            case CheckOperations(turn_id=turn_id, operations=operations):
-                self._side_step(turn_id, self.steps.check_operations(turn_id, operations))
+            case CheckOperations(turn_id=turn_id, agent_id=agent_id, operations=operations):
+                self._side_step(turn_id, self.steps.check_operations(turn_id, agent_id, operations))
             case StopWork(turn_id=turn_id):
                 work = self._work.get(turn_id)
                 if work is not None:
@@ -258,6 +262,8 @@ class ConversationActor:
     async def _run_step(self, turn_id: str, step: Coroutine[Any, Any, ConversationEvent]) -> None:
         try:
             event = await step
+        except Unavailable as exc:  # the store went away under the step
+            event = _store_lost(turn_id, exc)
         except WonderError as exc:
             log.warning("turn %s failed: %s", turn_id, exc.message)
             event = StepFailed(turn_id, exc.message, utc_now())
@@ -266,10 +272,27 @@ class ConversationActor:
             event = StepFailed(turn_id, f"internal error: {type(exc).__name__}: {exc}", utc_now())
         try:
             self._handle(event)
+        except Unavailable as exc:
+            # The store went away before the step's outcome was written (none of it was): the
+            # turn fails with a retriable error as soon as the store takes that.
+            await self._fail_when_stored(_store_lost(turn_id, exc))
         except Exception:
             # The store refused the outcome's writes: the turn stays active there, and the next
-            # incarnation of this actor fails it as interrupted. Nothing acknowledged is lost.
+            # incarnation of this actor resumes it. Nothing acknowledged is lost.
             log.exception("turn %s: could not record %s", turn_id, type(event).__name__)
+
+    async def _fail_when_stored(self, failed: StepFailed) -> None:
+        log.warning("turn %s: %s; failing it once the store is back", failed.turn_id, failed.reason)
+
+        async def attempt() -> None:
+            self._handle(failed)
+
+        try:
+            await with_retries(STORE_OUTAGE, attempt)
+        except WonderError:
+            # Still no store: the turn stays active there and in this incarnation; the next
+            # one resumes it (durable turns). Nothing acknowledged is lost.
+            log.error("turn %s: no store; left for the next activation", failed.turn_id)
 
     def _step_done(self, turn_id: str, task: asyncio.Task[None]) -> None:
         if self._work.get(turn_id) is task:
@@ -290,7 +313,9 @@ class ConversationActor:
             return
         if not self._bound:
             self._bind()
-        self._handle(self._recovered())
+        recovered = self._recovered()
+        self._measure_acknowledged(recovered)
+        self._handle(recovered)
         self._started = True
         loop = asyncio.get_running_loop()
         for background in (self._watch_idle(), self._prewarm_model()):
@@ -341,6 +366,17 @@ class ConversationActor:
                 turns.append(RecoveredTurn(turn, ops))
         extractions = tuple(self.store.pending_extractions.list(self.id))
         return Recovered(tuple(turns), at, extractions)
+
+    def _measure_acknowledged(self, recovered: Recovered) -> None:
+        """Show the turn metrics the ``turn.started`` of turns acknowledged in the store before
+        this actor bound (``intake``): it never publishes those events, and no actor started
+        these turns, so nobody measured their start (their latency runs from it)."""
+        waiting = {r.turn.id for r in recovered.turns if r.turn.started_at is None}
+        if not waiting:
+            return
+        for event in self.store.events.list_of_types(self.id, ("turn.started",)):
+            if event.seq <= self._published and event.payload.get("turn_id") in waiting:
+                self._turn_metrics.observe(event_dict(event), utc_now())
 
     async def _prewarm_model(self) -> None:
         """Get the agent's model ready now, not on the first turn (≈ 0.5 s of imports)."""
@@ -550,13 +586,24 @@ class ConversationActor:
 
     async def _until_ended(self, turn_id: str, timeout_s: float | None) -> None:
         """Wait until ``turn_id`` is no longer live here (or the timeout passes)."""
-        if turn_id not in self.state.turns:
+        if turn_id not in self.state.turns and not self._on_its_way(turn_id):
             return
         ended = self._ended.setdefault(turn_id, asyncio.Event())
         try:
             await asyncio.wait_for(ended.wait(), timeout_s)
         except TimeoutError:
             pass
+
+    def _on_its_way(self, turn_id: str) -> bool:
+        """Whether ``turn_id`` is this conversation's, acknowledged in the store and not ended,
+        though not started here: its message was acknowledged without waiting for this actor and
+        the call that starts it here is still on its way (it is retried until it arrives), so a
+        wait for the turn waits for that, not for nothing (tests/cluster/test_head_restart.py)."""
+        try:
+            turn = self.store.turns.get(turn_id)
+        except NotFound:
+            return False
+        return turn.conversation_id == self.id and turn.status is TurnStatus.ACTIVE
 
     async def deliver_operation(self, op_id: str) -> bool:
         """An async operation finished: answer with its result on its turn (exactly once)."""
@@ -695,6 +742,12 @@ class ConversationActor:
         while this actor started, a delivery failure the runner recorded)."""
         for event in self.store.events.list(self.id, self._published):
             self.publish(event_dict(event))
+
+
+def _store_lost(turn_id: str, exc: Unavailable) -> StepFailed:
+    """The turn's failure when the store went away mid-turn: retriable (ask again)."""
+    error = ToolError(code=ErrorCode.UNAVAILABLE, message=exc.message, retriable=True)
+    return StepFailed(turn_id, f"store unavailable: {exc.message}", utc_now(), error)
 
 
 def _author(caller: Caller) -> tuple[str, MessageSource]:

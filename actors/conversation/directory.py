@@ -78,6 +78,8 @@ class ConversationDirectory:
         if handle is not None and not replace:
             self._resident.move_to_end(conversation_id)
             return handle
+        if replace:
+            return await self._replace(conversation_id)
         if self._waiting >= self.max_waiting:
             self.refused += 1
             raise Unavailable(
@@ -92,7 +94,7 @@ class ConversationDirectory:
         try:
             async with self._lock:
                 handle = self._resident.get(conversation_id)
-                if handle is not None and not replace:
+                if handle is not None:
                     self._resident.move_to_end(conversation_id)
                     self._start_slots.release()
                     return handle
@@ -109,6 +111,22 @@ class ConversationDirectory:
         task = asyncio.get_running_loop().create_task(self._started(conversation_id, handle))
         self._side.add(task)
         task.add_done_callback(self._side.discard)
+        return handle
+
+    async def _replace(self, conversation_id: str) -> Any:
+        """The handle again after a call on it failed: the host gets the actor Ray is restarting
+        (its process crashed, its node was lost) or creates one if it is gone (evicted).
+
+        No start slot is taken or waited for: slots bound the starts this directory causes, and
+        Ray restarts a lost node's actors all at once anyway; queueing each caller behind the
+        others' restarts only delayed them (tests/cluster/test_node_loss.py)."""
+        async with self._lock:
+            self._resident.pop(conversation_id, None)
+            await self._make_room(conversation_id)
+            handle = self._host.create(conversation_id)
+            self._resident[conversation_id] = handle
+            self.peak_resident = max(self.peak_resident, len(self._resident))
+            self.activations += 1
         return handle
 
     def is_ready(self, conversation_id: str) -> bool:

@@ -316,12 +316,14 @@ class CancelRequested:
 
 @dataclass(frozen=True, slots=True)
 class StepFailed:
-    """A step of the turn could not go on (its agent is gone, a bug): the turn fails with
-    ``reason`` and is not left dangling."""
+    """A step of the turn could not go on (its agent is gone, a bug, the store went away): the
+    turn fails with ``reason`` (and ``error``, when the caller may ask again) and is not left
+    dangling."""
 
     turn_id: str
     reason: str
     at: datetime
+    error: ToolError | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -635,9 +637,11 @@ class StopWork:
 
 @dataclass(frozen=True, slots=True)
 class CheckOperations:
-    """Ask the runner whether a recovered turn's pending operations are still running."""
+    """Ask the runner whether a recovered turn's pending operations are still running (those it
+    never took are handed to it now)."""
 
     turn_id: str
+    agent_id: str | None
     operations: tuple[AsyncOperation, ...]
 
 

@@ -423,7 +423,7 @@ def _resume_interrupted(recovered: RecoveredTurn, at: datetime) -> list[Decision
     decisions += [HoldDelivery(turn.id, op) for op in completed]
     pending = tuple(op for op in ops if op.status is OperationStatus.PENDING)
     if pending:
-        decisions.append(CheckOperations(turn.id, pending))
+        decisions.append(CheckOperations(turn.id, turn.agent_id, pending))
     return decisions
 
 
@@ -439,7 +439,7 @@ def _resume_waiting(recovered: RecoveredTurn, at: datetime) -> list[Decision]:
     decisions += _deliveries(turn.id, turn.agent_id, completed, free=True)
     pending = tuple(op for op in ops if op.status is OperationStatus.PENDING)
     if pending:
-        decisions.append(CheckOperations(turn.id, pending))
+        decisions.append(CheckOperations(turn.id, turn.agent_id, pending))
     return decisions
 
 
@@ -727,7 +727,7 @@ def _step_failed(state: ConversationState, event: StepFailed) -> list[Decision]:
         decisions.append(CloseDangling(turn.turn_id, turn.open_calls, (), message, event.at))
     return [
         *decisions,
-        FailTurn(turn.turn_id, event.reason, turn.usage, False, event.at),
+        FailTurn(turn.turn_id, event.reason, turn.usage, False, event.at, event.error),
         *_start_next(state, turn.turn_id, event.at),
     ]
 

@@ -46,6 +46,7 @@ from core.context_contract import CONTEXT_CONTRACT, parse_hook_answer
 from core.domain import (
     AsyncOperation,
     Message,
+    OperationStatus,
     PendingExtraction,
     ToolError,
     ToolResult,
@@ -305,9 +306,24 @@ class TurnSteps:
         return MemoriesExtracted(turn_id, utc_now())
 
     async def check_operations(
-        self, turn_id: str, operations: Sequence[AsyncOperation]
+        self, turn_id: str, agent_id: str | None, operations: Sequence[AsyncOperation]
     ) -> OperationsChecked:
-        """Which of a recovered turn's pending operations the runner no longer has."""
+        """Which of a recovered turn's pending operations the runner no longer has.
+
+        One the runner never took (``started_at`` unset: the previous incarnation recorded it,
+        then died before handing it over — a lost node) has not run: it is handed over now, not
+        lost. One that finished meanwhile is the runner's to deliver."""
         running = await self.ports.operations.running()
-        lost = tuple(op for op in operations if op.id not in running)
-        return OperationsChecked(turn_id, lost, utc_now())
+        lost: list[AsyncOperation] = []
+        for op in operations:
+            if op.id in running:
+                continue
+            stored = self.store.async_operations.get(op.id)
+            if stored.status is not OperationStatus.PENDING:
+                continue
+            if stored.started_at is None:
+                agent = agent_id or self.store.conversations.get(self.conversation_id).agent_id
+                await self.ports.operations.start(op.id, agent or "")
+                continue
+            lost.append(op)
+        return OperationsChecked(turn_id, tuple(lost), utc_now())

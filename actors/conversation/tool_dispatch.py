@@ -11,6 +11,7 @@ and the async-operations runner both dispatch through this class, with the same 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 
@@ -259,7 +260,7 @@ def persona_agent(store: Store, client_id: str, persona_id: str) -> Agent:
     """
     # NotFound unless the client's library or the system's has such a persona.
     store.personas.get(persona_id, client_id=client_id)
-    agent_id = f"agent_{persona_id}_{client_id}"
+    agent_id = persona_agent_id(persona_id, client_id)
     try:
         return store.agents.get(agent_id, client_id)
     except NotFound:
@@ -275,6 +276,19 @@ def persona_agent(store: Store, client_id: str, persona_id: str) -> Agent:
         return store.agents.insert(agent)
     except IntegrityError:  # created concurrently by another conversation
         return store.agents.get(agent_id, client_id)
+
+
+AGENT_ID_MAX = 64  # the store's agents.id column (PostgreSQL enforces it; SQLite does not)
+
+
+def persona_agent_id(persona_id: str, client_id: str) -> str:
+    """The client's agent for a persona: ``agent_<persona>_<client>`` when that fits the store's
+    id column, else ``agent_p_`` and a digest of both (a persona id of 20+ characters)."""
+    readable = f"agent_{persona_id}_{client_id}"
+    if len(readable) <= AGENT_ID_MAX:
+        return readable
+    digest = hashlib.sha256(f"{persona_id}\0{client_id}".encode()).hexdigest()[:40]
+    return f"agent_p_{digest}"
 
 
 def over_quota(agent_id: str, answer: AgentAnswer) -> TaskOutcome:

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, insert, select
+from sqlalchemy.exc import InterfaceError, OperationalError
 
+from core.errors import Unavailable
 from core.store.columns import add_missing_columns
 from core.store.schema import SCHEMA_VERSION, metadata, schema_info
 
@@ -48,6 +50,23 @@ class PoolLimits:
     overflow: int = 4
     timeout_s: float = 30.0
     recycle_s: int = 1800
+
+
+# SQLite reports its own mistakes (no such table, a syntax error) as OperationalError too: only
+# these mean "not now" there; every OperationalError of a server database does (lost connection,
+# refused connect, a deadlock or cancelled statement).
+SQLITE_UNAVAILABLE = ("locked", "unable to open", "disk i/o")
+
+
+@contextmanager
+def _unavailable_as_retryable(url: str) -> Iterator[None]:
+    try:
+        yield
+    except (OperationalError, InterfaceError) as exc:
+        reason = str(exc.orig or exc)
+        if url.startswith("sqlite") and not any(s in reason.lower() for s in SQLITE_UNAVAILABLE):
+            raise
+        raise Unavailable(f"the database is unavailable: {reason[:300]}") from exc
 
 
 def _connect_args(url: str) -> dict[str, Any]:
@@ -105,8 +124,13 @@ class Database:
 
     @contextmanager
     def begin(self) -> Iterator[Connection]:
-        """A write transaction (committed on exit, rolled back on error)."""
-        with self.engine.connect() as conn:
+        """A write transaction (committed on exit, rolled back on error).
+
+        A database that cannot be reached or drops the connection (a server stopped or
+        restarting) raises ``Unavailable``, a retryable error: nothing of the transaction was
+        written, and the caller may try again once the server is back.
+        """
+        with _unavailable_as_retryable(self.url), self.engine.connect() as conn:
             conn.info["wonder_write"] = True
             try:
                 with conn.begin():
@@ -117,7 +141,7 @@ class Database:
     @contextmanager
     def connect(self) -> Iterator[Connection]:
         """A connection for reads (its implicit transaction never takes the write lock)."""
-        with self.engine.connect() as conn:
+        with _unavailable_as_retryable(self.url), self.engine.connect() as conn:
             conn.info["wonder_write"] = False
             yield conn
 

@@ -24,6 +24,7 @@ class GatewayContext:
     memory: MemoryAccess
     settings_env: dict[str, str] = field(default_factory=dict)
     workspaces: Workspaces | None = None
+    node: str = ""  # the Ray node this replica runs on (``X-Wonder-Node`` of a stream's handshake)
 
     @property
     def settings(self) -> Settings:

@@ -53,6 +53,10 @@ logger = logging.getLogger("wonder.gateway")
 
 router = APIRouter()
 
+# The stream's handshake names the node of the gateway replica that serves it (operators, and the
+# node-loss tests: which clients were connected through a replica on the lost node).
+NODE_HEADER = "x-wonder-node"
+
 CLOSE_CODES = {
     "UNAUTHORIZED": 4401,
     "NOT_FOUND": 4404,
@@ -305,7 +309,9 @@ async def refuse(
 async def stream(websocket: WebSocket, conversation_id: str) -> None:
     """Subscribe to a conversation's events and send it messages."""
     context = get_context(websocket)
-    await websocket.accept()
+    await websocket.accept(
+        headers=[(NODE_HEADER.encode(), context.node.encode())] if context.node else None
+    )
     secret = websocket_key(websocket)
     try:
         key = await run_in_threadpool(authenticate, context, secret)

@@ -17,6 +17,7 @@ from typing import Any
 import ray
 
 from cluster import placement, wiring
+from cluster.gateway import build_gateway_app, start_serve
 from cluster.preflight import SetupError, check_placement
 from core.settings import settings_from_env, wonder_env
 
@@ -81,10 +82,36 @@ async def placements(args: Result) -> Result:
     return {**out, "refusals": refusals}
 
 
+def _serve_gateway(replicas: int) -> int:
+    from ray import serve
+
+    env = {**wonder_env(), "WONDER_GATEWAY_NUM_REPLICAS": str(replicas)}
+    settings = settings_from_env(env)
+    start_serve(settings)
+    serve.run(build_gateway_app(env), name="gateway", route_prefix="/")
+    return settings.gateway_port
+
+
+async def serve_gateway(args: Result) -> Result:
+    """Start Serve (its proxy where ``WONDER_SERVE_PROXY_LOCATION`` says) and deploy the gateway
+    with ``replicas`` replicas, as ``wonder up`` does; Serve keeps them after this driver exits."""
+    port = await asyncio.to_thread(_serve_gateway, int(args["replicas"]))
+    return {"port": port}
+
+
+async def statuses(args: Result) -> Result:
+    """Each conversation's live actor status (its pid and node)."""
+    conversations = wiring.conversations(wonder_env())
+    found = await asyncio.gather(*(conversations.status(c) for c in args["conversations"]))
+    return {"statuses": list(found)}
+
+
 SCENARIOS: dict[str, Callable[[Result], Awaitable[Result]]] = {
     "converse": converse,
     "post": post,
     "placements": placements,
+    "serve": serve_gateway,
+    "statuses": statuses,
 }
 
 

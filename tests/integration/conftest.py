@@ -7,69 +7,25 @@ a fresh bucket on it per test. Credentials are moto's dummies, set in this proce
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.conftest import free_port
+from cluster.local_services import S3Server, start_s3
 
-
-@dataclass(frozen=True)
-class S3Server:
-    endpoint_url: str
-    env: dict[str, str]  # AWS_* variables a process needs to reach it
-
-
-def _moto_server_binary() -> str:
-    candidate = Path(sys.executable).with_name("moto_server")
-    return str(candidate) if candidate.exists() else shutil.which("moto_server") or "moto_server"
+__all__ = ["S3Server"]
 
 
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[S3Server]:
-    """``moto_server -H 127.0.0.1 -p PORT``, stopped by its PID at the end of the session."""
-    port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    process = subprocess.Popen(
-        [_moto_server_binary(), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    env = {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }
-    for key, value in env.items():
-        os.environ.setdefault(key, value)
+    """``moto_server -H 127.0.0.1 -p PORT`` (``cluster.local_services``), stopped by its PID at the
+    end of the session."""
+    server = start_s3()
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                httpx.get(endpoint, timeout=1.0)
-                break
-            except httpx.TransportError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("moto_server did not start") from None
-                time.sleep(0.05)
-        yield S3Server(endpoint_url=endpoint, env={k: os.environ[k] for k in env})
+        yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        server.stop()
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from actors.conversation.tool_dispatch import persona_agent_id
 from core.domain import (
     ConcurrencyPolicy,
     Constraints,
@@ -415,7 +416,7 @@ async def test_a_tool_can_target_a_persona_the_client_gets_its_own_agent(
     conv = make_conversation(store, client_id, manager)
     ack = await post(conv.id, "build a todo app", "u")
     await _status(ray_cluster, ack.turn_id, TurnStatus.COMPLETED)
-    created = store.agents.get(f"agent_{persona_id}_{client_id}", client_id)
+    created = store.agents.get(persona_agent_id(persona_id, client_id), client_id)
     assert created.persona_ref is not None and created.persona_ref.id == persona_id
     [child] = store.conversations.list(client_id, parent_id=conv.id)
     assert child.agent_id == created.id

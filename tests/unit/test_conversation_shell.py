@@ -210,6 +210,38 @@ async def test_a_completed_operation_is_delivered_by_the_next_incarnation(
     assert event_types(cluster.store, conv).count("operation.delivered") == 1
 
 
+async def test_an_operation_never_handed_to_the_runner_is_handed_over_on_recovery(
+    cluster: InProcessCluster, tmp_path: Path
+) -> None:
+    """Its actor died after recording the operation and before the runner took it (a lost
+    node): the next incarnation hands it over (it never ran), instead of calling it lost."""
+    runs = tmp_path / "runs"
+    record = task_tool(
+        cluster.store,
+        "record",
+        [{"kind": "python", "params": {"callable": "tests.callables:record_then_wait"}}],
+        **{"async": True},
+    )
+    script = [
+        {"match": "go", "tool_calls": [{"name": "record", "arguments": {"path": str(runs)}}]},
+        {"match": "dispatched", "reply": "started"},
+        {"match": "[background result]", "reply": "done: {{last_user}}"},
+    ]
+    conv = conversation(cluster.store, script, tools=[record])
+    cluster.lost_starts = 1
+    ack = await cluster.post_message(conv, "go", "user-1")
+    await async_wait_for(lambda: cluster.store.turns.get(ack.turn_id).awaiting_operations, 10)
+    [op] = cluster.store.async_operations.list(conv)
+    assert op.started_at is None and not runs.exists()  # recorded, never handed over
+    cluster.crash(conv)
+    assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+    [op] = cluster.store.async_operations.list(conv)
+    assert op.status is OperationStatus.DELIVERED and op.started_at is not None
+    assert op.result is not None and op.result.success
+    assert runs.read_text().count("ran") == 1
+    assert event_types(cluster.store, conv).count("operation.delivered") == 1
+
+
 async def test_cancel_closes_the_open_tool_call(cluster: InProcessCluster) -> None:
     slow = task_tool(
         cluster.store,
@@ -349,6 +381,22 @@ async def test_the_actor_picks_up_a_message_acknowledged_while_it_started(
     assert seqs == list(range(2, seqs[-1] + 1))  # the other writer's events too, in order
     assert seen[0]["type"] == "turn.started" and seen[1]["type"] == "message"
     assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+
+
+async def test_a_wait_for_a_turn_acknowledged_elsewhere_waits_for_its_start(
+    cluster: InProcessCluster,
+) -> None:
+    conv = conversation(cluster.store, [{"reply": "answer to {{last_user}}"}])
+    stream = cluster.stream_events(conv, 0)
+    assert (await anext(stream))["type"] == "conversation_started"
+    ack = cluster.intake.acknowledge(conv, "late", "user-1", message_id=new_id("msg"))
+    assert ack is not None
+    # The wait reaches the running actor before the call that starts the turn there does.
+    waiting = asyncio.ensure_future(cluster.actor(conv).wait_for_turn(ack.turn_id, 30))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()  # not answered "active" at once: the turn is on its way
+    await cluster.post_message(conv, "late", "user-1", message_id=ack.message_id)
+    assert (await waiting).status is TurnStatus.COMPLETED
 
 
 async def test_a_busy_conversation_is_left_to_its_actor(cluster: InProcessCluster) -> None:

@@ -14,7 +14,7 @@ import ray
 import yaml
 from ray.serve.schema import ServeDeploySchema
 
-from cluster import placement
+from cluster import bootstrap, placement
 from cluster.niceness import serve_controller_options
 from core.settings import Settings
 
@@ -118,3 +118,41 @@ def test_grafana_dashboard_reads_metrics_the_code_exports() -> None:
     declared = set(re.findall(r'"(wonder_[a-z_]+)"', (ROOT / "cluster" / "metrics.py").read_text()))
     assert used and used <= declared, sorted(used - declared)
     assert declared <= used, f"not on the dashboard: {sorted(declared - used)}"
+
+
+def test_both_files_detect_a_lost_node_as_wonder_up_does() -> None:
+    """The health-check settings of ``wonder up`` (``bootstrap.NODE_HEALTH_CHECK_ENV``) in the
+    launcher's head start command and in every KubeRay container, and GCS fault tolerance."""
+    head_command = " ".join(launcher()["head_start_ray_commands"])
+    for name, value in bootstrap.NODE_HEALTH_CHECK_ENV.items():
+        assert f"{name}={value}" in head_command, name
+    assert "RAY_REDIS_ADDRESS=" in head_command
+    assert "RAY_gcs_rpc_server_reconnect_timeout_s=" in " ".join(
+        launcher()["worker_start_ray_commands"]
+    )
+    cluster = rayservice()["spec"]["rayClusterConfig"]
+    env = {
+        e["name"]: e["value"]
+        for e in cluster["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert {k: env[k] for k in bootstrap.NODE_HEALTH_CHECK_ENV} == bootstrap.NODE_HEALTH_CHECK_ENV
+    assert cluster["gcsFaultToleranceOptions"]["redisAddress"]
+    assert (
+        bootstrap.ray_process_env() | bootstrap.NODE_HEALTH_CHECK_ENV == bootstrap.ray_process_env()
+    )
+
+
+def test_serve_proxies_and_gateway_replicas_as_the_settings_say() -> None:
+    manifest = rayservice()
+    serve_config = yaml.safe_load(manifest["spec"]["serveConfigV2"])
+    env = {
+        e["name"]: e["value"]
+        for e in manifest["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"][
+            "containers"
+        ][0]["env"]
+    }
+    assert serve_config["proxy_location"] == env["WONDER_SERVE_PROXY_LOCATION"] == "EveryNode"
+    launcher_env = _env_lines(launcher())
+    assert launcher_env["WONDER_SERVE_PROXY_LOCATION"] == "EveryNode"
+    for settings_env in (env, launcher_env):
+        assert int(settings_env["WONDER_GATEWAY_NUM_REPLICAS"]) >= 2  # a lost node keeps one

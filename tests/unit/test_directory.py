@@ -102,6 +102,22 @@ async def test_at_most_max_starting_actors_start_at_once_first_come_first_served
     assert directory.stats()["starting"] == 0 and directory.stats()["activations"] == 5
 
 
+async def test_a_replacement_does_not_wait_behind_starting_actors() -> None:
+    """After a failed call (Ray restarting the actor: its node was lost) the caller gets the
+    handle again at once, though the start slot is taken by an actor still starting."""
+    host = FakeHost()
+    directory = ConversationDirectory(8, host, max_starting=1)
+    await directory.activate("c1")  # holds the only start slot until c1 has started
+    second = asyncio.create_task(directory.activate("c2"))
+    await settle()
+    assert not second.done()  # waits for the slot
+    again = await asyncio.wait_for(directory.activate("c1", replace=True), 1)
+    assert again is host.created[-1] and again.conversation_id == "c1"
+    assert not second.done()
+    await start_everything(host)
+    await second
+
+
 async def test_a_full_start_queue_refuses_at_once_with_a_retriable_error() -> None:
     host = FakeHost()
     directory = ConversationDirectory(100, host, max_starting=1, max_waiting=2)
