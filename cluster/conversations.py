@@ -3,7 +3,7 @@ else reaches them through.
 
 Every call gets-or-creates the named detached ``conversation:<id>`` actor through the directory
 (which enforces the resident cap) and goes through the one retry helper (``core.retry.ACTOR_CALL``:
-twenty attempts over about seventeen seconds; a dead, restarting or hibernating actor is
+eight attempts over about sixteen seconds; a dead, restarting or hibernating actor is
 re-activated before the next one); ``post_message`` carries a message id so that a retry never
 stores a message twice. Ray's failures become Wonder's errors here, so nothing above sees a Ray
 exception.

@@ -42,11 +42,9 @@ class RetryPolicy:
 CONTEXT_ASSEMBLY = RetryPolicy(3, (0.1, 0.2, 0.4), 30.0)
 LLM_CALL = RetryPolicy(3, (0.5, 1.0, 2.0), 120.0)
 MEMORY_EXTRACTION = RetryPolicy(3, (0.1, 0.2, 0.4), 60.0)
-ACTOR_CALL = RetryPolicy(20, (0.05, 0.2, 0.5, 1.0), None)
+ACTOR_CALL = RetryPolicy(8, (0.05, 0.2, 0.5, 1.0, 2.0, 4.0, 8.0), None)
 """A call to a named actor: tried again (re-activated) when the actor died, is restarting or was
-being evicted — twenty attempts over about seventeen seconds, once a second after the first
-(a doubling schedule left an 8 s gap in which restarted actors waited to be called again:
-docs/benchmarks.md, ``cluster_scale.py``): a restart takes a worker process, and
+being evicted — eight attempts over about sixteen seconds: a restart takes a worker process, and
 an actor whose node was lost restarts only once Ray has declared the node dead (about 3 s with
 the health-check settings `wonder up` and the deployment files use, about 15 s with Ray's
 defaults; docs/deploy.md "Losing a node"), tests/cluster/test_node_loss.py."""
