@@ -147,9 +147,12 @@ def start_postgres(max_connections: int = 200) -> PostgresServer:
         capture_output=True,
     )
     port = free_port()
+    # fsync and full-page writes guard against the machine crashing, which a test server never
+    # outlives; a commit must still reach the WAL before it returns (synchronous_commit on), or
+    # a server crash (the database-loss drill's ``pg_ctl -m immediate``) loses acknowledged rows.
     options = (
         f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={root} "
-        f"-c max_connections={max_connections} -c fsync=off -c synchronous_commit=off "
+        f"-c max_connections={max_connections} -c fsync=off -c synchronous_commit=on "
         "-c full_page_writes=off"
     )
     server = PostgresServer(port=port, data_dir=data_dir, bin_dir=bin_dir, user=user)
