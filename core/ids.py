@@ -16,6 +16,16 @@ def new_id(prefix: str = "") -> str:
     return f"{prefix}_{value}" if prefix else value
 
 
+def new_id_after(prefix: str, earlier: str | None) -> str:
+    """A new id that sorts after ``earlier`` (one of the same prefix, perhaps made by another
+    process in the same millisecond, where two processes' ULIDs order at random)."""
+    made = new_id(prefix)
+    if earlier is None or not earlier.startswith(f"{prefix}_") or made > earlier:
+        return made
+    after = ULID.from_int(int(ULID.from_str(earlier.removeprefix(f"{prefix}_"))) + 1)
+    return f"{prefix}_{after}"
+
+
 def utc_now() -> datetime:
     """The current time in UTC (the one clock the shell reads)."""
     return datetime.now(UTC)

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Coroutine
 from dataclasses import replace
 from typing import Any, assert_never
 
+from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
 from actors.conversation.domain import (
@@ -65,8 +66,14 @@ from actors.conversation.domain import (
     TurnRequested,
     WaitForOperations,
 )
-from actors.conversation.intake import existing_ack, parent_turn, raise_refusal
-from actors.conversation.log import ConversationLog, event_dict, token_event
+from actors.conversation.intake import (
+    ParentMoved,
+    existing_ack,
+    follows_latest,
+    parent_turn,
+    raise_refusal,
+)
+from actors.conversation.log import ConversationLog, PendingWrite, event_dict, token_event
 from actors.conversation.planning import apply, plan
 from actors.conversation.ports import ConversationPorts, ConversationPortsFactory
 from actors.conversation.records import WAITING, BatchWriter
@@ -77,6 +84,7 @@ from core.domain import (
     AgentCaller,
     Caller,
     ConcurrencyPolicy,
+    Event,
     Message,
     MessageRole,
     MessageSource,
@@ -93,7 +101,7 @@ from core.errors import (
     Unavailable,
     WonderError,
 )
-from core.ids import new_id, utc_now
+from core.ids import new_id, new_id_after, utc_now
 from core.jsontypes import JsonObject
 from core.llm.protocol import ChatModel
 from core.metrics import TurnMetrics
@@ -108,6 +116,7 @@ from core.ports import (
 from core.retry import STORE_OUTAGE, with_retries
 
 log = logging.getLogger("wonder.conversation")
+PARENT_READS = 3  # reads of a new turn's parent while the caller acknowledges turns meanwhile
 
 
 def coalesce_tokens(
@@ -185,13 +194,17 @@ class ConversationActor:
 
     # ------------------------------------------------------------------ the step
 
-    def _handle(self, event: ConversationEvent) -> tuple[list[Decision], dict[str, Message]]:
-        """Plan ``event``, persist what it writes, apply it, perform its effects."""
+    def _handle(
+        self, event: ConversationEvent, guard: PendingWrite | None = None
+    ) -> tuple[list[Decision], dict[str, Message]]:
+        """Plan ``event``, persist what it writes (``guard`` checks inside that transaction),
+        apply it, perform its effects."""
         decisions = plan(self.state, event)
         writer = BatchWriter(self.store, self.id)
         writes = writer.writes_for(decisions)
         if writes:
-            self.log.commit(utc_now(), writes)  # intent first: a failed commit changes nothing
+            # intent first: a failed commit changes nothing
+            self.log.commit(utc_now(), [*writes, guard] if guard is not None else writes)
         for decision in decisions:
             apply(self.state, decision)
         for decision in decisions:
@@ -453,24 +466,32 @@ class ConversationActor:
             existing = existing_ack(self.store, self.id, message_id)
             if existing is not None:
                 return self._picked_up(existing)
-        event = self._received(
-            content,
-            author,
-            UserCaller(user_id=author),
-            source,
-            reply_to_message_id,
-            message_id,
-            agent_id,
-            policy_applies=True,
-        )
-        try:
-            decisions, acks = self._handle(event)
-        except IntegrityError:
-            # Acknowledged meanwhile by the caller (``intake``), while this actor was starting.
-            existing = existing_ack(self.store, self.id, event.message_id)
-            if existing is None:
-                raise
-            return self._picked_up(existing)
+        for attempt in range(PARENT_READS):
+            event = self._received(
+                content,
+                author,
+                UserCaller(user_id=author),
+                source,
+                reply_to_message_id,
+                message_id,
+                agent_id,
+                policy_applies=True,
+            )
+            # A turn the caller acknowledged in the store meanwhile (``intake``) becomes the
+            # parent: read it again. The last read is kept whatever it finds (a fork in the
+            # thread tree rather than a refused message).
+            guarded = reply_to_message_id is None and attempt < PARENT_READS - 1
+            try:
+                decisions, acks = self._handle(event, self._follows(event) if guarded else None)
+            except ParentMoved:
+                continue
+            except IntegrityError:
+                # Acknowledged meanwhile by the caller (``intake``), while this actor was starting.
+                existing = existing_ack(self.store, self.id, event.message_id)
+                if existing is None:
+                    raise
+                return self._picked_up(existing)
+            break
         raise_refusal(decisions)
         stored = acks[event.turn_id]
         return MessageAck(
@@ -480,6 +501,16 @@ class ConversationActor:
             seq=stored.seq,
             queued=event.turn_id in self.state.queue,
         )
+
+    def _follows(self, event: MessageReceived) -> PendingWrite:
+        """A check inside the transaction storing ``event``'s turn: its parent is still the
+        conversation's latest turn."""
+
+        def check(conn: Connection, _events: list[Event]) -> None:
+            if not follows_latest(self.store, self.id, event.turn_id, event.parent_turn_id, conn):
+                raise ParentMoved(event.turn_id)
+
+        return PendingWrite([], check)
 
     def _picked_up(self, ack: MessageAck) -> MessageAck:
         """A message already stored: a retry, or one acknowledged while this actor was starting
@@ -502,8 +533,9 @@ class ConversationActor:
         *,
         policy_applies: bool,
     ) -> MessageReceived:
+        parent_turn_id = parent_turn(self.store, self.id, reply_to_message_id)
         return MessageReceived(
-            turn_id=new_id("turn"),
+            turn_id=new_id_after("turn", parent_turn_id),
             message_id=message_id or new_id("msg"),
             content=content,
             author=author,
@@ -511,7 +543,7 @@ class ConversationActor:
             source=source,
             requested_agent_id=agent_id,
             reply_to_message_id=reply_to_message_id,
-            parent_turn_id=parent_turn(self.store, self.id, reply_to_message_id),
+            parent_turn_id=parent_turn_id,
             policy_applies=policy_applies,
             at=utc_now(),
         )

@@ -35,7 +35,7 @@ from actors.conversation.records import BatchWriter
 from core.domain import Event, MessageSource, TurnStatus, UserCaller
 from core.errors import Conflict, ErrorCode, InvalidInput, NonRetryableError, NotFound
 from core.forks import latest_turn_id
-from core.ids import new_id, utc_now
+from core.ids import new_id_after, utc_now
 from core.ports import MessageAck
 from core.store import Store
 
@@ -86,8 +86,24 @@ def parent_turn(store: Store, conversation_id: str, reply_to_message_id: str | N
     return latest_turn_id(store, conversation_id)
 
 
+def follows_latest(
+    store: Store, conversation_id: str, turn_id: str, parent_turn_id: str | None, conn: Connection
+) -> bool:
+    """Inside the write transaction that stores turn ``turn_id`` (after the store's lock): no
+    other turn was stored since ``parent_turn_id`` was read as the conversation's latest, so the
+    new turn continues from the newest one (a session's queued messages never fork off each
+    other)."""
+    others = store.turns.list(conversation_id, last=2, conn=conn)
+    previous = [t.id for t in others if t.id != turn_id]
+    return not previous or previous[-1] == parent_turn_id
+
+
 class ConversationBusy(Exception):
     """The conversation has an active turn: its actor applies the policy (rolls back the ack)."""
+
+
+class ParentMoved(Exception):
+    """Another writer stored a turn after this one's parent was read: read the parent again."""
 
 
 class Intake:
@@ -114,8 +130,9 @@ class Intake:
         stored = existing_ack(store, conversation_id, message_id)
         if stored is not None:
             return stored
+        parent_turn_id = parent_turn(store, conversation_id, reply_to_message_id)
         event = MessageReceived(
-            turn_id=new_id("turn"),
+            turn_id=new_id_after("turn", parent_turn_id),
             message_id=message_id,
             content=content,
             author=author,
@@ -123,7 +140,7 @@ class Intake:
             source=source,
             requested_agent_id=agent_id,
             reply_to_message_id=reply_to_message_id,
-            parent_turn_id=parent_turn(store, conversation_id, reply_to_message_id),
+            parent_turn_id=parent_turn_id,
             policy_applies=True,
             at=utc_now(),
         )
@@ -145,13 +162,12 @@ class Intake:
             active = store.turns.list(conversation_id, status=TurnStatus.ACTIVE, conn=conn)
             if any(t.id != turn.id for t in active):
                 raise ConversationBusy(conversation_id)
-            # Another turn stored since the parent was read (it already ended): the message must
-            # continue from that one (a session's queued messages never fork off each other).
-            if reply_to_message_id is None:
-                others = store.turns.list(conversation_id, last=2, conn=conn)
-                previous = [t.id for t in others if t.id != turn.id]
-                if previous and previous[-1] != turn.parent_turn_id:
-                    raise ConversationBusy(conversation_id)
+            # Another turn stored since the parent was read (it already ended): the actor takes
+            # the message and continues from that one.
+            if reply_to_message_id is None and not follows_latest(
+                store, conversation_id, turn.id, turn.parent_turn_id, conn
+            ):
+                raise ConversationBusy(conversation_id)
 
         log = ConversationLog(store, conversation_id, lambda _event: None)
         try:

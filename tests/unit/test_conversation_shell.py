@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from actors.conversation import steps
+from actors.conversation import actor as actor_module
+from actors.conversation import intake, steps
 from actors.conversation.log import token_event
 from core.domain import (
     ConcurrencyPolicy,
@@ -21,7 +22,8 @@ from core.domain import (
     TurnStatus,
 )
 from core.errors import InvalidInput
-from core.ids import new_id, utc_now
+from core.ids import new_id, new_id_after, utc_now
+from core.ports import MessageAck
 from core.retry import RetryPolicy
 from core.store import Store
 from tests.conftest import async_wait_for
@@ -406,6 +408,40 @@ async def test_a_busy_conversation_is_left_to_its_actor(cluster: InProcessCluste
     assert cluster.intake.acknowledge(conv, "two", "user-1", message_id=message_id) is None
     assert [m.id for m in cluster.store.messages.list(conv)] == [first.message_id]
     assert await ended(cluster, first.turn_id) is TurnStatus.COMPLETED
+
+
+async def test_a_turn_acknowledged_while_the_actor_read_its_parent_becomes_the_parent(
+    cluster: InProcessCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conv = conversation(cluster.store, [{"reply": "answer to {{last_user}}"}])
+    first = await cluster.post_message(conv, "one", "user-1")
+    assert await ended(cluster, first.turn_id) is TurnStatus.COMPLETED
+    interleaved: list[MessageAck] = []
+
+    def parent_then_an_intake(store: Store, conversation_id: str, reply_to: str | None) -> Any:
+        parent = intake.parent_turn(store, conversation_id, reply_to)
+        if not interleaved:  # the caller acknowledges another message between read and write
+            ack = cluster.intake.acknowledge(conv, "two", "user-1", message_id=new_id("msg"))
+            assert ack is not None
+            interleaved.append(ack)
+        return parent
+
+    monkeypatch.setattr(actor_module, "parent_turn", parent_then_an_intake)
+    third = await cluster.post_message(conv, "three", "user-1")
+    second = interleaved[0]
+    await cluster.post_message(conv, "two", "user-1", message_id=second.message_id)
+    assert await ended(cluster, third.turn_id) is TurnStatus.COMPLETED
+    turns = cluster.store.turns.list(conv)  # in id order
+    assert [t.id for t in turns] == [first.turn_id, second.turn_id, third.turn_id]
+    assert [t.parent_turn_id for t in turns] == [None, first.turn_id, second.turn_id]
+
+
+def test_an_id_made_after_another_sorts_after_it() -> None:
+    later = "turn_7ZZZZZZZZZ" + "0" * 16  # the largest timestamp ULIDs hold: a clock far ahead
+    assert new_id_after("turn", later) > later
+    assert new_id_after("turn", None).startswith("turn_")
+    made = new_id("turn")
+    assert new_id_after("turn", made) > made
 
 
 async def test_a_refused_message_is_refused_without_the_actor(cluster: InProcessCluster) -> None:
