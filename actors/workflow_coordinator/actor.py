@@ -434,14 +434,15 @@ class WorkflowCoordinator:
                 child_id = await runs.reserved_run_id() or new_id("run")
                 self._child_runs[token_id] = child_id
                 self.runs.record(None, [], [self._record(token_id)])
-            if not self._run_exists(child_id):  # not started yet (or lost before it was)
-                await runs.start(
-                    decision.workflow_id,
-                    decision.input,
-                    decision.workflow_version,
-                    parent=WorkflowParent(run_id=self.run_id, token_id=token_id),
-                    run_id=child_id,
-                )
+            # Stored and started, or stored (or not) and lost before it started: ``start``
+            # knows the child by its id and starts what was not started.
+            await runs.start(
+                decision.workflow_id,
+                decision.input,
+                decision.workflow_version,
+                parent=WorkflowParent(run_id=self.run_id, token_id=token_id),
+                run_id=child_id,
+            )
             child = await runs.wait(child_id, decision.timeout_s)
         except WonderError as exc:
             return NodeFailed(token_id, _node_error(exc), utc_now())
@@ -454,13 +455,6 @@ class WorkflowCoordinator:
         cause = child.error.message if child.error else child.status.value
         message = f"subworkflow {decision.workflow_id} ({child_id}) failed: {cause}"
         return NodeFailed(token_id, NodeError(ErrorCode.EXECUTION_FAILED, message), utc_now())
-
-    def _run_exists(self, run_id: str) -> bool:
-        try:
-            self.runs.get(run_id)
-        except NotFound:
-            return False
-        return True
 
     async def _agent(self, decision: CallAgent) -> WorkflowEvent:
         token_id = decision.token_id

@@ -20,7 +20,14 @@ import asyncio
 
 from jsonschema import Draft202012Validator
 
-from core.errors import ErrorCode, InvalidInput, PermissionDenied, WonderError
+from core.errors import (
+    Conflict,
+    ErrorCode,
+    InvalidInput,
+    NotFound,
+    PermissionDenied,
+    WonderError,
+)
 from core.ids import new_id, utc_now
 from core.jsontypes import JsonObject
 from core.ports import Coordinators, RunParent, TaskOutcome, failed_outcome
@@ -74,12 +81,24 @@ class WorkflowRunService:
         With ``project_id`` (a run nobody started: no ``parent``) the run gets its own branch
         ``wonder/run-<run_id>`` from the project's default branch, created before the run row.
 
+        A ``run_id`` already stored for the same ``parent`` is that run, started again if it is
+        still pending (its starter was lost between storing it and launching its coordinator:
+        a subworkflow node re-attaching after its coordinator's crash); nothing else is checked.
+
         Raises:
             NotFound: no such workflow (version), or no such ``project_id`` of the client's.
             InvalidInput: ``input`` does not match the workflow's ``input_schema``; a
                 ``project_id`` given with a ``parent`` (that run works on its parent's).
             PermissionDenied: subworkflows nested deeper than ``MAX_SUBWORKFLOW_DEPTH``.
+            Conflict: ``run_id`` is another parent's run.
         """
+        stored = self._stored(run_id) if run_id is not None else None
+        if stored is not None:
+            if stored.parent != parent:
+                raise Conflict(f"run id {stored.id} is taken")
+            if stored.status is RunStatus.PENDING:
+                await self._launch(stored.id)
+            return stored.id
         depth, context = 0, RunContext()
         match parent:
             case WorkflowParent(run_id=parent_run_id):
@@ -126,12 +145,21 @@ class WorkflowRunService:
             created_at=utc_now(),
         )
         self.runs.insert(run)
-        try:
-            await self.coordinators.launch(run.id)
-        except Exception as exc:
-            self._fail_unstarted(run.id, f"the coordinator did not start: {exc}")
-            raise
+        await self._launch(run.id)
         return run.id
+
+    def _stored(self, run_id: str) -> WorkflowRun | None:
+        try:
+            return self.runs.get(run_id)
+        except NotFound:
+            return None
+
+    async def _launch(self, run_id: str) -> None:
+        try:
+            await self.coordinators.launch(run_id)
+        except Exception as exc:
+            self._fail_unstarted(run_id, f"the coordinator did not start: {exc}")
+            raise
 
     def _fail_unstarted(self, run_id: str, message: str) -> WorkflowRun:
         run = self.runs.get(run_id)

@@ -29,8 +29,9 @@ from actors.workflow_coordinator.planning import plan
 from actors.workflow_coordinator.records import fanout_of, node_record, restored_state, run_error
 from actors.workflow_coordinator.resumption import MAX_RESUMPTIONS, agent_call_ids
 from core.domain import TaskAction, TaskDef
+from core.errors import Conflict
 from core.ids import utc_now
-from core.workflows import NodeRecord, RunStatus, WorkflowDef, WorkflowRun
+from core.workflows import NodeRecord, RunStatus, WorkflowDef, WorkflowParent, WorkflowRun
 from tests.conftest import async_wait_for
 from tests.inprocess import InProcessCluster
 from tests.unit.test_workflow_planning import (
@@ -414,5 +415,39 @@ async def test_a_coordinator_gone_for_good_is_recreated_by_the_next_read_and_res
         assert run.status is RunStatus.COMPLETED and run.output == {"runs": 2}
         events = [e.type for e in run.events]
         assert events == ["workflow_started", "workflow_resumed", "workflow_completed"]
+    finally:
+        cluster.close()
+
+
+async def test_a_run_stored_but_never_launched_is_started_by_its_id(tmp_path: Path) -> None:
+    """A subworkflow node's child run is stored, then its coordinator launched; a parent lost in
+    between leaves it pending. Starting it again by its id (the node re-attaching) launches it;
+    the id of another parent's run is refused."""
+    cluster = InProcessCluster({"WONDER_DATA_DIR": str(tmp_path), "WONDER_EMBEDDER": "local"})
+    try:
+        store = cluster.store
+        store.workflows.put(
+            WorkflowDef.model_validate({"id": "wf", "nodes": [{"id": "p", "kind": "pass"}]}),
+            utc_now(),
+        )
+        parent = WorkflowParent(run_id="run_parent", token_id="t1")
+        stored = WorkflowRun(
+            id="run_child",
+            workflow_id="wf",
+            workflow_version=1,
+            parent=parent,
+            created_at=utc_now(),
+        )
+        store.workflow_runs.insert(stored)
+        runs = cluster.workflows
+
+        assert await runs.start("wf", {}, parent=parent, run_id="run_child") == "run_child"
+        run = await runs.wait("run_child", 30)
+        assert run.status is RunStatus.COMPLETED
+        assert await runs.start("wf", {}, parent=parent, run_id="run_child") == "run_child"
+        assert [e.type for e in runs.get("run_child").events].count("workflow_started") == 1
+        other = WorkflowParent(run_id="run_parent", token_id="t2")
+        with pytest.raises(Conflict):
+            await runs.start("wf", {}, parent=other, run_id="run_child")
     finally:
         cluster.close()
