@@ -10,7 +10,7 @@ export RAY_USAGE_STATS_ENABLED ?= 0
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 
-.PHONY: install system-packages up down status test test-unit lint bench clean
+.PHONY: install system-packages up down status test test-postgres test-unit lint bench clean
 
 install: $(STAMP) system-packages
 
@@ -57,14 +57,16 @@ status:
 # Then the integration files that drive the store's transactions again on PostgreSQL: the turn
 # loop, the gateway's stream, workflow runs and memory (the store tier runs both backends already).
 # All of the integration tier on PostgreSQL, `pytest --database=postgresql tests/integration`, took
-# 28 min at load 35-130 here: too long for `make test`; run it when the store changes. Not here
-# yet: test_conversation_tree.py (test_sessions_and_routing fails now and then on PostgreSQL:
-# messages queued at once on a session got a parent_turn_id chain out of turn order; issue 9).
+# 28 min at load 35-130 here: too long for `make test`; run it when the store changes
+# (`make test-postgres`).
 PG_INTEGRATION := $(addprefix tests/integration/,test_conversation_actor.py test_gateway_stream.py \
-  test_workflows.py test_memory_recall.py)
+  test_workflows.py test_memory_recall.py test_conversation_tree.py)
 test: install
 	$(BIN)/python -m pytest tests
 	$(BIN)/python -m pytest --database=postgresql $(PG_INTEGRATION)
+
+test-postgres: install
+	$(BIN)/python -m pytest --database=postgresql tests/integration
 
 test-unit: install
 	$(BIN)/python -m pytest tests/unit
