@@ -41,14 +41,15 @@ HEAD_STOP_TIMEOUT_S = 20.0
 # How soon the GCS declares a lost node dead (Ray reads these RAY_* variables at start; only the
 # head's GCS uses them, every node may carry them). Ray's defaults check each raylet every 3 s and
 # give up after 5 failures: a killed node is noticed after about 15 s, and its conversations wait
-# that long to re-activate elsewhere. Here a raylet is checked every second and declared dead
-# after 3 failures in a row: a killed node (its port refuses at once) in about 3 s. The price:
-# a live raylet that cannot answer for about 9 s (3 x (2 s timeout + 1 s period)) and sends no
-# resource report meanwhile is declared dead too, and Ray then kills its workers (Ray's defaults
-# tolerate about 65 s). docs/deploy.md "Node loss"; `wonder up`, ray-cluster.yaml and
-# deploy/rayservice.yaml use these values (tests/unit/test_deploy_files.py).
+# that long to re-activate elsewhere. Here a raylet is checked every half second and declared
+# dead after 3 failures in a row: a killed node (its port refuses at once) in about 1.5 s. The
+# check after a failure waits for the failure (its timeout) and then the period, so the price is
+# set by the timeout: a live raylet that cannot answer for about 7.5 s (3 x (2 s timeout + 0.5 s
+# period)) and sends no resource report meanwhile is declared dead too, and Ray then kills its
+# workers (Ray's defaults tolerate about 65 s). docs/deploy.md "Node loss"; `wonder up`,
+# ray-cluster.yaml and deploy/rayservice.yaml use these values (tests/unit/test_deploy_files.py).
 NODE_HEALTH_CHECK_ENV = {
-    "RAY_health_check_period_ms": "1000",
+    "RAY_health_check_period_ms": "500",
     "RAY_health_check_timeout_ms": "2000",
     "RAY_health_check_failure_threshold": "3",
 }

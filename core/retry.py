@@ -45,7 +45,7 @@ MEMORY_EXTRACTION = RetryPolicy(3, (0.1, 0.2, 0.4), 60.0)
 ACTOR_CALL = RetryPolicy(8, (0.05, 0.2, 0.5, 1.0, 2.0, 4.0, 8.0), None)
 """A call to a named actor: tried again (re-activated) when the actor died, is restarting or was
 being evicted — eight attempts over about sixteen seconds: a restart takes a worker process, and
-an actor whose node was lost restarts only once Ray has declared the node dead (about 3 s with
+an actor whose node was lost restarts only once Ray has declared the node dead (about 1.5 s with
 the health-check settings `wonder up` and the deployment files use, about 15 s with Ray's
 defaults; docs/deploy.md "Losing a node"), tests/cluster/test_node_loss.py."""
 STREAM_RESUME = RetryPolicy(ACTOR_CALL.attempts, ACTOR_CALL.backoffs_s, None)

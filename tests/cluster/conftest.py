@@ -4,7 +4,7 @@
 (``cluster/local_cluster.py``): the head (the GCS, the dashboard, Serve's controller and proxy,
 Wonder's singletons), two CPU workers (node group ``cpu``) and one worker that advertises the
 accelerator resource (node group ``accelerator``; nothing runs a model there in these tests).
-Every node has one CPU and detects a lost peer in about 3 s (``bootstrap.NODE_HEALTH_CHECK_ENV``).
+Every node has one CPU and detects a lost peer in about 1.5 s (``bootstrap.NODE_HEALTH_CHECK_ENV``).
 All of them share one PostgreSQL database (the tier's own server, which
 ``test_database_loss.py`` stops and starts again) and one bucket on moto's S3 server, as the
 nodes of a real cluster share their stores; the head's GCS
