@@ -15,8 +15,12 @@ from typing import Any
 
 import httpx
 import pytest
+import ray
 from websockets.sync.client import ClientConnection, connect
 
+from cluster.naming import NAMESPACE, SCHEDULER_NAME
+from core.ids import utc_now
+from core.quotas import Quota
 from serving.gateway.members import USER_HEADER as USER
 from tests.conftest import Cluster, wait_for
 from tests.factories import make_client
@@ -624,8 +628,6 @@ def test_routing_acts_as_the_user(gateway_url: str, api: httpx.Client, key: str)
 
 def test_routing_counts_the_conversations_it_makes(gateway_url: str, ray_cluster: Cluster) -> None:
     """A fork or a main session that routing makes is one more conversation for the quota."""
-    from core.ids import utc_now
-    from core.quotas import Quota
 
     client_id, limited_key = make_client(ray_cluster.store, "limited")
     ray_cluster.store.quotas.put(client_id, Quota(conversations=1), utc_now())
@@ -743,11 +745,6 @@ def test_webhooks_are_signed_and_routed(
 def test_cron_trigger_fires_once_per_due_time_across_scheduler_restarts(
     api: httpx.Client, stranger: httpx.Client, ray_cluster: Cluster
 ) -> None:
-    import ray
-
-    from cluster.naming import NAMESPACE, SCHEDULER_NAME
-    from core.ids import utc_now
-
     persona_id = scripted_persona(api)
     body = {
         "schedule": "0 3 * * *",
@@ -761,9 +758,13 @@ def test_cron_trigger_fires_once_per_due_time_across_scheduler_restarts(
     store = ray_cluster.store
     stored = store.triggers.get(trigger_id)
 
-    def make_due(seconds_ago: int) -> str:
-        """Its time has come (as if the clock had reached it): due ``seconds_ago``."""
+    def make_due(seconds_ago: int, after: str | None = None) -> str:
+        """Its time has come (as if the clock had reached it): due ``seconds_ago``, and a second
+        at least after ``after`` (a due time of its own, in order, even when the clock has moved
+        on by less than the two apart; it is due then at most a second from now)."""
         due = utc_now().replace(microsecond=0) - timedelta(seconds=seconds_ago)
+        if after is not None:
+            due = max(due, datetime.fromisoformat(after) + timedelta(seconds=1))
         store.triggers.save(stored.model_copy(update={"next_due": due}))
         return due.isoformat()
 
@@ -786,7 +787,7 @@ def test_cron_trigger_fires_once_per_due_time_across_scheduler_restarts(
     store.triggers.save(make_due_again)
     wait_for(lambda: store.triggers.get(trigger_id).next_due.isoformat() != first, timeout=60)
     assert store.triggers.fired(trigger_id) == [first]
-    second = make_due(2)
+    second = make_due(2, after=first)
     wait_for(lambda: store.triggers.fired(trigger_id) == [first, second], timeout=60)
 
     expected = [(f"tick {first}", "cron"), (f"tick {second}", "cron")]
