@@ -16,7 +16,7 @@ from core.errors import WonderError
 from core.ids import utc_now
 from core.ports import Conversations, TurnQuotas
 from core.quotas import refuse_turn
-from core.sessions import route
+from core.sessions import makes_conversation, route
 from core.store import Store
 from core.trigger_model import CronTrigger
 from core.triggers import following_due, message_for
@@ -81,6 +81,12 @@ class CronScheduler:
             self.ports.quotas.admission, trigger.client_id, author, utc_now()
         )
         over = refuse_turn(admission)
+        if over is None and await asyncio.to_thread(
+            makes_conversation, self.store, trigger.client_id, trigger.route
+        ):  # a fork or a persona's main session: one more conversation of the client's
+            over = await asyncio.to_thread(
+                self.ports.quotas.conversation_refusal, trigger.client_id
+            )
         if over is not None:  # claimed, so not retried: this due time is skipped
             log.warning("trigger %s due %s over quota: %s", trigger.id, due, over.message)
             return Fired(trigger.id, due, None, None, f"quota: {over.message}")

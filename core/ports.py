@@ -30,7 +30,7 @@ from core.errors import ErrorCode, WonderError
 from core.jsontypes import JsonObject
 from core.llm.protocol import ChatModel
 from core.memory.embedding import Embedder
-from core.quotas import TurnAdmission
+from core.quotas import Refusal, TurnAdmission
 from core.workflows import ConversationParent, NodeRecord, WorkflowParent, WorkflowRun
 from core.workspaces import (
     ExecResult,
@@ -269,6 +269,11 @@ class TurnQuotas(Protocol):
     async def tokens_left(self, client_id: str, turn_id: str, at: datetime) -> int | None:
         """The model tokens the day has left for ``turn_id`` under its client's and user's
         ``tokens_per_day`` (other turns' recorded tokens counted, its own not); None: no limit."""
+        ...
+
+    def conversation_refusal(self, client_id: str) -> Refusal | None:
+        """Why one more conversation of the client's would go over its ``conversations`` quota
+        (a route that forks, or makes a persona's main session), or None."""
         ...
 
     def acting_user(self, client_id: str, caller: Caller) -> str | None:

@@ -19,10 +19,13 @@ from datetime import datetime
 from core.domain import AgentCaller, Caller, UserCaller, WorkflowCaller
 from core.errors import NotFound
 from core.quotas import (
+    Limit,
     Quota,
+    Refusal,
     TurnAdmission,
     TurnFigures,
     UserQuota,
+    check_count,
     start_of_utc_day,
     tokens_left,
     user_scope,
@@ -114,6 +117,14 @@ class StoredQuotas:
                 del self._user_quotas[key]
 
     # ------------------------------------------------------------------ the port
+
+    def conversation_refusal(self, client_id: str) -> Refusal | None:
+        """One more conversation of the client's, as its ``conversations`` quota stands."""
+        allowed = self.client(client_id).conversations
+        if allowed is None:
+            return None
+        stored = self.store.quotas.conversations(client_id)
+        return check_count(Limit.CONVERSATIONS, stored, allowed, "conversations stored")
 
     def admission(
         self, client_id: str, user_id: str | None, at: datetime, *, excluding: str | None = None

@@ -112,10 +112,7 @@ class QuotaGuard:
         refused(refuse_turn(self.quotas.admission(client_id, user_id, self.wall())))
 
     def admit_conversation(self, client_id: str) -> None:
-        allowed = self.quota(client_id).conversations
-        if allowed is not None:
-            stored = self.store.quotas.conversations(client_id)
-            refused(check_count(Limit.CONVERSATIONS, stored, allowed, "conversations stored"))
+        refused(self.quotas.conversation_refusal(client_id))
 
     def memories_allowed(self, client_id: str) -> int | None:
         return self.quota(client_id).memories

@@ -392,3 +392,31 @@ def test_a_cron_trigger_over_its_clients_turn_quota_is_skipped(store: Store) -> 
     assert fired.turn_id is None and fired.error is not None
     assert fired.error.startswith("quota: quota concurrent_turns reached: 0 active turns")
     assert store.triggers.fired("cron-1")  # claimed: this due time is not fired again
+
+
+def test_a_cron_trigger_that_would_make_a_conversation_over_quota_is_skipped(
+    store: Store,
+) -> None:
+    class NoPosts:
+        async def post_message(self, *args: object, **kwargs: object) -> None:
+            raise AssertionError("a trigger over quota must not post")
+
+    client_id, _ = make_client(store)
+    now = utc_now()
+    store.quotas.put(client_id, Quota(conversations=0), now)
+    trigger = CronTrigger(
+        id="cron-2",
+        client_id=client_id,
+        schedule="* * * * *",
+        template="tick",
+        route=Route(kind="persona", target="helper"),  # its main session is made on first use
+        next_due=now - timedelta(seconds=1),
+        created_at=now,
+    )
+    store.triggers.save(trigger)
+    ports = SchedulerPorts(store=store, conversations=NoPosts(), quotas=StoredQuotas(store))  # type: ignore[arg-type]
+    scheduler = CronScheduler(lambda: ports, tick_s=60)  # outside a loop: the test ticks
+    [fired] = asyncio.run(scheduler.tick())
+    assert fired.turn_id is None and fired.error is not None
+    assert fired.error.startswith("quota: quota conversations reached: 0 conversations stored")
+    assert store.conversations.list(client_id=client_id) == []
