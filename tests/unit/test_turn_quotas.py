@@ -21,7 +21,7 @@ from actors.conversation.domain import (
     TurnPhase,
     TurnRequested,
 )
-from actors.scheduler import CronScheduler, SchedulerPorts
+from actors.scheduler import CronScheduler, Fired, SchedulerPorts
 from cluster.cli import main
 from core.conversations import create_conversation
 from core.domain import (
@@ -366,20 +366,22 @@ def test_cli_sets_a_users_quota(
     assert entries[1].details["user_id"] == "alice"
 
 
-def test_a_cron_trigger_over_its_clients_turn_quota_is_skipped(store: Store) -> None:
-    class NoPosts:
-        async def post_message(self, *args: object, **kwargs: object) -> None:
-            raise AssertionError("a trigger over quota must not post")
+class NoPosts:
+    async def post_message(self, *args: object, **kwargs: object) -> None:
+        raise AssertionError("a trigger over quota must not post")
 
+
+def tick_over_quota(store: Store, quota: Quota, route: Route) -> tuple[str, Fired]:
+    """A client with ``quota`` and a trigger due now on ``route``: one tick of the scheduler."""
     client_id, _ = make_client(store)
     now = utc_now()
-    store.quotas.put(client_id, Quota(concurrent_turns=0), now)
+    store.quotas.put(client_id, quota, now)
     trigger = CronTrigger(
-        id="cron-1",
+        id=f"cron-{client_id}",
         client_id=client_id,
         schedule="* * * * *",
         template="tick",
-        route=Route(kind="session", target="daily"),
+        route=route,
         next_due=now - timedelta(seconds=1),
         created_at=now,
     )
@@ -390,33 +392,22 @@ def test_a_cron_trigger_over_its_clients_turn_quota_is_skipped(store: Store) -> 
     scheduler = CronScheduler(lambda: ports, tick_s=60)
     [fired] = asyncio.run(scheduler.tick())
     assert fired.turn_id is None and fired.error is not None
+    return client_id, fired
+
+
+def test_a_cron_trigger_over_its_clients_turn_quota_is_skipped(store: Store) -> None:
+    route = Route(kind="session", target="daily")
+    _client_id, fired = tick_over_quota(store, Quota(concurrent_turns=0), route)
+    assert fired.error is not None
     assert fired.error.startswith("quota: quota concurrent_turns reached: 0 active turns")
-    assert store.triggers.fired("cron-1")  # claimed: this due time is not fired again
+    assert store.triggers.fired(fired.trigger_id)  # claimed: this due time is not fired again
 
 
 def test_a_cron_trigger_that_would_make_a_conversation_over_quota_is_skipped(
     store: Store,
 ) -> None:
-    class NoPosts:
-        async def post_message(self, *args: object, **kwargs: object) -> None:
-            raise AssertionError("a trigger over quota must not post")
-
-    client_id, _ = make_client(store)
-    now = utc_now()
-    store.quotas.put(client_id, Quota(conversations=0), now)
-    trigger = CronTrigger(
-        id="cron-2",
-        client_id=client_id,
-        schedule="* * * * *",
-        template="tick",
-        route=Route(kind="persona", target="helper"),  # its main session is made on first use
-        next_due=now - timedelta(seconds=1),
-        created_at=now,
-    )
-    store.triggers.save(trigger)
-    ports = SchedulerPorts(store=store, conversations=NoPosts(), quotas=StoredQuotas(store))  # type: ignore[arg-type]
-    scheduler = CronScheduler(lambda: ports, tick_s=60)  # outside a loop: the test ticks
-    [fired] = asyncio.run(scheduler.tick())
-    assert fired.turn_id is None and fired.error is not None
+    route = Route(kind="persona", target="helper")  # its main session is made on first use
+    client_id, fired = tick_over_quota(store, Quota(conversations=0), route)
+    assert fired.error is not None
     assert fired.error.startswith("quota: quota conversations reached: 0 conversations stored")
     assert store.conversations.list(client_id=client_id) == []
