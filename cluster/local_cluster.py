@@ -9,7 +9,7 @@ server) and random worker ports, so another Ray on the machine is never disturbe
 started one after another, each waited for until the head's GCS lists it alive.
 
 Every node runs with ``bootstrap.NODE_HEALTH_CHECK_ENV`` (a lost node is declared dead in about
-three seconds, as ``wonder up`` and the deployment files do). With ``redis_address`` the head's
+1.5 seconds, as ``wonder up`` and the deployment files do). With ``redis_address`` the head's
 GCS keeps its tables in that Redis (Ray's GCS fault tolerance): ``restart_head()`` then brings a
 killed head back on the same ports, and the workers' raylets and their detached actors carry on.
 
