@@ -98,12 +98,7 @@ class ConversationDirectory:
                     self._resident.move_to_end(conversation_id)
                     self._start_slots.release()
                     return handle
-                self._resident.pop(conversation_id, None)
-                await self._make_room(conversation_id)
-                handle = self._host.create(conversation_id)
-                self._resident[conversation_id] = handle
-                self.peak_resident = max(self.peak_resident, len(self._resident))
-                self.activations += 1
+                handle = await self._make_resident(conversation_id)
         except BaseException:
             self._start_slots.release()
             raise
@@ -121,12 +116,17 @@ class ConversationDirectory:
         Ray restarts a lost node's actors all at once anyway; queueing each caller behind the
         others' restarts only delayed them (tests/cluster/test_node_loss.py)."""
         async with self._lock:
-            self._resident.pop(conversation_id, None)
-            await self._make_room(conversation_id)
-            handle = self._host.create(conversation_id)
-            self._resident[conversation_id] = handle
-            self.peak_resident = max(self.peak_resident, len(self._resident))
-            self.activations += 1
+            return await self._make_resident(conversation_id)
+
+    async def _make_resident(self, conversation_id: str) -> Any:
+        """Under the lock: room made (evicting), the host's actor for ``conversation_id`` made
+        resident and counted as an activation."""
+        self._resident.pop(conversation_id, None)
+        await self._make_room(conversation_id)
+        handle = self._host.create(conversation_id)
+        self._resident[conversation_id] = handle
+        self.peak_resident = max(self.peak_resident, len(self._resident))
+        self.activations += 1
         return handle
 
     def is_ready(self, conversation_id: str) -> bool:
