@@ -18,7 +18,7 @@ from core.memory import (
     SearchRequest,
     open_memory_service,
 )
-from core.memory.operations import MemoryFilter
+from core.memory.filters import MemoryFilter
 from core.memory.records import INLINE_LIMIT_BYTES
 from tests.integration.conftest import S3Server
 
