@@ -45,6 +45,8 @@ from core.memory.resident import (
 
 # Estimated bytes per row beyond its vector (data columns, id, small arrays): admission only.
 _ROW_BYTES_ESTIMATE = 600
+# Fragments holding at most this many rows in all are read without the agent_id index.
+_SCAN_MAX_ROWS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,14 +202,25 @@ class ResidentCache:
     ) -> pa.Table:
         """The agent's rows at ``at`` (only in ``fragments`` unless None), with row addresses."""
         chosen = None if fragments is None else [at.dataset.get_fragment(f) for f in fragments]
-        scanner = at.dataset.scanner(
-            columns=columns,
+        # A few new rows (appends since the last search) are filtered faster by reading their
+        # agent_id than through the BITMAP index (measured: 1.5 vs 3.2 ms for one row).
+        small = chosen is not None and sum(f.physical_rows for f in chosen) <= _SCAN_MAX_ROWS
+        found: pa.Table = at.dataset.scanner(
+            columns=[] if not small else columns,
             filter=f"agent_id = {sql_literal(agent)}",
             with_row_address=True,
             fragments=chosen,
-        )
-        rows: pa.Table = scanner.to_table()
-        return rows
+            use_scalar_index=not small,
+        ).to_table()
+        if small or not columns or found.num_rows == 0:
+            return found
+        # Many rows (a cold load, a compaction's output): their addresses through the index, then
+        # the rows by address — scattered rows of a large file come ~4x faster so than through a
+        # filtered scan (1M rows, 10k of them: 240-350 vs 1,040-1,660 ms from a cold dataset).
+        # ``_take_rows`` keeps the order of the addresses it is given (pylance is pinned).
+        addresses = found.column(ADDRESS_COLUMN)
+        rows: pa.Table = at.dataset._take_rows(addresses.to_pylist(), columns=columns)
+        return rows.append_column(ADDRESS_COLUMN, addresses)
 
     # ------------------------------------------------------------------ bounds
 

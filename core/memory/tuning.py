@@ -1,4 +1,9 @@
-"""How the memories table's vector index is built and probed (``WONDER_MEMORY_*`` settings).
+"""How memories are searched: agents' resident vectors and how the table's vector index is built
+and probed (``WONDER_MEMORY_*`` settings).
+
+An agent of at most ``resident_max_rows`` memories is searched exactly over its vectors held in
+the searching process (``core.memory.resident_cache``, within ``resident_mib``); the index below
+serves larger agents and processes with no room.
 
 Measured on 1M synthetic memories, one agent of 10k prefiltered (``benchmarks/memory_search.py``,
 docs/memory.md "Benchmark"): IVF_SQ with ~√rows rows per partition, 20 probes and the pool

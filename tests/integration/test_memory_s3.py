@@ -20,7 +20,9 @@ from core.memory import (
 )
 from core.memory.filters import MemoryFilter
 from core.memory.records import INLINE_LIMIT_BYTES
+from core.memory.tuning import VectorTuning
 from tests.integration.conftest import S3Server
+from tests.unit.test_memory_resident import freshness_scenario, open_service
 
 DIM = 64
 WRITES_PER_PROCESS = 20
@@ -122,3 +124,13 @@ def test_two_processes_writing_one_agent_lose_nothing(
     shared = service.ops.recent(MemoryFilter("agent-x", types=("fact",), subject="shared"))
     # Both writers raced on one subject; each update landed on a row, none vanished.
     assert 1 <= len(shared) <= 2 and all(" says " in m.content for m in shared)
+
+
+def test_a_resident_reader_on_s3_sees_every_commit_of_another_connection(
+    s3_uri: str, s3_server: S3Server
+) -> None:
+    endpoint = s3_server.endpoint_url
+    writer = open_service(s3_uri, VectorTuning(resident_mib=0), endpoint)
+    reader = open_service(s3_uri, VectorTuning(), endpoint)
+    exact = open_service(s3_uri, VectorTuning(resident_mib=0), endpoint)
+    freshness_scenario(writer, reader, exact)

@@ -14,7 +14,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from core.memory import HashingEmbedder, LocalObjectStore, MemoryOps, MemoryService, MemoryTable
+from core.memory import (
+    HashingEmbedder,
+    MemoryOps,
+    MemoryService,
+    MemoryTable,
+    open_object_store,
+)
 from core.memory.filters import MemoryFilter
 from core.memory.lance import memory_schema
 from core.memory.records import NewMemory
@@ -197,11 +203,13 @@ def test_tombstones_are_compacted_and_the_rows_stay_consistent() -> None:
 EMBED_DIM = 64
 
 
-def open_service(root: Path, tuning: VectorTuning) -> MemoryService:
-    table = MemoryTable(str(root / "lance"), EMBED_DIM, tuning=tuning)
-    return MemoryService(
-        MemoryOps(table, LocalObjectStore(root / "objects")), HashingEmbedder(EMBED_DIM)
-    )
+def open_service(
+    root: Path | str, tuning: VectorTuning, endpoint_url: str | None = None
+) -> MemoryService:
+    """A connection of its own to the memories under ``root`` (a directory or ``s3://...``)."""
+    table = MemoryTable(f"{root}/lance", EMBED_DIM, tuning=tuning, endpoint_url=endpoint_url)
+    objects = open_object_store(f"{root}/objects", endpoint_url)
+    return MemoryService(MemoryOps(table, objects), HashingEmbedder(EMBED_DIM))
 
 
 def search_ids(service: MemoryService, agent: str, query: str, **options: object) -> list[str]:
