@@ -15,10 +15,16 @@ precomputed: no embedding in the loop) under a ``VectorTuning``, on an index bui
 compact job builds it (``MemoryTable.ensure_indexes`` then ``optimize()``), except ``before``: the
 index and query this change replaced (IVF_SQ given ``num_partitions=√rows``, which ``optimize()``
 merges down to ~31 partitions at 1M; 50 probes, refine 2, every column of the 40-row pool read).
+The default design holds the agent's vectors and rows in this process (``VectorTuning()``:
+resident vectors, ``core.memory.resident_cache``); every other design is the index path
+(``resident_mib=0``), what an agent too large to hold gets.
 Designs are timed interleaved, query by query, so machine load falls on all alike. recall@10:
 the design's 10 nearest (``MemoryOps.nearest``; ``before``: its own query) against an exact numpy
 top-10 over the agent's searchable rows; ranked recall@10: the search's ranked hits against the
 exact ranking (``w_rel * relevance + w_sig * significance`` over all of the agent's rows).
+Then the resident vectors' own costs (``resident_costs``): the cold load of the agent, the version
+check, and a search right after one commit of another connection, on a shallow clone of the 1M
+table and on a moto S3 server (``--s3-rows``).
 
 Progress goes to stderr; the last stdout line is one JSON object.
 """

@@ -79,7 +79,8 @@ class ResidentCache:
         self.table = table
         self.budget_bytes = budget_bytes
         self.max_rows = max_rows
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the entries (brief)
+        self._version_lock = threading.Lock()  # the version check (I/O: a LIST on S3)
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._dataset: Any = None
         self._current: TableVersion | None = None
@@ -154,7 +155,7 @@ class ResidentCache:
     def latest(self) -> TableVersion:
         """The table at its latest version (one version check; the fragment list is read again
         only when the version moved)."""
-        with self._lock:
+        with self._version_lock:
             if self._dataset is None:
                 import lance
 
