@@ -15,10 +15,16 @@ precomputed: no embedding in the loop) under a ``VectorTuning``, on an index bui
 compact job builds it (``MemoryTable.ensure_indexes`` then ``optimize()``), except ``before``: the
 index and query this change replaced (IVF_SQ given ``num_partitions=√rows``, which ``optimize()``
 merges down to ~31 partitions at 1M; 50 probes, refine 2, every column of the 40-row pool read).
+The default design holds the agent's vectors and rows in this process (``VectorTuning()``:
+resident vectors, ``core.memory.resident_cache``); every other design is the index path
+(``resident_mib=0``), what an agent too large to hold gets.
 Designs are timed interleaved, query by query, so machine load falls on all alike. recall@10:
 the design's 10 nearest (``MemoryOps.nearest``; ``before``: its own query) against an exact numpy
 top-10 over the agent's searchable rows; ranked recall@10: the search's ranked hits against the
 exact ranking (``w_rel * relevance + w_sig * significance`` over all of the agent's rows).
+Then the resident vectors' own costs (``resident_costs``): the cold load of the agent, the version
+check, and a search right after one commit of another connection, on a shallow clone of the 1M
+table and on a moto S3 server (``--s3-rows``).
 
 Progress goes to stderr; the last stdout line is one JSON object.
 """
@@ -33,6 +39,7 @@ import os
 import shutil
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -45,12 +52,14 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from core.ids import new_id
 from core.memory.embedding import DEFAULT_DIM, Vector
+from core.memory.filters import MemoryFilter
 from core.memory.lance import DATA_COLUMNS, MemoryTable, memory_schema, row_to_memory
-from core.memory.objects import LocalObjectStore
-from core.memory.operations import MemoryFilter, MemoryOps
+from core.memory.objects import LocalObjectStore, ObjectStore
+from core.memory.operations import MemoryOps
 from core.memory.ranking import Candidate, rank, relevance_from_cosine_distance
-from core.memory.records import RankWeights
+from core.memory.records import Memory, RankWeights
 from core.memory.service import MemoryService, SearchRequest
 from core.memory.tuning import VectorTuning
 
@@ -344,48 +353,46 @@ class Design:
 
 INDEX_ONLY = 0  # flat_max_rows: always through the vector index
 FLAT_ALWAYS = 10**9
+INDEX_PATH = "IVF_SQ √rows/partition, 20 probes, refine 1 (index path)"
 
 
 def designs_for(rows: int, quick: bool, hnsw: bool = False) -> list[Design]:
     sq = "ivf_sq"
-    chosen = VectorTuning()
+    index = VectorTuning(resident_mib=0)  # the index path: what an agent too large to hold gets
+
+    def indexed(**options: Any) -> VectorTuning:
+        return VectorTuning(flat_max_rows=INDEX_ONLY, resident_mib=0, **options)
+
     designs = [
         Design(
             "before: IVF_SQ num_partitions, 50 probes, refine 2, all columns", "legacy", legacy=True
         ),
-        Design("IVF_SQ √rows/partition, 20 probes, refine 1 (default)", sq, chosen),
-        Design("IVF_SQ, 10 probes", sq, VectorTuning(nprobes=10, flat_max_rows=INDEX_ONLY)),
-        Design("IVF_SQ, 40 probes", sq, VectorTuning(nprobes=40, flat_max_rows=INDEX_ONLY)),
+        Design("resident vectors, exact top-40 in numpy (default)", sq, VectorTuning()),
+        Design(INDEX_PATH, sq, index),
+        Design("IVF_SQ, 10 probes", sq, indexed(nprobes=10)),
+        Design("IVF_SQ, 40 probes", sq, indexed(nprobes=40)),
+        Design("IVF_SQ, 20 probes, refine 2", sq, indexed(refine_factor=2)),
         Design(
-            "IVF_SQ, 20 probes, refine 2",
+            "flat: exact scan of the agent's rows",
             sq,
-            VectorTuning(refine_factor=2, flat_max_rows=INDEX_ONLY),
+            VectorTuning(flat_max_rows=FLAT_ALWAYS, resident_mib=0),
         ),
-        Design("flat: exact scan of the agent's rows", sq, VectorTuning(flat_max_rows=FLAT_ALWAYS)),
-        Design(
-            "small agent: IVF_SQ, probes for ~100 of its rows",
-            sq,
-            VectorTuning(flat_max_rows=INDEX_ONLY),
-            agent=SMALL,
-        ),
-        Design("small agent: flat (default)", sq, chosen, agent=SMALL),
+        Design("small agent: resident vectors (default)", sq, VectorTuning(), agent=SMALL),
+        Design("small agent: IVF_SQ, probes for ~100 of its rows", sq, indexed(), agent=SMALL),
+        Design("small agent: flat (index path)", sq, index, agent=SMALL),
     ]
     if not quick:
         designs += [
             Design(
-                "IVF_PQ 48 bytes/vector, 20 probes, refine 1",
-                "ivf_pq",
-                VectorTuning(index="ivf_pq", flat_max_rows=INDEX_ONLY),
+                "IVF_PQ 48 bytes/vector, 20 probes, refine 1", "ivf_pq", indexed(index="ivf_pq")
             ),
             Design(
-                "IVF_PQ, 20 probes, refine 4",
-                "ivf_pq",
-                VectorTuning(index="ivf_pq", refine_factor=4, flat_max_rows=INDEX_ONLY),
+                "IVF_PQ, 20 probes, refine 4", "ivf_pq", indexed(index="ivf_pq", refine_factor=4)
             ),
             Design(
                 "table per agent shard (1/64), flat",
                 "shard64",
-                VectorTuning(flat_max_rows=FLAT_ALWAYS),
+                VectorTuning(flat_max_rows=FLAT_ALWAYS, resident_mib=0),
             ),
         ]
     if hnsw:  # its index build at 1M did not finish in 45 min on the 2-core machine
@@ -393,9 +400,7 @@ def designs_for(rows: int, quick: bool, hnsw: bool = False) -> list[Design]:
             Design(
                 "IVF_HNSW_SQ 10k rows/partition, 5 probes",
                 "ivf_hnsw_sq",
-                VectorTuning(
-                    index="ivf_hnsw_sq", partition_rows=10_000, nprobes=5, flat_max_rows=INDEX_ONLY
-                ),
+                indexed(index="ivf_hnsw_sq", partition_rows=10_000, nprobes=5),
             )
         )
     return designs
@@ -464,7 +469,7 @@ class Truth:
 
 @dataclass
 class Stages:
-    """Where the default design's time goes, timed in the same interleaved loop: a trivial
+    """Where the index path's time goes, timed in the same interleaved loop: a trivial
     filtered LanceDB query (one row's id: the per-query floor), ``MemoryOps.nearest`` alone (the
     pool), ``MemoryOps.take`` alone (the winners' rows), and an exact top-40 in numpy over the
     agent's vectors held in memory (not in the product: what a per-process vector cache would
@@ -498,7 +503,7 @@ class Stages:
 
 
 def run_designs(dataset: Path, designs: list[Design], queries: int) -> dict[str, float]:
-    """Times every design (interleaved) and returns the default design's stage breakdown."""
+    """Times every design (interleaved) and returns the index path's stage breakdown."""
     vectors = Synthetic.make().with_seed(11).points(queries + WARMUP)
     embedder = Precomputed({f"q{i}": v.tolist() for i, v in enumerate(vectors)})
     tables: dict[Path, MemoryTable] = {}
@@ -542,8 +547,8 @@ def run_designs(dataset: Path, designs: list[Design], queries: int) -> dict[str,
             if i >= WARMUP:
                 stages.run(vectors[i])
 
-    default = next(d for d in designs if d.name.endswith("(default)") and d.agent == TARGET)
-    stages = Stages(default.searcher.ops, truths[TARGET].agent)
+    index_path = next(d for d in designs if d.name == INDEX_PATH)
+    stages = Stages(index_path.searcher.ops, truths[TARGET].agent)
     asyncio.run(timed())
     measure_recalls(designs, truths, vectors[WARMUP:])
     return stages.summary()
@@ -561,8 +566,135 @@ def measure_recalls(designs: list[Design], truths: dict[str, Truth], vectors: np
             design.recalls.append(len(truths[design.agent].nearest(q) & found) / 10)
 
 
+# ---------------------------------------------------------------------------- resident costs
+
+
+def new_memory(agent: str, i: int) -> Memory:
+    now = datetime.now(UTC)
+    return Memory(
+        id=new_id("mem"),
+        agent_id=agent,
+        type="note",
+        content=content_of(i),
+        significance=0.5,
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def timed_ms(step: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    step()
+    return (time.perf_counter() - started) * 1000
+
+
+def resident_costs(
+    uri: str, endpoint: str | None, objects: ObjectStore, rounds: int, cold_loads: int = 3
+) -> dict[str, Any]:
+    """What resident vectors cost besides the search itself, on the table at ``uri``: the first
+    load of the target agent (a fresh cache each time), the version check alone, and a search
+    right after one commit of another connection (an append by another agent, an append, an
+    update and a delete of the target's), against a search with nothing committed since, and the
+    index path's search, interleaved."""
+    points = Synthetic.make().with_seed(23).points(rounds + 1)
+    where = MemoryFilter(TARGET)
+
+    def searcher(tuning: VectorTuning) -> MemoryOps:
+        table = MemoryTable(uri, DEFAULT_DIM, endpoint_url=endpoint, tuning=tuning)
+        return MemoryOps(table, objects)
+
+    def cold_load() -> float:
+        fresh = searcher(VectorTuning())
+        fresh.agent_rows(TARGET)  # the row count is cached apart: not part of the load
+        return timed_ms(lambda: fresh.nearest(where, points[0].tolist(), 40))
+
+    cold = [cold_load() for _ in range(cold_loads)]
+    writer = searcher(VectorTuning(resident_mib=0))
+    reader = searcher(VectorTuning())
+    index = searcher(VectorTuning(resident_mib=0))
+    embedder = Precomputed({f"q{i}": v.tolist() for i, v in enumerate(points)})
+    service, index_service = MemoryService(reader, embedder), MemoryService(index, embedder)
+    times: dict[str, list[float]] = {}
+
+    async def search(name: str, i: int, through: MemoryService = service) -> None:
+        started = time.perf_counter()
+        await through.search(TARGET, SearchRequest(f"q{i}", k=10))
+        times.setdefault(name, []).append((time.perf_counter() - started) * 1000)
+
+    async def rounds_of_writes() -> None:
+        await search("warm-up", 0)  # loads the agent
+        await search("warm-up", 0, index_service)
+        for i in range(1, rounds + 1):
+            vector = points[i].tolist()
+            times.setdefault("version_check", []).append(timed_ms(reader.resident.latest))
+            await search("search_unchanged", i)
+            await search("index_path_search", i, index_service)
+            writer.insert([(new_memory(f"agent-{i % OTHER_AGENTS}", i), vector)])
+            await search("search_after_append_other_agent", i)
+            mine = new_memory(TARGET, i)
+            writer.insert([(mine, vector)])
+            await search("search_after_append", i)
+            changed = mine.model_copy(update={"significance": 0.9, "updated_at": datetime.now(UTC)})
+            writer.replace([(changed, vector)])
+            await search("search_after_update", i)
+            writer.delete(TARGET, mine.id)
+            await search("search_after_delete", i)
+
+    asyncio.run(rounds_of_writes())
+    times.pop("warm-up")
+    held = reader.resident.held_bytes
+    return {
+        "cold_load_ms": [round(t, 1) for t in cold],
+        "agent_rows": reader.agent_rows(TARGET),
+        "held_mib": round(held / 2**20, 1),
+        "reloads_during_writes": reader.resident.loads - 1,
+        **{f"{name}_p50_ms": round(statistics.median(t), 2) for name, t in times.items()},
+        **{f"{name}_p99_ms": round(percentile(t, 0.99), 2) for name, t in times.items()},
+    }
+
+
+def local_resident_costs(variant: Path, rounds: int) -> dict[str, Any]:
+    """``resident_costs`` on a shallow clone of the index variant (writes leave it intact)."""
+    import lance
+
+    root = Path(tempfile.mkdtemp(prefix="wonder-bench-resident-"))
+    try:
+        source = lance.dataset(str(variant / "lance" / "memories.lance"))
+        source.shallow_clone(str(root / "memories.lance"), source.version)
+        return resident_costs(str(root), None, LocalObjectStore(root / "objects"), rounds)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def s3_resident_costs(rows: int, rounds: int) -> dict[str, Any]:
+    """``resident_costs`` on a moto S3 server (loopback: a real S3's LIST costs more), on a
+    table of ``rows`` rows of which the target owns 10 %."""
+    from cluster.local_services import start_s3
+    from core.memory.objects import open_object_store
+
+    server = start_s3()
+    try:
+        uri = f"s3://{server.make_bucket()}"
+        table = MemoryTable(f"{uri}/lance", DEFAULT_DIM, endpoint_url=server.endpoint_url)
+        data = Synthetic.make()
+        agents = [agent_of(i, 10) for i in range(rows)]
+        sig = data.rng.random(rows).astype(np.float32)
+        table.table.add(batch_table(0, data.points(rows), agents, sig, DEFAULT_DIM))
+        table.ensure_indexes()
+        objects = open_object_store(f"{uri}/objects", server.endpoint_url)
+        return resident_costs(f"{uri}/lance", server.endpoint_url, objects, rounds)
+    finally:
+        server.stop()
+
+
 def search_benchmark(
-    cache: Path, rows: int, share: float, queries: int, quick: bool, hnsw: bool
+    cache: Path,
+    rows: int,
+    share: float,
+    queries: int,
+    quick: bool,
+    hnsw: bool,
+    resident_rounds: int,
 ) -> Any:
     say(f"search: {rows:,} memories, target agent {share:.1%} of them")
     dataset = cached_dataset(cache, rows, share)
@@ -570,7 +702,10 @@ def search_benchmark(
     load = os.getloadavg()[0]
     stages = run_designs(dataset, designs, queries)
     results = {d.name: d.summary() for d in designs}
-    say(f"  default design's stages (p50 ms): {stages}")
+    load_between = os.getloadavg()[0]
+    resident = local_resident_costs(variant_path(dataset, designs[1]), resident_rounds)
+    say(f"  resident vectors' costs (load {load_between:.1f}): {resident}")
+    say(f"  index path's stages (p50 ms): {stages}")
     for name, figures in results.items():
         say(
             f"  {name:64s} p50 {figures['p50_ms']:7.2f} p99 {figures['p99_ms']:7.2f} ms  "
@@ -579,7 +714,9 @@ def search_benchmark(
     return {
         "rows": rows,
         "designs": results,
-        "default_stages": stages,
+        "index_path_stages": stages,
+        "resident_costs": resident,
+        "load_avg_1m_before_resident_costs": round(load_between, 1),
         "load_avg_1m_before": round(load, 1),
         "load_avg_1m_after": round(os.getloadavg()[0], 1),
     }
@@ -605,6 +742,15 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         help="table sizes to run (repeatable; default 100,000 and 1,000,000)",
     )
+    parser.add_argument(
+        "--rounds", type=int, default=30, help="write/search rounds of the resident costs"
+    )
+    parser.add_argument(
+        "--s3-rows",
+        type=int,
+        default=20_000,
+        help="rows of the moto S3 table for the resident costs there (0: skip)",
+    )
     args = parser.parse_args(argv)
     queries = 50 if args.quick else args.queries
     sizes = [100_000] if args.quick else (args.rows or [100_000, 1_000_000])
@@ -618,8 +764,13 @@ def main(argv: list[str] | None = None) -> int:
     for rows in sizes:
         key = f"{rows // 1000}k" if rows < 1_000_000 else f"{rows // 1_000_000}m"
         result[key] = search_benchmark(
-            args.cache, rows, args.agent_share, queries, args.quick, args.hnsw
+            args.cache, rows, args.agent_share, queries, args.quick, args.hnsw, args.rounds
         )
+    if args.s3_rows:
+        load = os.getloadavg()[0]
+        result["s3_moto"] = s3_resident_costs(args.s3_rows, args.rounds)
+        result["s3_moto"]["load_avg_1m_before"] = round(load, 1)
+        say(f"resident vectors' costs on moto S3 (load {load:.1f}): {result['s3_moto']}")
     print(json.dumps(result, sort_keys=True), flush=True)
     return 0
 

@@ -67,6 +67,12 @@ class Settings(BaseSettings):
     memory_flat_max_rows: int = Field(
         1000, ge=0, description="Agents with at most this many memories are searched exactly"
     )
+    memory_resident_mib: int = Field(
+        256, ge=0, description="MiB per process for agents' resident vectors (0: none)"
+    )
+    memory_resident_max_rows: int = Field(
+        50_000, ge=0, description="Agents with more memories are searched through the index"
+    )
 
     ray_address: str | None = Field(None, description="Ray cluster to attach to; None = start one")
     ray_namespace: str = "wonder"
@@ -231,6 +237,8 @@ class Settings(BaseSettings):
             nprobes=self.memory_nprobes,
             refine_factor=self.memory_refine_factor,
             flat_max_rows=self.memory_flat_max_rows,
+            resident_mib=self.memory_resident_mib,
+            resident_max_rows=self.memory_resident_max_rows,
         )
 
     @cached_property

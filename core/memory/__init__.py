@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from core.memory.embedding import Embedder, HashingEmbedder, SentenceTransformerEmbedder
+    from core.memory.filters import MemoryFilter
     from core.memory.lance import MemoryTable
     from core.memory.objects import (
         LocalObjectStore,
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
         S3ObjectStore,
         open_object_store,
     )
-    from core.memory.operations import MemoryFilter, MemoryOps
+    from core.memory.operations import MemoryOps
     from core.memory.records import (
         INLINE_LIMIT_BYTES,
         Memory,
@@ -44,7 +45,7 @@ _LAZY = {
     "ObjectStore": "objects",
     "S3ObjectStore": "objects",
     "open_object_store": "objects",
-    "MemoryFilter": "operations",
+    "MemoryFilter": "filters",
     "MemoryOps": "operations",
     "INLINE_LIMIT_BYTES": "records",
     "Memory": "records",

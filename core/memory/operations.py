@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute
 
 from core.errors import NotFound, RetryableError
+from core.memory.filters import MemoryFilter
 from core.memory.lance import (
     DATA_COLUMNS,
     MemoryTable,
@@ -28,6 +29,7 @@ from core.memory.lance import (
 )
 from core.memory.objects import ObjectStore, object_key
 from core.memory.records import INLINE_LIMIT_BYTES, Memory
+from core.memory.resident_cache import ResidentCache
 
 _TS = pa.timestamp("us", tz="UTC")
 
@@ -53,29 +55,6 @@ class Nearest:
     significance: float
     distance: float
     row_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryFilter:
-    """Which of an agent's memories a query sees."""
-
-    agent_id: str
-    types: tuple[str, ...] = ()
-    include_consolidated: bool = False
-    created_before: datetime | None = None
-    subject: str | None = None
-
-    def sql(self) -> str:
-        parts = [f"agent_id = {sql_literal(self.agent_id)}"]
-        if self.types:
-            parts.append(sql_in("type", self.types))
-        if not self.include_consolidated:
-            parts.append("consolidated_into IS NULL")
-        if self.created_before is not None:
-            parts.append(f"created_at < timestamp '{self.created_before.isoformat()}'")
-        if self.subject is not None:
-            parts.append(f"subject = {sql_literal(self.subject)}")
-        return " AND ".join(parts)
 
 
 def _is_commit_conflict(exc: BaseException) -> bool:
@@ -104,6 +83,10 @@ class MemoryOps:
         self.table = table
         self.objects = objects
         self._counts: dict[str, tuple[int, float]] = {}
+        tuning = table.tuning
+        self.resident = ResidentCache(
+            table, tuning.resident_mib * 1024 * 1024, tuning.resident_max_rows
+        )
 
     @property
     def dim(self) -> int:
@@ -255,8 +238,12 @@ class MemoryOps:
         return [by_id[i] for i in memory_ids if i in by_id]
 
     def vectors(self, agent_id: str, memory_ids: Sequence[str]) -> dict[str, list[float]]:
+        """Vectors of ``memory_ids`` (the resident ones unit length: only their direction is
+        used)."""
+        found = self.resident.vectors(agent_id, memory_ids)
+        memory_ids = [i for i in memory_ids if i not in found]
         if not memory_ids:
-            return {}
+            return found
         where = f"agent_id = {sql_literal(agent_id)} AND {sql_in('id', memory_ids)}"
         rows = (
             self.table.table.search()
@@ -265,7 +252,8 @@ class MemoryOps:
             .limit(len(memory_ids))
             .to_list()
         )
-        return {row["id"]: list(row["vector"]) for row in rows}
+        found.update((row["id"], list(row["vector"])) for row in rows)
+        return found
 
     def content(self, memory: Memory) -> str:
         """The full content of ``memory`` (fetched from the object store when not inline)."""
@@ -333,10 +321,16 @@ class MemoryOps:
         """The ``limit`` nearest of the agent's memories by cosine distance (prefiltered, so never
         short), without their contents: id, significance, distance and row id only.
 
-        An agent with at most ``tuning.flat_max_rows`` rows is searched exactly (flat); a larger
-        one through the vector index with ``tuning.probes`` (rows not indexed yet are always
-        searched flat by LanceDB).
+        An agent the resident cache admits is searched exactly over its vectors held in this
+        process (``core.memory.resident_cache``: current as of the table's latest version).
+        Otherwise an agent with at most ``tuning.flat_max_rows`` rows is searched exactly (flat);
+        a larger one through the vector index with ``tuning.probes`` (rows not indexed yet are
+        always searched flat by LanceDB).
         """
+        agent_rows = self.agent_rows(where.agent_id)
+        resident = self.resident.nearest(where, vector, limit, agent_rows)
+        if resident is not None:
+            return [Nearest(h.memory_id, h.significance, h.distance, h.address) for h in resident]
         tuning = self.table.tuning
         query = (
             self.table.table.search(list(vector), vector_column_name="vector")
@@ -344,7 +338,6 @@ class MemoryOps:
             .where(where.sql(), prefilter=True)
             .with_row_id(True)
         )
-        agent_rows = self.agent_rows(where.agent_id)
         if agent_rows <= tuning.flat_max_rows:
             query = query.bypass_vector_index()
         else:
@@ -364,11 +357,13 @@ class MemoryOps:
         ]
 
     def take(self, agent_id: str, nearest: Sequence[Nearest]) -> dict[str, Memory]:
-        """The full memories of ``nearest`` by row id (one read of the winners only). A row id
-        can change when the table is compacted meanwhile: rows that do not match their id and
-        agent are read again by id."""
+        """The full memories of ``nearest``: held rows of a resident agent as they are, others by
+        row id (one read of the winners only). A row id can change when the table is compacted
+        meanwhile: rows that do not match their id and agent are read again by id."""
+        held = self.resident.memories(agent_id, [n.memory_id for n in nearest])
+        nearest = [n for n in nearest if n.memory_id not in held]
         if not nearest:
-            return {}
+            return held
         rows = (
             self.table.table.take_row_ids([n.row_id for n in nearest])
             .select(DATA_COLUMNS)
@@ -382,7 +377,7 @@ class MemoryOps:
         }
         missing = [i for i in wanted if i not in found]
         found.update((m.id, m) for m in self.get_many(agent_id, missing))
-        return found
+        return held | found
 
     def vector_search(
         self, where: MemoryFilter, vector: Sequence[float], limit: int

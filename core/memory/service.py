@@ -16,8 +16,9 @@ from typing import Literal
 from core.errors import InvalidInput
 from core.ids import new_id, utc_now
 from core.memory.embedding import Embedder
+from core.memory.filters import MemoryFilter
 from core.memory.lance import sql_in
-from core.memory.operations import MemoryFilter, MemoryOps, Nearest
+from core.memory.operations import MemoryOps, Nearest
 from core.memory.planning import (
     DEFAULT_SIMILARITY_THRESHOLD,
     UPDATABLE_TYPES,

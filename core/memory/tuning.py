@@ -1,4 +1,9 @@
-"""How the memories table's vector index is built and probed (``WONDER_MEMORY_*`` settings).
+"""How memories are searched: agents' resident vectors and how the table's vector index is built
+and probed (``WONDER_MEMORY_*`` settings).
+
+An agent of at most ``resident_max_rows`` memories is searched exactly over its vectors held in
+the searching process (``core.memory.resident_cache``, within ``resident_mib``); the index below
+serves larger agents and processes with no room.
 
 Measured on 1M synthetic memories, one agent of 10k prefiltered (``benchmarks/memory_search.py``,
 docs/memory.md "Benchmark"): IVF_SQ with ~√rows rows per partition, 20 probes and the pool
@@ -43,6 +48,9 @@ class VectorTuning:
         flat_max_rows: agents with at most this many memories are searched exactly, without the
             index (their row count is cached per process for ``count_cache_s``).
         count_cache_s: how long a process trusts an agent's cached row count.
+        resident_mib: memory a process may hold agents' vectors and rows in, searched exactly
+            without LanceDB's vector index (``core.memory.resident_cache``); 0: never.
+        resident_max_rows: an agent with more rows than this is searched through the index.
     """
 
     index: VectorIndexKind = "ivf_sq"
@@ -52,6 +60,8 @@ class VectorTuning:
     refine_factor: int = 1
     flat_max_rows: int = 1_000
     count_cache_s: float = 60.0
+    resident_mib: int = 256
+    resident_max_rows: int = 50_000
 
     def probes(self, table_rows: int, agent_rows: int) -> int:
         """IVF partitions to probe for an agent of ``agent_rows`` in a table of ``table_rows``

@@ -18,9 +18,11 @@ from core.memory import (
     SearchRequest,
     open_memory_service,
 )
-from core.memory.operations import MemoryFilter
+from core.memory.filters import MemoryFilter
 from core.memory.records import INLINE_LIMIT_BYTES
+from core.memory.tuning import VectorTuning
 from tests.integration.conftest import S3Server
+from tests.unit.test_memory_resident import freshness_scenario, open_service
 
 DIM = 64
 WRITES_PER_PROCESS = 20
@@ -103,7 +105,10 @@ def test_two_processes_writing_one_agent_lose_nothing(
     else:
         where = Locations(str(tmp_path / "lance"), str(tmp_path / "objects"))
         env = {}
-    service_at(where)  # create the table first, as a running system would have
+    # Create the table first, as a running system would have; this connection holds agent-x's
+    # vectors (none yet) and must see the other processes' commits.
+    resident = service_at(where).ops
+    assert resident.nearest(MemoryFilter("agent-x"), [1.0] * DIM, 1) == []
     spawn = multiprocessing.get_context("spawn")  # never fork after LanceDB was used
     results = spawn.Queue()
     writers = [spawn.Process(target=_writer, args=(where, n, env, results)) for n in ("p1", "p2")]
@@ -122,3 +127,15 @@ def test_two_processes_writing_one_agent_lose_nothing(
     shared = service.ops.recent(MemoryFilter("agent-x", types=("fact",), subject="shared"))
     # Both writers raced on one subject; each update landed on a row, none vanished.
     assert 1 <= len(shared) <= 2 and all(" says " in m.content for m in shared)
+    held = resident.nearest(MemoryFilter("agent-x", types=("episode",)), [1.0] * DIM, 100)
+    assert len(held) == episodes and resident.resident.loads == 1
+
+
+def test_a_resident_reader_on_s3_sees_every_commit_of_another_connection(
+    s3_uri: str, s3_server: S3Server
+) -> None:
+    endpoint = s3_server.endpoint_url
+    writer = open_service(s3_uri, VectorTuning(resident_mib=0), endpoint)
+    reader = open_service(s3_uri, VectorTuning(), endpoint)
+    exact = open_service(s3_uri, VectorTuning(resident_mib=0), endpoint)
+    freshness_scenario(writer, reader, exact)

@@ -21,7 +21,7 @@ from core.memory import (
     SearchMode,
     SearchRequest,
 )
-from core.memory.operations import MemoryFilter
+from core.memory.filters import MemoryFilter
 from core.memory.records import INLINE_LIMIT_BYTES, RankWeights
 from core.memory.tuning import VectorTuning
 
@@ -37,9 +37,12 @@ class Clock:
         return self.now
 
 
-@pytest.fixture
-def service(tmp_path: Path) -> Iterator[MemoryService]:
-    table = MemoryTable(str(tmp_path / "lance"), DIM)
+@pytest.fixture(params=["resident", "index"])
+def service(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[MemoryService]:
+    """Each test on both search paths: vectors resident in this process (the default), and
+    LanceDB's (an agent too large to hold)."""
+    tuning = VectorTuning() if request.param == "resident" else VectorTuning(resident_mib=0)
+    table = MemoryTable(str(tmp_path / "lance"), DIM, tuning=tuning)
     ops = MemoryOps(table, LocalObjectStore(tmp_path / "objects"))
     yield MemoryService(ops, HashingEmbedder(DIM), clock=Clock())
 
@@ -216,7 +219,7 @@ def test_the_vector_index_keeps_its_partitions_through_optimize_and_is_searched(
     tmp_path: Path,
 ) -> None:
     # Through the index even for a small agent (flat_max_rows=0), two agents sharing the table.
-    tuning = VectorTuning(partition_rows=25, flat_max_rows=0)
+    tuning = VectorTuning(partition_rows=25, flat_max_rows=0, resident_mib=0)
     table = MemoryTable(str(tmp_path / "lance"), DIM, tuning=tuning)
     service = MemoryService(
         MemoryOps(table, LocalObjectStore(tmp_path / "o")), HashingEmbedder(DIM)
