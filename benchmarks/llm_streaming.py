@@ -18,7 +18,10 @@ figures are steady state. In every round the direct request carries exactly the 
 Conversation actor will build (system prompt + that conversation's history + the new message) with
 the same sampling (greedy, ``max_tokens``), so both generate the same tokens. Per stream: TTFT
 (request sent → first token), decode tokens/s (tokens after the first ÷ time from first to last
-token); per level: aggregate tokens/s (all tokens ÷ wall time).
+token); per level: aggregate tokens/s (all tokens ÷ wall time). Tokens are what the engine
+reports (``usage.completion_tokens``: the SSE usage chunk, ``ModelFinished``, the
+``turn.completed`` frame), never frames: a path that batches deltas sends fewer, larger frames
+(``frames_per_stream_p50``).
 
 Prints progress, then ONE JSON object as the last line with ``throughput_ratio`` (whole ÷ direct
 aggregate tokens/s at the highest level) and ``added_ttft_ms`` (whole minus direct TTFT at one
@@ -69,6 +72,9 @@ class Stream:
     first: float | None
     last: float | None
     tokens: int
+    """Completion tokens as the engine counts them (its ``usage``), the same for every path."""
+    frames: int
+    """Frames that carried text to the client: one per token, or fewer when deltas are batched."""
 
     @property
     def ttft_s(self) -> float:
@@ -87,6 +93,7 @@ def summarise(streams: list[Stream], wall_s: float) -> dict[str, Any]:
     return {
         "streams": len(streams),
         "tokens": tokens,
+        "frames_per_stream_p50": statistics.median(s.frames for s in streams),
         "aggregate_tps": round(tokens / wall_s, 1),
         "decode_tps_per_stream_p50": round(statistics.median(decode), 1) if decode else None,
         "ttft_ms_p50": round(statistics.median(s.ttft_s for s in streams) * 1000, 1),
@@ -107,21 +114,24 @@ async def direct_stream(
         "temperature": 0.0,
         "max_tokens": max_tokens,
         "stream": True,
+        "stream_options": {"include_usage": True},
     }
     sent = time.perf_counter()
     first = last = None
-    tokens = 0
+    tokens = frames = 0
     async with client.stream("POST", url, json=body) as response:
         response.raise_for_status()
         async for line in response.aiter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
-            for choice in json.loads(line[6:]).get("choices") or []:
+            payload = json.loads(line[6:])
+            for choice in payload.get("choices") or []:
                 if (choice.get("delta") or {}).get("content"):
                     last = time.perf_counter()
                     first = first or last
-                    tokens += 1
-    return Stream(sent, first, last, tokens)
+                    frames += 1
+            tokens = int((payload.get("usage") or {}).get("completion_tokens") or tokens)
+    return Stream(sent, first, last, tokens, frames)
 
 
 async def run_direct(
@@ -159,19 +169,21 @@ def prompt_of(api: Any, conversation_id: str) -> list[dict[str, str]]:
 
 
 async def handle_stream(messages: list[dict[str, str]], max_tokens: int) -> Stream:
-    from core.llm.protocol import ChatRequest, TextDelta
+    from core.llm.protocol import ChatRequest, ModelFinished, TextDelta
     from serving.llm_client import VllmHandleModel
 
     request = ChatRequest(messages=messages, max_tokens=max_tokens, temperature=0.0)
     sent = time.perf_counter()
     first = last = None
-    tokens = 0
+    tokens = frames = 0
     async for chunk in VllmHandleModel().stream(request):
         if isinstance(chunk, TextDelta):
             last = time.perf_counter()
             first = first or last
-            tokens += 1
-    return Stream(sent, first, last, tokens)
+            frames += 1
+        elif isinstance(chunk, ModelFinished):
+            tokens = chunk.completion_tokens
+    return Stream(sent, first, last, tokens, frames)
 
 
 async def run_handle(prompts: list[list[dict[str, str]]], max_tokens: int) -> dict[str, Any]:
@@ -201,16 +213,17 @@ async def whole_stream(ws: Any, content: str = USER_MESSAGE) -> Stream:
     await ws.send(json.dumps({"type": "message", "content": content}))
     sent = time.perf_counter()
     first = last = None
-    tokens = 0
+    frames = 0
     while True:
         frame = json.loads(await ws.recv())
         kind = frame.get("type")
         if kind == "token":
             last = time.perf_counter()
             first = first or last
-            tokens += 1
+            frames += 1
         elif kind == "turn.completed":
-            return Stream(sent, first, last, tokens)
+            tokens = int(frame["usage"]["completion_tokens"])
+            return Stream(sent, first, last, tokens, frames)
         elif kind in ("turn.failed", "error"):
             raise RuntimeError(f"whole path failed: {frame}")
 
@@ -392,7 +405,13 @@ def main() -> None:
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
     }
-    for name in ("WONDER_LLM_DEVICE", "WONDER_LLM_MODEL_DIR", "WONDER_MODEL_CACHE"):
+    names = ("WONDER_LLM_DEVICE", "WONDER_LLM_MODEL_DIR", "WONDER_MODEL_CACHE")
+    pacing = (
+        "WONDER_LLM_STREAM_FRAMES_PER_S",
+        "WONDER_LLM_STREAM_MAX_INTERVAL_MS",
+        "WONDER_LLM_NICENESS",
+    )
+    for name in (*names, *pacing):
         if name in os.environ:
             env[name] = os.environ[name]
     os.environ.update(env)
@@ -416,13 +435,14 @@ def main() -> None:
     port = _free_port()
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
-        from serving.llm import LLM_APP_NAME, LLM_ROUTE_PREFIX, build_llm_app
+        from cluster.serve_apps import placed_llm_app
+        from serving.llm import LLM_APP_NAME, LLM_ROUTE_PREFIX
 
         if args.case != "paths":
             print(json.dumps(run_scale_case(args, env)))
             return
         t0 = time.perf_counter()
-        serve.run(build_llm_app(settings), name=LLM_APP_NAME, route_prefix=LLM_ROUTE_PREFIX)
+        serve.run(placed_llm_app(settings), name=LLM_APP_NAME, route_prefix=LLM_ROUTE_PREFIX)
         ready_s = time.perf_counter() - t0
         progress(f"LLM deployment ready in {ready_s:.1f} s")
         serve.run(gateway_app(env, max(args.levels)), name="gateway", route_prefix="/")
@@ -432,7 +452,13 @@ def main() -> None:
         ray.shutdown()
         shutil.rmtree(data_dir, ignore_errors=True)
         shutil.rmtree(ray_tmp, ignore_errors=True)
-    print(json.dumps(summary(results, ready_s, args.levels)))
+    figures = summary(results, ready_s, args.levels)
+    pacing = {
+        "stream_frames_per_s": settings.llm_stream_frames_per_s,
+        "stream_max_interval_ms": settings.llm_stream_max_interval_ms,
+        "llm_niceness": settings.llm_niceness,
+    }
+    print(json.dumps({**pacing, **figures}))
 
 
 def run_scale_case(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:

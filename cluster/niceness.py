@@ -9,6 +9,11 @@ proxies, which the controller creates and which inherit its runtime env — star
 ``RAY_worker_niceness`` set to ``WONDER_GATEWAY_NICENESS`` (default 0), as Ray's own job manager
 does for job drivers. An actor created from such a process would inherit the setting;
 ``worker_runtime_env`` gives it Ray's worker niceness back.
+
+The vLLM replicas (and the EngineCore processes they start) run at ``WONDER_LLM_NICENESS``
+(default 0) too: on a CPU node the engine's threads decode on every core, in steps that wait for
+the slowest thread, so at 15 every worker that wakes (the relay of other streams, a starting
+actor) would stall a whole step (docs/local-model.md, "Token batches").
 """
 
 from __future__ import annotations
@@ -45,9 +50,21 @@ def worker_runtime_env() -> dict[str, Any] | None:
     return {"env_vars": worker_env()}
 
 
+def llm_env(settings: Settings) -> dict[str, str]:
+    """Environment variables of a vLLM replica: ``WONDER_LLM_NICENESS`` (default 0). On a CPU
+    node the engine's threads decode on every core; at Ray's 15 any other process that wakes
+    (the relay of other streams, a starting actor) would stall each decode step."""
+    return {RAY_WORKER_NICENESS: str(settings.llm_niceness)}
+
+
 def at_worker_niceness(actor_options: dict[str, Any]) -> dict[str, Any]:
     """``ray_actor_options`` of a Serve replica other than the gateway: the controller runs
     raised and its replicas inherit its runtime env, so they say Ray's worker niceness."""
+    return with_env(actor_options, worker_env())
+
+
+def with_env(actor_options: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+    """``actor_options`` with ``env`` added to its runtime env's variables."""
     runtime_env = dict(actor_options.get("runtime_env") or {})
-    runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **worker_env()}
+    runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **env}
     return {**actor_options, "runtime_env": runtime_env}

@@ -18,13 +18,14 @@ from core.settings import Settings, load_settings, wonder_env
 
 def placed_llm_app(settings: Settings) -> Application:
     """The vLLM application (``serving.llm``: every model's deployment) placed on the
-    accelerator nodes as ``placement.llm_deployment_options`` says, its replicas at Ray's worker
-    niceness (``cluster.niceness``)."""
+    accelerator nodes as ``placement.llm_deployment_options`` says, its replicas at
+    ``WONDER_LLM_NICENESS`` (``cluster.niceness.llm_env``)."""
     from serving.llm import build_llm_app
 
     def placed(options: dict[str, Any]) -> dict[str, Any]:
         out = placement.llm_deployment_options(options, settings)
-        return {**out, "ray_actor_options": niceness.at_worker_niceness(out["ray_actor_options"])}
+        actor_options = niceness.with_env(out["ray_actor_options"], niceness.llm_env(settings))
+        return {**out, "ray_actor_options": actor_options}
 
     return build_llm_app(settings, placement=placed)
 

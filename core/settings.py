@@ -194,6 +194,22 @@ class Settings(BaseSettings):
         300.0, gt=0, description="How long a replica being removed may drain its open streams"
     )
     llm_max_ongoing_requests: int = Field(64, ge=1, description="Streams one replica takes at once")
+    llm_niceness: int = Field(
+        0,
+        ge=0,
+        le=19,
+        description="CPU niceness of the vLLM replicas and their engine processes (Ray runs its "
+        "workers at 15; on a CPU node the engine decodes on the cores everything else uses)",
+    )
+    llm_stream_frames_per_s: float = Field(
+        64.0,
+        ge=0,
+        description="Token batches a replica sends per second, shared by its open streams: each "
+        "stream gets one batch per (open streams / this) s at most; 0 sends every engine step",
+    )
+    llm_stream_max_interval_ms: float = Field(
+        250.0, ge=0, description="The longest a streamed token waits for its batch (ms)"
+    )
     llm_tensor_parallel: int = Field(1, ge=1, description="GPUs per model copy (tensor parallel)")
     llm_pipeline_parallel: int = Field(1, ge=1, description="Pipeline stages per model copy")
     llm_prefix_routing: bool = Field(True, description="Keep a conversation on one replica")

@@ -79,6 +79,27 @@ __all__ = [
 
 
 @dataclass(frozen=True)
+class StreamPacing:
+    """How often one replica's streams send their token batches.
+
+    Each batch is one handle message, one event through the Conversation actor and one WebSocket
+    frame, and their cost is CPU per batch, whatever its size: on a CPU node the same cores the
+    engine decodes on. So a replica spends a budget of ``frames_per_s`` batches per second across
+    its open streams: with ``n`` open, each sends at most one batch per ``n / frames_per_s``
+    seconds, never held longer than ``max_interval_s``. One stream is barely batched (1/64 s at
+    the default); sixteen send a batch per 0.25 s. ``frames_per_s`` 0: no pacing.
+    """
+
+    frames_per_s: float
+    max_interval_s: float
+
+    def interval_s(self, open_streams: int) -> float:
+        if self.frames_per_s <= 0:
+            return 0.0
+        return min(self.max_interval_s, max(open_streams, 1) / self.frames_per_s)
+
+
+@dataclass(frozen=True)
 class EngineSpec:
     """Everything a replica needs to start vLLM (plain data: it is pickled into the replica).
 
@@ -96,6 +117,8 @@ class EngineSpec:
     env: dict[str, str] = field(default_factory=dict)
     settings_env: dict[str, str] = field(default_factory=dict)
     deployment_name: str = LLM_DEPLOYMENT_NAME
+    stream_pacing: StreamPacing = field(default_factory=lambda: StreamPacing(0.0, 0.0))
+    """How a stream's token deltas are batched on their way out (``coalesce``)."""
 
     def cli_args(self) -> list[str]:
         """The arguments ``vllm serve`` would take for this engine."""
@@ -151,6 +174,9 @@ def engine_spec_for(
         env=env,
         settings_env=settings_env,
         deployment_name=plan.deployment_name,
+        stream_pacing=StreamPacing(
+            settings.llm_stream_frames_per_s, settings.llm_stream_max_interval_ms / 1000
+        ),
     )
 
 
@@ -291,11 +317,20 @@ def _check_platform(device: str) -> None:
         )
 
 
-async def coalesce(source: AsyncIterator[str]) -> AsyncIterator[list[str]]:
-    """Group whatever items are already waiting into one batch, never waiting for more.
+def unpaced() -> float:
+    return 0.0
 
-    Under load this sends one handle message per engine step instead of one per token, and with a
-    single stream it adds no delay: the first item of each batch goes out as soon as it exists.
+
+async def coalesce(
+    source: AsyncIterator[str], interval_s: Callable[[], float] = unpaced
+) -> AsyncIterator[list[str]]:
+    """Group the items of ``source`` into batches: at most one batch per ``interval_s()``.
+
+    The first item goes out as soon as it exists (no added time to first token), and so does the
+    last batch when the source ends. In between, items that arrive within the interval after the
+    previous batch wait for it and go out together, so a stream of ``r`` tokens/s costs
+    ``min(r, 1/interval)`` messages per hop instead of ``r``. With an interval of 0 a batch is
+    whatever is already waiting (one per engine step under load), never waiting for more.
     """
     queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
@@ -307,23 +342,33 @@ async def coalesce(source: AsyncIterator[str]) -> AsyncIterator[list[str]]:
         except Exception as exc:  # handed to the consumer, which re-raises it
             queue.put_nowait(("error", exc))
 
+    loop = asyncio.get_running_loop()
     task = asyncio.create_task(pump())
+    not_before = loop.time()
     try:
         while True:
             batch: list[str] = []
             kind, value = await queue.get()
             while True:
-                if kind == "error":
-                    raise value
-                if kind == "end":
+                if kind != "item":  # the end, or the source's error: after what came before
                     if batch:
                         yield batch
+                    if kind == "error":
+                        raise value
                     return
                 batch.append(value)
                 if queue.empty():
-                    break
+                    wait = not_before - loop.time()
+                    if wait <= 0:
+                        break
+                    try:  # the batch's window is still open: take what arrives in it
+                        kind, value = await asyncio.wait_for(queue.get(), wait)
+                    except TimeoutError:
+                        break
+                    continue
                 kind, value = queue.get_nowait()
             yield batch
+            not_before = loop.time() + interval_s()
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -360,6 +405,8 @@ class ModelReplica:
     async def __init__(self, spec: EngineSpec) -> None:  # type: ignore[misc]
         self._replica = _replica_id()
         self._deployment = spec.deployment_name
+        self._pacing = spec.stream_pacing
+        self._open_streams = 0
         self._totals = EngineTotals()
         tags = {"deployment": spec.deployment_name, "replica": self._replica}
         tags["model"] = spec.served_names[0]
@@ -377,8 +424,16 @@ class ModelReplica:
 
     async def chat_stream(self, body: JsonObject) -> AsyncIterator[list[str]]:
         """For deployment handles (``options(stream=True)``): batches of chunk payloads."""
-        async for batch in coalesce(self._engine.stream_payloads(body)):
-            yield batch
+        self._open_streams += 1
+        try:
+            payloads = self._engine.stream_payloads(body)
+            async for batch in coalesce(payloads, self._stream_interval):
+                yield batch
+        finally:
+            self._open_streams -= 1
+
+    def _stream_interval(self) -> float:
+        return self._pacing.interval_s(self._open_streams)
 
     async def engine_stats(self) -> dict[str, Any]:
         """This replica's engine statistics (also Ray metrics: ``serving.llm_metrics``)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -20,7 +20,7 @@ from core.errors import RetryableError, Timeout, Unavailable, WonderError
 from core.jsontypes import JsonObject
 from core.llm.constrained import stream_chat
 from core.llm.openai_http import StreamTranslator
-from core.llm.protocol import ChatChunk, ChatRequest
+from core.llm.protocol import ChatChunk, ChatRequest, TextDelta
 from core.settings import settings_from_env, wonder_env
 from serving.llm_config import deployment_for_model
 
@@ -109,9 +109,10 @@ class VllmHandleModel:
                     break
                 except TimeoutError as exc:
                     raise Timeout(f"local model did not finish within {timeout_s:.0f} s") from exc
-                for payload in batch:
-                    for chunk in translator.feed(json.loads(payload)):
-                        yield chunk
+                for chunk in merge_text(
+                    chunk for payload in batch for chunk in translator.feed(json.loads(payload))
+                ):
+                    yield chunk
         finally:
             await batches.aclose()
         for chunk in translator.finish():
@@ -139,6 +140,22 @@ class VllmHandleModel:
         finally:
             if not done:
                 response.cancel()  # the consumer stopped early: free the engine's slot
+
+
+def merge_text(chunks: Iterable[ChatChunk]) -> Iterator[ChatChunk]:
+    """Consecutive text deltas as one (a batch from the replica is one event, not one per
+    token); every other chunk in its place."""
+    text: list[str] = []
+    for chunk in chunks:
+        if isinstance(chunk, TextDelta):
+            text.append(chunk.text)
+            continue
+        if text:
+            yield TextDelta("".join(text))
+            text = []
+        yield chunk
+    if text:
+        yield TextDelta("".join(text))
 
 
 def _model_name(requested: Any, configured: str) -> str:

@@ -84,8 +84,8 @@ def llm_app(ray_cluster: Cluster, serve_port: int) -> Iterator[LlmApp]:
     adapter_dir = write_lora_adapter(model_dir, ray_cluster.data_dir / "lora" / LORA_ADAPTER)
     settings = session_llm_settings(base, model_dir, adapter_dir)
     started = time.monotonic()
-    # As `wonder up` deploys it (placed; replicas at Ray's worker niceness, not the raised Serve
-    # controller's). No model_dir: the replicas prepare the model on their own node (a cache hit).
+    # As `wonder up` deploys it (placed; replicas at WONDER_LLM_NICENESS in their own runtime
+    # env). No model_dir: the replicas prepare the model on their own node (a cache hit).
     serve.run(placed_llm_app(settings), name=LLM_APP_NAME, route_prefix=LLM_ROUTE_PREFIX)
     ready_s = time.monotonic() - started
     print(f"\nLLM application (2 deployments) ready in {ready_s:.1f} s")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -103,6 +104,50 @@ async def test_handle_model_reports_rejected_requests_as_invalid_input(llm_app: 
     request = ChatRequest(messages=[{"role": "user", "content": "x"}], model="no-such-model")
     with pytest.raises(InvalidInput, match="no-such-model"):
         await collect(request)
+
+
+def niceness(pid: int) -> int:
+    """A process's niceness (field 19 of /proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[16])
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process under ``pid`` (from /proc: field 4 of stat is the parent)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int(
+                    (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
+                )
+            except (OSError, IndexError, ValueError):
+                continue  # ended meanwhile
+    found, frontier = [], [pid]
+    while frontier:
+        children = [child for child, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+def test_the_model_replica_and_its_engine_run_at_the_llm_niceness(llm_app: LlmApp) -> None:
+    """``WONDER_LLM_NICENESS`` (0), not Ray's worker niceness (15), for the replica and the
+    EngineCore processes it starts: the engine's threads decode on every core of a CPU node and
+    must not yield them to any worker that wakes (docs/local-model.md, "Token batches")."""
+    from ray.util.state import list_actors
+
+    from tests.conftest import dashboard_url
+
+    alive = list_actors(
+        address=dashboard_url(), filters=[("state", "=", "ALIVE")], limit=10_000, detail=True
+    )
+    replicas = [int(a.pid) for a in alive if a.class_name.startswith("ServeReplica:llm:")]
+    assert replicas
+    for pid in replicas:
+        family = [pid, *descendants(pid)]
+        assert len(family) > 1, "the replica started no engine process"
+        assert {niceness(p) for p in family} == {llm_app.settings.llm_niceness}
 
 
 async def collect(request: ChatRequest) -> list[ChatChunk]:
