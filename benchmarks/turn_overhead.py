@@ -8,6 +8,8 @@ what is measured is Wonder's own overhead. Figures:
 - ``turn_overhead_p50/p99_ms``: message posted → turn completed through the Conversation actor's
   handle, with both hooks (context assembly and memory extraction as executor tasks);
 - ``turn_overhead_nohooks_p50_ms``: the same without hooks;
+- ``turn_context_hook_p50_ms`` / ``turn_extraction_hook_p50_ms``: the same with one hook only
+  (what each adds; the extraction runs after the turn completed, beside the next one);
 - ``gateway_turn_overhead_p50/p99_ms``: the same through the gateway WebSocket (send a message
   frame → receive ``turn.completed``);
 - ``reactivation_p50/p99_ms``: message to an evicted conversation → acknowledged, beside
@@ -29,6 +31,7 @@ from typing import Any
 from harness import conversations, local_system, ms, reporter, setup_store
 
 progress = reporter("turn_overhead")
+ROUNDS = 3  # rounds the actor-handle series alternate in
 
 
 def _noop() -> int:
@@ -245,13 +248,21 @@ async def main_async(args: argparse.Namespace, store: Any, port: int) -> dict[st
     progress(f"plain task round trip from an actor p50 {ms(task_rtts)['p50']} ms")
 
     results: dict[str, Any] = {"actor_rtt": ms(rtts), "task_rtt": ms(task_rtts)}
-    for name in ("hooks", "nohooks"):
+    # The series alternate in rounds, so a change of load on a shared machine hits them alike.
+    series: dict[str, str] = {}
+    samples: dict[str, list[float]] = {}
+    for name in ("hooks", "nohooks", "context", "extraction"):
         conv = create_conversation(
             store, client_id=setup["client_id"], agent_id=setup["agents"][name].id
         )
         await _actor_turns(conv.id, 10)  # warm: actor, executor workers, imports
-        samples = await _actor_turns(conv.id, args.turns)
-        results[f"turn_{name}"] = ms(samples)
+        series[name], samples[name] = conv.id, []
+    for round_ in range(ROUNDS):
+        for name, conv_id in series.items():
+            share = args.turns // ROUNDS + (1 if round_ < args.turns % ROUNDS else 0)
+            samples[name] += await _actor_turns(conv_id, share)
+    for name, values in samples.items():
+        results[f"turn_{name}"] = ms(values)
         progress(f"turn via actor ({name}): {results[f'turn_{name}']}")
 
     conv = create_conversation(
@@ -305,6 +316,8 @@ def main() -> None:
         "turn_overhead_p99_ms": results["turn_hooks"]["p99"],
         "turn_overhead_nohooks_p50_ms": results["turn_nohooks"]["p50"],
         "turn_overhead_nohooks_p99_ms": results["turn_nohooks"]["p99"],
+        "turn_context_hook_p50_ms": results["turn_context"]["p50"],
+        "turn_extraction_hook_p50_ms": results["turn_extraction"]["p50"],
         "gateway_turn_overhead_p50_ms": results["gateway"]["p50"],
         "gateway_turn_overhead_p99_ms": results["gateway"]["p99"],
         "gateway_turn_overhead_nohooks_p50_ms": results["gateway_nohooks"]["p50"],
