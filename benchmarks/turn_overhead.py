@@ -11,7 +11,7 @@ what is measured is Wonder's own overhead. Figures:
 - ``turn_context_hook_p50_ms`` / ``turn_extraction_hook_p50_ms``: the same with one hook only
   (what each adds; the extraction runs after the turn completed, beside the next one);
 - ``gateway_turn_overhead_p50/p99_ms``: the same through the gateway WebSocket (send a message
-  frame → receive ``turn.completed``);
+  frame → receive ``turn.completed``; skipped with ``--actor-only``);
 - ``reactivation_p50/p99_ms``: message to an evicted conversation → acknowledged, beside
   ``bare_actor_start_p50_ms``: a bare named detached actor created and called once (its floor);
 - scale run: N conversations messaged once each, ``max_resident_actors`` sampled from the Ray
@@ -228,6 +228,25 @@ async def _scale(
     }
 
 
+async def _gateway_series(
+    store: Any, setup: dict[str, Any], port: int, turns: int
+) -> dict[str, Any]:
+    """Turns and replies through the gateway WebSocket, with both hooks and without."""
+    from core.conversations import create_conversation
+
+    results: dict[str, Any] = {}
+    for name, suffix in (("hooks", ""), ("nohooks", "_nohooks")):
+        conv = create_conversation(
+            store, client_id=setup["client_id"], agent_id=setup["agents"][name].id
+        )
+        await _gateway_turns(port, setup["key"], conv.id, 10)
+        completed, replies = await _gateway_turns(port, setup["key"], conv.id, turns)
+        results[f"gateway{suffix}"], results[f"gateway_reply{suffix}"] = ms(completed), ms(replies)
+        progress(f"turn via gateway WebSocket ({name}): {results[f'gateway{suffix}']}")
+        progress(f"reply via gateway WebSocket ({name}): {results[f'gateway_reply{suffix}']}")
+    return results
+
+
 async def main_async(args: argparse.Namespace, store: Any, port: int) -> dict[str, Any]:
     import ray
 
@@ -265,21 +284,8 @@ async def main_async(args: argparse.Namespace, store: Any, port: int) -> dict[st
         results[f"turn_{name}"] = ms(values)
         progress(f"turn via actor ({name}): {results[f'turn_{name}']}")
 
-    conv = create_conversation(
-        store, client_id=setup["client_id"], agent_id=setup["agents"]["hooks"].id
-    )
-    await _gateway_turns(port, setup["key"], conv.id, 10)
-    completed, replies = await _gateway_turns(port, setup["key"], conv.id, args.turns)
-    results["gateway"], results["gateway_reply"] = ms(completed), ms(replies)
-    progress(f"turn via gateway WebSocket (hooks): {results['gateway']}")
-    progress(f"reply via gateway WebSocket (hooks): {results['gateway_reply']}")
-    conv = create_conversation(
-        store, client_id=setup["client_id"], agent_id=setup["agents"]["nohooks"].id
-    )
-    await _gateway_turns(port, setup["key"], conv.id, 10)
-    completed, replies = await _gateway_turns(port, setup["key"], conv.id, args.turns)
-    results["gateway_nohooks"], results["gateway_reply_nohooks"] = ms(completed), ms(replies)
-    progress(f"turn via gateway WebSocket (no hooks): {results['gateway_nohooks']}")
+    if not args.actor_only:
+        results.update(await _gateway_series(store, setup, port, args.turns))
 
     results["bare_actor_start"] = ms(await _bare_actor_starts(args.reactivations))
     progress(f"bare detached actor create + first call (baseline): {results['bare_actor_start']}")
@@ -303,6 +309,9 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=2000, help="scale run size (0: skip)")
     parser.add_argument("--cap", type=int, default=50, help="resident conversation cap (scale run)")
     parser.add_argument("--concurrency", type=int, default=8, help="scale run concurrency")
+    parser.add_argument(
+        "--actor-only", action="store_true", help="skip the gateway WebSocket series"
+    )
     args = parser.parse_args()
 
     with local_system(progress) as system:
@@ -318,16 +327,21 @@ def main() -> None:
         "turn_overhead_nohooks_p99_ms": results["turn_nohooks"]["p99"],
         "turn_context_hook_p50_ms": results["turn_context"]["p50"],
         "turn_extraction_hook_p50_ms": results["turn_extraction"]["p50"],
-        "gateway_turn_overhead_p50_ms": results["gateway"]["p50"],
-        "gateway_turn_overhead_p99_ms": results["gateway"]["p99"],
-        "gateway_turn_overhead_nohooks_p50_ms": results["gateway_nohooks"]["p50"],
-        "gateway_reply_p50_ms": results["gateway_reply"]["p50"],
-        "gateway_reply_p99_ms": results["gateway_reply"]["p99"],
-        "gateway_reply_nohooks_p50_ms": results["gateway_reply_nohooks"]["p50"],
         "reactivation_p50_ms": results["reactivation"]["p50"],
         "reactivation_p99_ms": results["reactivation"]["p99"],
         "bare_actor_start_p50_ms": results["bare_actor_start"]["p50"],
     }
+    if "gateway" in results:
+        summary.update(
+            {
+                "gateway_turn_overhead_p50_ms": results["gateway"]["p50"],
+                "gateway_turn_overhead_p99_ms": results["gateway"]["p99"],
+                "gateway_turn_overhead_nohooks_p50_ms": results["gateway_nohooks"]["p50"],
+                "gateway_reply_p50_ms": results["gateway_reply"]["p50"],
+                "gateway_reply_p99_ms": results["gateway_reply"]["p99"],
+                "gateway_reply_nohooks_p50_ms": results["gateway_reply_nohooks"]["p50"],
+            }
+        )
     if "scale" in results:
         scale = results["scale"]
         summary.update(
