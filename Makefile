@@ -78,7 +78,7 @@ lint: install
 
 bench: install
 	$(BIN)/python benchmarks/turn_overhead.py
-	@for b in activation llm_streaming memory_search memory_embed workflow_overhead shell_exec chaos; do \
+	@for b in hook_path extraction_off_path activation llm_streaming memory_search memory_embed workflow_overhead shell_exec chaos; do \
 	  if [ -f benchmarks/$$b.py ]; then $(BIN)/python benchmarks/$$b.py || exit 1; fi; done
 
 clean:

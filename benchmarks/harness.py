@@ -110,8 +110,9 @@ def local_system(progress: Callable[[str], None], **settings: str) -> Iterator[S
 
 
 def setup_store(store: Any) -> dict[str, Any]:
-    """A client (with an API key), a zero-latency scripted echo profile, and two agents: one
-    whose persona has both hooks (context assembly and memory extraction tasks), one without."""
+    """A client (with an API key), a zero-latency scripted echo profile, and agents whose
+    personas have both hooks (``hooks``: context assembly and memory extraction tasks), none
+    (``nohooks``), or one (``context``, ``extraction``)."""
     from core.domain import Agent, Client, ModelProfile, Persona, PersonaRef, TaskAction, TaskDef
     from core.ids import new_id, utc_now
 
@@ -138,14 +139,19 @@ def setup_store(store: Any) -> dict[str, Any]:
         utc_now(),
     )
     agents = {}
-    for name, hooks in (("hooks", True), ("nohooks", False)):
+    for name, context, extraction in (
+        ("hooks", "bench-context", "bench-extract"),
+        ("nohooks", None, None),
+        ("context", "bench-context", None),
+        ("extraction", None, "bench-extract"),
+    ):
         persona = store.personas.put(
             Persona(
                 id=f"bench-{name}",
                 system_prompt="You echo.",
                 model_profile_id="bench-echo",
-                context_assembly_task_id="bench-context" if hooks else None,
-                memory_extraction_task_id="bench-extract" if hooks else None,
+                context_assembly_task_id=context,
+                memory_extraction_task_id=extraction,
             ),
             utc_now(),
         )

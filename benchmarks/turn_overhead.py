@@ -8,8 +8,10 @@ what is measured is Wonder's own overhead. Figures:
 - ``turn_overhead_p50/p99_ms``: message posted → turn completed through the Conversation actor's
   handle, with both hooks (context assembly and memory extraction as executor tasks);
 - ``turn_overhead_nohooks_p50_ms``: the same without hooks;
+- ``turn_context_hook_p50_ms`` / ``turn_extraction_hook_p50_ms``: the same with one hook only
+  (what each adds; the extraction runs after the turn completed, beside the next one);
 - ``gateway_turn_overhead_p50/p99_ms``: the same through the gateway WebSocket (send a message
-  frame → receive ``turn.completed``);
+  frame → receive ``turn.completed``; skipped with ``--actor-only``);
 - ``reactivation_p50/p99_ms``: message to an evicted conversation → acknowledged, beside
   ``bare_actor_start_p50_ms``: a bare named detached actor created and called once (its floor);
 - scale run: N conversations messaged once each, ``max_resident_actors`` sampled from the Ray
@@ -29,6 +31,7 @@ from typing import Any
 from harness import conversations, local_system, ms, reporter, setup_store
 
 progress = reporter("turn_overhead")
+ROUNDS = 3  # rounds the actor-handle series alternate in
 
 
 def _noop() -> int:
@@ -225,6 +228,25 @@ async def _scale(
     }
 
 
+async def _gateway_series(
+    store: Any, setup: dict[str, Any], port: int, turns: int
+) -> dict[str, Any]:
+    """Turns and replies through the gateway WebSocket, with both hooks and without."""
+    from core.conversations import create_conversation
+
+    results: dict[str, Any] = {}
+    for name, suffix in (("hooks", ""), ("nohooks", "_nohooks")):
+        conv = create_conversation(
+            store, client_id=setup["client_id"], agent_id=setup["agents"][name].id
+        )
+        await _gateway_turns(port, setup["key"], conv.id, 10)
+        completed, replies = await _gateway_turns(port, setup["key"], conv.id, turns)
+        results[f"gateway{suffix}"], results[f"gateway_reply{suffix}"] = ms(completed), ms(replies)
+        progress(f"turn via gateway WebSocket ({name}): {results[f'gateway{suffix}']}")
+        progress(f"reply via gateway WebSocket ({name}): {results[f'gateway_reply{suffix}']}")
+    return results
+
+
 async def main_async(args: argparse.Namespace, store: Any, port: int) -> dict[str, Any]:
     import ray
 
@@ -245,30 +267,25 @@ async def main_async(args: argparse.Namespace, store: Any, port: int) -> dict[st
     progress(f"plain task round trip from an actor p50 {ms(task_rtts)['p50']} ms")
 
     results: dict[str, Any] = {"actor_rtt": ms(rtts), "task_rtt": ms(task_rtts)}
-    for name in ("hooks", "nohooks"):
+    # The series alternate in rounds, so a change of load on a shared machine hits them alike.
+    series: dict[str, str] = {}
+    samples: dict[str, list[float]] = {}
+    for name in ("hooks", "nohooks", "context", "extraction"):
         conv = create_conversation(
             store, client_id=setup["client_id"], agent_id=setup["agents"][name].id
         )
         await _actor_turns(conv.id, 10)  # warm: actor, executor workers, imports
-        samples = await _actor_turns(conv.id, args.turns)
-        results[f"turn_{name}"] = ms(samples)
+        series[name], samples[name] = conv.id, []
+    for round_ in range(ROUNDS):
+        for name, conv_id in series.items():
+            share = args.turns // ROUNDS + (1 if round_ < args.turns % ROUNDS else 0)
+            samples[name] += await _actor_turns(conv_id, share)
+    for name, values in samples.items():
+        results[f"turn_{name}"] = ms(values)
         progress(f"turn via actor ({name}): {results[f'turn_{name}']}")
 
-    conv = create_conversation(
-        store, client_id=setup["client_id"], agent_id=setup["agents"]["hooks"].id
-    )
-    await _gateway_turns(port, setup["key"], conv.id, 10)
-    completed, replies = await _gateway_turns(port, setup["key"], conv.id, args.turns)
-    results["gateway"], results["gateway_reply"] = ms(completed), ms(replies)
-    progress(f"turn via gateway WebSocket (hooks): {results['gateway']}")
-    progress(f"reply via gateway WebSocket (hooks): {results['gateway_reply']}")
-    conv = create_conversation(
-        store, client_id=setup["client_id"], agent_id=setup["agents"]["nohooks"].id
-    )
-    await _gateway_turns(port, setup["key"], conv.id, 10)
-    completed, replies = await _gateway_turns(port, setup["key"], conv.id, args.turns)
-    results["gateway_nohooks"], results["gateway_reply_nohooks"] = ms(completed), ms(replies)
-    progress(f"turn via gateway WebSocket (no hooks): {results['gateway_nohooks']}")
+    if not args.actor_only:
+        results.update(await _gateway_series(store, setup, port, args.turns))
 
     results["bare_actor_start"] = ms(await _bare_actor_starts(args.reactivations))
     progress(f"bare detached actor create + first call (baseline): {results['bare_actor_start']}")
@@ -292,6 +309,9 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=2000, help="scale run size (0: skip)")
     parser.add_argument("--cap", type=int, default=50, help="resident conversation cap (scale run)")
     parser.add_argument("--concurrency", type=int, default=8, help="scale run concurrency")
+    parser.add_argument(
+        "--actor-only", action="store_true", help="skip the gateway WebSocket series"
+    )
     args = parser.parse_args()
 
     with local_system(progress) as system:
@@ -305,16 +325,23 @@ def main() -> None:
         "turn_overhead_p99_ms": results["turn_hooks"]["p99"],
         "turn_overhead_nohooks_p50_ms": results["turn_nohooks"]["p50"],
         "turn_overhead_nohooks_p99_ms": results["turn_nohooks"]["p99"],
-        "gateway_turn_overhead_p50_ms": results["gateway"]["p50"],
-        "gateway_turn_overhead_p99_ms": results["gateway"]["p99"],
-        "gateway_turn_overhead_nohooks_p50_ms": results["gateway_nohooks"]["p50"],
-        "gateway_reply_p50_ms": results["gateway_reply"]["p50"],
-        "gateway_reply_p99_ms": results["gateway_reply"]["p99"],
-        "gateway_reply_nohooks_p50_ms": results["gateway_reply_nohooks"]["p50"],
+        "turn_context_hook_p50_ms": results["turn_context"]["p50"],
+        "turn_extraction_hook_p50_ms": results["turn_extraction"]["p50"],
         "reactivation_p50_ms": results["reactivation"]["p50"],
         "reactivation_p99_ms": results["reactivation"]["p99"],
         "bare_actor_start_p50_ms": results["bare_actor_start"]["p50"],
     }
+    if "gateway" in results:
+        summary.update(
+            {
+                "gateway_turn_overhead_p50_ms": results["gateway"]["p50"],
+                "gateway_turn_overhead_p99_ms": results["gateway"]["p99"],
+                "gateway_turn_overhead_nohooks_p50_ms": results["gateway_nohooks"]["p50"],
+                "gateway_reply_p50_ms": results["gateway_reply"]["p50"],
+                "gateway_reply_p99_ms": results["gateway_reply"]["p99"],
+                "gateway_reply_nohooks_p50_ms": results["gateway_reply_nohooks"]["p50"],
+            }
+        )
     if "scale" in results:
         scale = results["scale"]
         summary.update(

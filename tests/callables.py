@@ -114,3 +114,10 @@ async def extract_once_slowly(data: dict[str, Any]) -> dict[str, Any]:
     if runs == 1:
         await asyncio.sleep(30)
     return {"runs": runs}
+
+
+@library_callable
+def previous_as_context(data: dict[str, Any]) -> dict[str, Any]:
+    """A context-assembly hook's answer: the previous action's ``value`` as system context."""
+    previous = data.get("previous") or {}
+    return {"system_context": str(previous.get("value"))}

@@ -26,6 +26,7 @@ from core.domain import (
     Participant,
     PendingExtraction,
     Persona,
+    TaskDef,
     Tool,
     ToolError,
     ToolResult,
@@ -66,6 +67,11 @@ class AgentSetup:
     persona: Persona
     profile: ModelProfile
     catalog: ToolCatalog
+    hook_tasks: tuple[TaskDef, ...] = ()  # the persona's hooks that are library tasks, as read
+
+    def hook_task(self, task_id: str) -> TaskDef | None:
+        """The hook's task definition as read with this setup (``None``: not read with it)."""
+        return next((task for task in self.hook_tasks if task.id == task_id), None)
 
     @property
     def max_moves(self) -> int:

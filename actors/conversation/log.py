@@ -91,7 +91,9 @@ class ConversationLog:
         """Run every write and append every event in one transaction, then publish the events."""
         stored: list[Event] = []
         with self.store.db.begin() as conn:
-            seq = self.store.events.next_seq(self.conversation_id, conn)
+            # A write with no event (a settled memory extraction) takes no number.
+            numbering = any(pending.events for pending in writes)
+            seq = self.store.events.next_seq(self.conversation_id, conn) if numbering else 0
             for pending in writes:
                 numbered = [
                     Event(

@@ -40,7 +40,7 @@ from actors.conversation.domain import (
 from actors.conversation.log import token_event
 from actors.conversation.ports import ConversationPorts
 from actors.conversation.records import WAITING
-from actors.conversation.tool_calls import build_catalog
+from actors.conversation.setups import AgentSetups
 from actors.conversation.tool_dispatch import ToolDispatcher
 from core.context_contract import CONTEXT_CONTRACT, parse_hook_answer
 from core.domain import (
@@ -78,6 +78,7 @@ class TurnSteps:
         self.store = ports.store
         self.tools = tools
         self.publish = publish
+        self.setups = AgentSetups(ports.store)
 
     @property
     def conversation_id(self) -> str:
@@ -86,25 +87,12 @@ class TurnSteps:
     # ------------------------------------------------------------------ context assembly
 
     def load_setup(self, agent_id: str | None) -> AgentSetup:
-        """The agent, its persona (inline or from the library), model profile and tools."""
+        """The agent, its persona (inline or from the library), model profile, tools and hook
+        tasks, as the library holds them now (read again only when it changed: ``setups``)."""
         agent_id = agent_id or self.tools.conversation.agent_id
         if agent_id is None:
             raise NotFound("this conversation has no agent to answer")
-        agent = self.store.agents.get(agent_id)
-        if agent.persona is not None:
-            persona = agent.persona
-        elif agent.persona_ref is not None:
-            ref = agent.persona_ref
-            persona = self.store.personas.get(
-                ref.id, ref.version, client_id=agent.client_id, owner=ref.owner
-            )
-        else:
-            raise NotFound(f"agent {agent.id} has no persona")
-        # The client's own objects, else the system's: never another client's (issue 13).
-        mine = agent.client_id
-        profile = self.store.model_profiles.get(persona.model_profile_id, client_id=mine)
-        tools = [self.store.tools.get(tool_id, client_id=mine) for tool_id in persona.tool_ids]
-        return AgentSetup(agent, persona, profile, build_catalog(persona, tools))
+        return self.setups.current(agent_id)
 
     async def assemble(
         self, turn_id: str, agent_id: str | None
@@ -141,11 +129,12 @@ class TurnSteps:
             return ContextAssembled(turn_id, setup, default, utc_now())
         payload = self._hook_input(turn, setup, history, pending, default)
         workflow = setup.persona.context_assembly_workflow is not None
+        task = setup.hook_task(hook)
         try:
             raw = await with_retries(
                 CONTEXT_ASSEMBLY,
                 lambda: self.tools.run_hook(
-                    hook, payload, turn_id, setup.agent.id, workflow=workflow
+                    hook, payload, turn_id, setup.agent.id, workflow=workflow, task=task
                 ),
             )
             answer = parse_hook_answer(raw)
@@ -286,8 +275,11 @@ class TurnSteps:
     async def extract_memories(
         self, extraction: PendingExtraction
     ) -> MemoriesExtracted | MemoryExtractionFailed:
-        """The memory extraction hook of a completed turn, given the turn's transcript."""
+        """The memory extraction hook of a completed turn, given the turn's transcript. Its
+        task is the one read with the setup that assembled the turn's context, when it is."""
         turn_id, agent_id, task_id = extraction.turn_id, extraction.agent_id, extraction.task_id
+        setup = self.setups.last_read(agent_id)
+        task = setup.hook_task(task_id) if setup is not None else None
         messages = self.store.messages.list(self.conversation_id, turn_ids=[turn_id])
         transcript = turn_transcript(messages, self.store.moves.list(turn_id))
         payload = {
@@ -299,7 +291,7 @@ class TurnSteps:
         try:
             await with_retries(
                 MEMORY_EXTRACTION,
-                lambda: self.tools.run_hook(task_id, payload, turn_id, agent_id),
+                lambda: self.tools.run_hook(task_id, payload, turn_id, agent_id, task=task),
             )
         except WonderError as exc:
             return MemoryExtractionFailed(turn_id, ToolError.of(exc), utc_now())

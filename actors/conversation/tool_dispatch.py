@@ -27,6 +27,7 @@ from core.domain import (
     Conversation,
     Participant,
     PersonaRef,
+    TaskDef,
     ToolError,
     ToolResult,
     TurnStatus,
@@ -84,12 +85,18 @@ class ToolDispatcher:
         agent_id: str,
         *,
         workflow: bool = False,
+        task: TaskDef | None = None,
     ) -> JsonObject:
         """Run a hook (a task, or a workflow run to its end); a business failure is an error
-        here (hooks have no model to tell)."""
+        here (hooks have no model to tell). ``task``: its definition when the caller has read
+        it (with the agent's setup), else it is read here."""
         if workflow:
             parent = ConversationParent(conversation_id=self.conversation.id, turn_id=turn_id)
             outcome = await self.ports.workflows.run_to_end(task_id, payload, parent=parent)
+        elif task is not None:
+            outcome = await self.ports.tasks.run(
+                task, payload, self.task_context(turn_id, agent_id)
+            )
         else:
             outcome = await self.run_task(task_id, payload, self.task_context(turn_id, agent_id))
         if not outcome.success:

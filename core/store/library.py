@@ -11,13 +11,26 @@ So "the latest version" is only ever the client's own or the system's, never ano
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
-from sqlalchemy import Connection, Table, and_, func, insert, select
+from sqlalchemy import (
+    CompoundSelect,
+    Connection,
+    Table,
+    and_,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    union_all,
+)
 
 from core.errors import NotFound
 from core.store import schema
@@ -187,3 +200,49 @@ class LibraryOps(Generic[M]):
 
     def _read(self, conn: Connection | None) -> Any:
         return nullcontext(conn) if conn is not None else self.db.connect()
+
+
+@dataclass(frozen=True, slots=True)
+class LatestVersion:
+    """The newest version of one library object in one library."""
+
+    owner: str
+    kind: str
+    id: str
+    version: int
+
+
+class LibraryVersions:
+    """Which versions of named objects a client's library and the system's hold now, in one
+    query: what a cache of library objects checks itself against (objects are only ever added
+    as new versions, so an unchanged latest version means unchanged content)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def latest(self, client_id: str, refs: Iterable[tuple[str, str]]) -> list[LatestVersion]:
+        """The latest version of each ``(kind, id)`` in ``client_id``'s library and in the
+        system's; an object neither holds has no row."""
+        wanted = tuple(sorted(set(refs)))
+        if not wanted:
+            return []
+        with self.db.connect() as c:
+            rows = c.execute(_latest_query(client_id, wanted)).all()
+        return [LatestVersion(str(o), str(k), str(i), int(v)) for o, k, i, v in rows]
+
+
+@functools.lru_cache(maxsize=256)
+def _latest_query(client_id: str, wanted: tuple[tuple[str, str], ...]) -> CompoundSelect[Any]:
+    """Built once per client and set of objects: building it costs 3 times running it (a cached
+    setup asks the same question every turn)."""
+    queries = []
+    for owner in (SYSTEM, client_id):
+        t = LibraryOps._table(owner)
+        owned = [] if owner == SYSTEM else [t.c.client_id == owner]
+        matches = or_(*(and_(t.c.kind == kind, t.c.id == obj_id) for kind, obj_id in wanted))
+        queries.append(
+            select(literal(owner), t.c.kind, t.c.id, func.max(t.c.version))
+            .where(*owned, matches)
+            .group_by(t.c.kind, t.c.id)
+        )
+    return union_all(*queries)

@@ -40,7 +40,7 @@ from core.store.extractions import PendingExtractionOps
 from core.store.forks import ForkOps
 from core.store.hooks import HookOps
 from core.store.keys import KeyOps
-from core.store.library import LibraryOps
+from core.store.library import LibraryOps, LibraryVersions
 from core.store.members import MemberOps
 from core.store.projects import ProjectOps, WorkspaceOps
 from core.store.quotas import AdminKeyOps, QuotaOps
@@ -517,6 +517,7 @@ class Store:
         self.tools: LibraryOps[Tool] = LibraryOps(db, "tool", Tool)
         self.tasks: LibraryOps[TaskDef] = LibraryOps(db, "task", TaskDef)
         self.workflows: LibraryOps[WorkflowDef] = LibraryOps(db, "workflow", WorkflowDef)
+        self.library_versions = LibraryVersions(db)
         self.agents = AgentOps(db)
         self.conversations = ConversationOps(db)
         self.turns = TurnOps(db)

@@ -14,7 +14,7 @@ from core.domain import Persona
 from core.errors import NotFound
 from core.keys import KeyScope, KeyStatus, hash_key
 from core.store import Store
-from core.store.library import SYSTEM
+from core.store.library import SYSTEM, LatestVersion
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
@@ -52,6 +52,25 @@ def test_libraries(store: Store) -> None:
     listed = [(o.owner, o.obj.id) for o in store.personas.list_owned("client_a")]
     assert listed == [(SYSTEM, "shared"), ("client_a", "mine")]
     assert [p.version for p in store.personas.versions("mine", owner="client_a")] == [1, 2]
+
+
+def test_library_versions(store: Store) -> None:
+    """The latest version of named objects in a client's library and the system's, one row per
+    library that holds one (what a conversation actor checks its cached setup with)."""
+    store.personas.put(Persona(id="p", system_prompt="s1"), NOW)
+    store.personas.put(Persona(id="p", system_prompt="s2"), NOW)
+    store.personas.put(Persona(id="p", system_prompt="a"), NOW, owner="client_a")
+    store.personas.put(Persona(id="p", system_prompt="b"), NOW, owner="client_b")
+    store.personas.put(Persona(id="q", system_prompt="q"), NOW)
+    found = store.library_versions.latest("client_a", [("persona", "p"), ("persona", "nope")])
+    assert set(found) == {
+        LatestVersion("client_a", "persona", "p", 1),
+        LatestVersion(SYSTEM, "persona", "p", 2),
+    }
+    assert store.library_versions.latest("client_c", [("persona", "q"), ("task", "p")]) == [
+        LatestVersion(SYSTEM, "persona", "q", 1)
+    ]
+    assert store.library_versions.latest("client_a", []) == []
 
 
 def test_members(store: Store) -> None:

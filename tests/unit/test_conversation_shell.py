@@ -18,6 +18,8 @@ from core.domain import (
     ConcurrencyPolicy,
     MessageRole,
     OperationStatus,
+    TaskAction,
+    TaskDef,
     Tool,
     TurnStatus,
 )
@@ -26,6 +28,7 @@ from core.ids import new_id, new_id_after, utc_now
 from core.ports import MessageAck
 from core.retry import RetryPolicy
 from core.store import Store
+from core.store.library import SYSTEM
 from tests.conftest import async_wait_for
 from tests.factories import make_agent, make_client, make_conversation, scripted_profile, task_tool
 from tests.inprocess import InProcessCluster
@@ -488,6 +491,59 @@ async def test_a_hook_assembles_the_request_the_model_sees(cluster: InProcessClu
     context, history = answer.split(" HISTORY ", 1)
     assert "Index of earlier questions:\n1. alpha" in context
     assert history.split(" | ")[0] == "alpha" and history.split(" | ")[-1] == "beta"
+
+
+async def test_an_edit_to_the_persona_or_a_hook_task_holds_from_the_next_turn(
+    cluster: InProcessCluster,
+) -> None:
+    """The actor keeps the agent's setup and hook tasks between turns (issue 10); a new version
+    of the persona or of a hook task, or a client's own task shadowing the system's, is what
+    the next turn runs."""
+    store = cluster.store
+
+    def hook(task_id: str, value: str, owner: str = SYSTEM) -> None:
+        actions = [
+            TaskAction(kind="context.set", params={"key": "said", "value": value}),
+            TaskAction(kind="python", params={"callable": "tests.callables:previous_as_context"}),
+        ]
+        store.tasks.put(TaskDef(id=task_id, actions=actions), utc_now(), owner=owner)
+
+    def extraction(task_id: str, value: str) -> None:
+        action = TaskAction(kind="context.set", params={"key": "extracted", "value": value})
+        store.tasks.put(TaskDef(id=task_id, actions=[action]), utc_now())
+
+    assembly_id, extraction_id = f"assemble-{new_id().lower()}", f"extract-{new_id().lower()}"
+    hook(assembly_id, "hook v1")
+    extraction(extraction_id, "x1")
+    conv = conversation(
+        store,
+        [{"reply": "{{context}}"}] * 3,
+        system_prompt="prompt v1",
+        context_assembly_task_id=assembly_id,
+        memory_extraction_task_id=extraction_id,
+    )
+
+    async def turn() -> str:
+        ack = await cluster.post_message(conv, "hi", "user-1")
+        assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+        await async_wait_for(lambda: extraction_settled(cluster, ack.turn_id), timeout=20)
+        return store.messages.list(conv)[-1].content
+
+    first = await turn()
+    assert "prompt v1" in first and "hook v1" in first
+    assert store.context.get(conv, "extracted") == "x1"
+
+    agent = store.agents.get(store.conversations.get(conv).agent_id or "")
+    persona = store.personas.get(agent.persona_ref.id)  # type: ignore[union-attr]
+    store.personas.put(persona.model_copy(update={"system_prompt": "prompt v2"}), utc_now())
+    hook(assembly_id, "hook v2")
+    extraction(extraction_id, "x2")
+    second = await turn()
+    assert "prompt v2" in second and "hook v2" in second and "v1" not in second
+    assert store.context.get(conv, "extracted") == "x2"
+
+    hook(assembly_id, "the client's own", owner=agent.client_id)
+    assert "the client's own" in await turn()
 
 
 async def test_extraction_gets_the_turns_moves(cluster: InProcessCluster) -> None:
