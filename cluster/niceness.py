@@ -11,9 +11,10 @@ does for job drivers. An actor created from such a process would inherit the set
 ``worker_runtime_env`` gives it Ray's worker niceness back.
 
 The vLLM replicas (and the EngineCore processes they start) run at ``WONDER_LLM_NICENESS``
-(default 0) too: on a CPU node the engine's threads decode on every core, in steps that wait for
-the slowest thread, so at 15 every worker that wakes (the relay of other streams, a starting
-actor) would stall a whole step (docs/local-model.md, "Token batches").
+(default 10), ahead of Ray's workers too: on a CPU node the engine's threads decode on every
+core, in steps that wait for the slowest thread, so at 15 every worker that wakes (the relay of
+other streams, a starting actor) would stall a whole step (docs/local-model.md, "Token
+batches").
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def worker_runtime_env() -> dict[str, Any] | None:
 
 
 def llm_env(settings: Settings) -> dict[str, str]:
-    """Environment variables of a vLLM replica: ``WONDER_LLM_NICENESS`` (default 0). On a CPU
+    """Environment variables of a vLLM replica: ``WONDER_LLM_NICENESS`` (default 10). On a CPU
     node the engine's threads decode on every core; at Ray's 15 any other process that wakes
     (the relay of other streams, a starting actor) would stall each decode step."""
     return {RAY_WORKER_NICENESS: str(settings.llm_niceness)}

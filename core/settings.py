@@ -195,11 +195,12 @@ class Settings(BaseSettings):
     )
     llm_max_ongoing_requests: int = Field(64, ge=1, description="Streams one replica takes at once")
     llm_niceness: int = Field(
-        0,
+        10,
         ge=0,
         le=19,
         description="CPU niceness of the vLLM replicas and their engine processes (Ray runs its "
-        "workers at 15; on a CPU node the engine decodes on the cores everything else uses)",
+        "workers at 15; on a CPU node the engine decodes on the cores everything else uses; "
+        "0 decodes fastest but delays the conversation actors' relay of first tokens)",
     )
     llm_stream_frames_per_s: float = Field(
         64.0,

@@ -132,7 +132,7 @@ def descendants(pid: int) -> list[int]:
 
 
 def test_the_model_replica_and_its_engine_run_at_the_llm_niceness(llm_app: LlmApp) -> None:
-    """``WONDER_LLM_NICENESS`` (0), not Ray's worker niceness (15), for the replica and the
+    """``WONDER_LLM_NICENESS`` (10), not Ray's worker niceness (15), for the replica and the
     EngineCore processes it starts: the engine's threads decode on every core of a CPU node and
     must not yield them to any worker that wakes (docs/local-model.md, "Token batches")."""
     from ray.util.state import list_actors
