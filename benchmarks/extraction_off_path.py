@@ -18,23 +18,11 @@ import asyncio
 import json
 import os
 import tempfile
-import time
 from typing import Any
 
-from harness import ms
+from harness import ms, timed_turns
 
 SLOW = "benchmarks.extraction_off_path:slow_extraction"
-
-
-async def turns(cluster: Any, conversation_id: str, n: int) -> list[float]:
-    actor = cluster.actor(conversation_id)
-    samples = []
-    for i in range(n):
-        t0 = time.perf_counter()
-        ack = await actor.post_message(f"m{i}", "bench", message_id=None)
-        await actor.wait_for_turn(ack.turn_id)
-        samples.append(time.perf_counter() - t0)
-    return samples
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
@@ -83,11 +71,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         store.agents.insert(agent)
         conv = create_conversation(store, client_id=client.id, agent_id=agent.id)
         conversations[name] = conv.id
-        await turns(cluster, conv.id, 3)  # warm
+        await timed_turns(cluster.actor(conv.id), 3)  # warm
     samples: dict[str, list[float]] = {name: [] for name in conversations}
     for _ in range(args.rounds):
         for name, conversation_id in conversations.items():
-            samples[name] += await turns(cluster, conversation_id, args.turns)
+            samples[name] += await timed_turns(cluster.actor(conversation_id), args.turns)
     await asyncio.sleep(args.extraction_ms / 1000 * 2)  # let the last extractions end
     return {name: ms(values) for name, values in samples.items()}
 

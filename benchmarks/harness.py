@@ -9,6 +9,7 @@ import socket
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,6 +38,17 @@ def ms(seconds: list[float]) -> dict[str, float]:
         "p99": round(pct(values, 0.99), 2),
         "mean": round(statistics.fmean(values), 2),
     }
+
+
+async def timed_turns(actor: Any, n: int) -> list[float]:
+    """``n`` turns through a conversation actor one after another: message posted → turn done."""
+    samples = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        ack = await actor.post_message(f"m{i}", "bench", message_id=None)
+        await actor.wait_for_turn(ack.turn_id)
+        samples.append(time.perf_counter() - t0)
+    return samples
 
 
 def reporter(name: str) -> Callable[[str], None]:

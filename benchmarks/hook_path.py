@@ -28,17 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from harness import ms, setup_store
-
-
-async def turns(actor: Any, n: int) -> list[float]:
-    samples = []
-    for i in range(n):
-        t0 = time.perf_counter()
-        ack = await actor.post_message(f"m{i}", "bench", message_id=None)
-        await actor.wait_for_turn(ack.turn_id)
-        samples.append(time.perf_counter() - t0)
-    return samples
+from harness import ms, setup_store, timed_turns
 
 
 def best_us(fn: Callable[[], object], n: int = 300) -> float:
@@ -79,14 +69,14 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             store, client_id=setup["client_id"], agent_id=setup["agents"][name].id
         )
         actors[name] = cluster.actor(conv.id)
-        await turns(actors[name], 5)  # warm
+        await timed_turns(actors[name], 5)  # warm
     samples: dict[str, list[float]] = {name: [] for name in actors}
     counted: dict[str, int] = dict.fromkeys(actors, 0)
     for _ in range(args.rounds):
         for name, actor in actors.items():
             await asyncio.sleep(0.05)  # the other series' last extraction ends
             before = statements[0]
-            samples[name] += await turns(actor, args.turns)
+            samples[name] += await timed_turns(actor, args.turns)
             await asyncio.sleep(0.05)  # this series' last extraction ends
             counted[name] += statements[0] - before
     n = args.turns * args.rounds
