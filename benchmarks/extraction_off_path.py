@@ -17,10 +17,9 @@ import argparse
 import asyncio
 import json
 import os
-import tempfile
 from typing import Any
 
-from harness import ms, timed_turns
+from harness import inprocess_cluster, ms, timed_turns
 
 SLOW = "benchmarks.extraction_off_path:slow_extraction"
 
@@ -30,19 +29,13 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     from core.conversations import create_conversation
     from core.domain import Agent, Client, ModelProfile, Persona, PersonaRef, TaskAction, TaskDef
     from core.ids import new_id, utc_now
-    from tests.inprocess import InProcessCluster
 
     async def slow_extraction(data: dict[str, Any]) -> dict[str, Any]:
         await asyncio.sleep(args.extraction_ms / 1000)
         return {}
 
     register(SLOW, slow_extraction)
-    env = {
-        "WONDER_DATA_DIR": tempfile.mkdtemp(prefix="wonder-bench-"),
-        "WONDER_ALLOW_TEST_DOUBLES": "true",
-    }
-    os.environ.update(env)
-    cluster = InProcessCluster(env)
+    cluster = inprocess_cluster()
     store = cluster.store
     client = store.clients.insert(Client(id=new_id("client"), name="bench", created_at=utc_now()))
     store.model_profiles.put(

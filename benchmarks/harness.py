@@ -40,6 +40,19 @@ def ms(seconds: list[float]) -> dict[str, float]:
     }
 
 
+def inprocess_cluster() -> Any:
+    """The production actors, executor and store in this process, on a fresh data dir, with test
+    doubles allowed (``tests.inprocess.InProcessCluster``): the hook path without Ray's noise."""
+    from tests.inprocess import InProcessCluster
+
+    env = {
+        "WONDER_DATA_DIR": tempfile.mkdtemp(prefix="wonder-bench-"),
+        "WONDER_ALLOW_TEST_DOUBLES": "true",
+    }
+    os.environ.update(env)
+    return InProcessCluster(env)
+
+
 async def timed_turns(actor: Any, n: int) -> list[float]:
     """``n`` turns through a conversation actor one after another: message posted → turn done."""
     samples = []

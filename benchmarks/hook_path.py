@@ -23,12 +23,11 @@ import argparse
 import asyncio
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
-from harness import ms, setup_store, timed_turns
+from harness import inprocess_cluster, ms, setup_store, timed_turns
 
 
 def best_us(fn: Callable[[], object], n: int = 300) -> float:
@@ -47,14 +46,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
     from actors.conversation.context import assemble_context
     from core.conversations import create_conversation
-    from tests.inprocess import InProcessCluster
 
-    env = {
-        "WONDER_DATA_DIR": tempfile.mkdtemp(prefix="wonder-bench-"),
-        "WONDER_ALLOW_TEST_DOUBLES": "true",
-    }
-    os.environ.update(env)
-    cluster = InProcessCluster(env)
+    cluster = inprocess_cluster()
     store = cluster.store
     setup = setup_store(store)
     statements = [0]
