@@ -34,7 +34,7 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 from core.access import Action, check
 from core.domain import Conversation
 from core.errors import InvalidInput, Unauthorized, WonderError
-from core.keys import hash_key
+from core.keys import ApiKey, hash_key
 from serving.gateway.auth import USER_HEADER, authenticate, websocket_key
 from serving.gateway.context import GatewayContext, get_context
 from serving.gateway.conversations import owned_conversation
@@ -305,6 +305,15 @@ async def refuse(
             await websocket.close(close_code)
 
 
+def open_stream(
+    context: GatewayContext, secret: str | None, conversation_id: str
+) -> tuple[ApiKey, Conversation]:
+    """The key and the client's conversation, in one trip to the thread pool (a burst of new
+    streams queues there: each trip waits for a thread and the GIL)."""
+    key = authenticate(context, secret)
+    return key, owned_conversation(context, key.client_id, conversation_id)
+
+
 @router.websocket("/v1/conversations/{conversation_id}/stream")
 async def stream(websocket: WebSocket, conversation_id: str) -> None:
     """Subscribe to a conversation's events and send it messages."""
@@ -314,11 +323,8 @@ async def stream(websocket: WebSocket, conversation_id: str) -> None:
     )
     secret = websocket_key(websocket)
     try:
-        key = await run_in_threadpool(authenticate, context, secret)
+        key, conversation = await run_in_threadpool(open_stream, context, secret, conversation_id)
         client_id = key.client_id
-        conversation = await run_in_threadpool(
-            owned_conversation, context, client_id, conversation_id
-        )
         after_seq = parse_after_seq(websocket.query_params.get("after_seq"))
         user = websocket_user(websocket)
         if user is not None:  # a user who is not a member: as if there were no conversation
