@@ -12,12 +12,20 @@ scripted echo without hooks, so what is measured is Wonder's own cost. In one ru
 - ``conversation_rss``: RSS of resident conversation actors sampled during the burst (median
   and max), and its ratio to the bare actor's;
 - ``reactivation``: a message to an evicted conversation through the ``Conversations`` adapter:
-  acknowledged (p50/p99) and answered (p50/p99), beside the bare actor start.
+  acknowledged (p50/p99) and answered (p50/p99), beside the bare actor start;
+- ``serve_floor``: the same burst against a Serve WebSocket endpoint that only answers each
+  client's frame with an ``ack`` (no store, no actors), deployed beside the gateway with its
+  niceness: what Ray Serve's proxy and one replica cost B clients on this machine, the floor of
+  the burst's acknowledgement (run before the burst, whose actors keep starting after it);
+- ``store_ack``: B store acknowledgements (``Intake.acknowledge``, what the gateway does for a
+  message whose actor is not started) one after the other in this process, on conversations of
+  their own, nothing else running: the Python cost of the burst's durable writes alone.
 
 ``--ack-only``: the burst's clients leave once acknowledged (the acknowledgement under the burst's
 starts, without waiting minutes for 200 first turns). ``--gateway-niceness 15``: the gateway
 replica and the Serve proxy at Ray's worker niceness, as before ``cluster.niceness`` (the
-baseline for the default, 0). The summary carries the 1-minute load average before and after.
+baseline for the default, 0). ``--gateway-replicas N``: N gateway replicas on this one node.
+The summary carries the 1-minute load average before and after.
 
 Prints progress, then ONE JSON object as the last line.
 """
@@ -32,6 +40,7 @@ import statistics
 import time
 from typing import Any
 
+from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 from harness import System, conversations, local_system, ms, reporter, rss_mib, setup_store
 
 progress = reporter("activation")
@@ -86,12 +95,80 @@ def conversation_rss(dashboard_url: str) -> list[float]:
     return [r for r in found if r > 0]
 
 
+def deploy_floor(system: System) -> None:
+    """A Serve application at ``/floor``: a WebSocket that acks each frame, nothing else."""
+    from ray import serve
+
+    from cluster.niceness import raised_env
+    from core.settings import settings_from_env
+
+    app = FastAPI()
+
+    @app.websocket("/ws")
+    async def echo(websocket: WebSocket) -> None:
+        await websocket.accept()
+        try:
+            while True:
+                frame = json.loads(await websocket.receive_text())
+                await websocket.send_json({"type": "ack", "id": frame.get("id")})
+        except WebSocketDisconnect:
+            pass
+
+    @serve.deployment(name="floor", max_ongoing_requests=10_000)
+    @serve.ingress(app)
+    class Floor:
+        pass
+
+    env = raised_env(settings_from_env(system.env))
+    options = {"num_cpus": 0, "runtime_env": {"env_vars": env}}
+    serve.run(
+        Floor.options(ray_actor_options=options).bind(),  # type: ignore[attr-defined]
+        name="floor",
+        route_prefix="/floor",
+    )
+
+
+async def floor_burst(system: System, setup: dict[str, Any], size: int) -> dict[str, Any]:
+    """B clients at once against ``/floor/ws``: connect, send a frame, time its ``ack``."""
+    url = f"ws://127.0.0.1:{system.port}/floor/ws"
+    results = await asyncio.gather(
+        *(one_client(system, setup["key"], "", ack_only=True, url=url) for _ in range(size)),
+        return_exceptions=True,
+    )
+    acks = [r["ack"] for r in results if isinstance(r, dict) and r.get("ack") is not None]
+    for failure in [r for r in results if not isinstance(r, dict)][:3]:
+        progress(f"Serve floor failure: {failure!r:.300}")
+    return {"clients": size, "acknowledged": len(acks), "ack": ms(acks) if acks else None}
+
+
+def store_acks(system: System, setup: dict[str, Any], size: int) -> dict[str, Any]:
+    """``size`` store acknowledgements in a row, each on a new conversation: their times."""
+    from actors.conversation.intake import Intake
+    from core.conversations import create_conversation
+    from core.ids import new_id
+
+    convs = [
+        create_conversation(
+            system.store, client_id=setup["client_id"], agent_id=setup["agents"]["nohooks"].id
+        ).id
+        for _ in range(size)
+    ]
+    intake = Intake(system.store)
+    times = []
+    for conv_id in convs:
+        t0 = time.perf_counter()
+        ack = intake.acknowledge(conv_id, "hello", "bench", message_id=new_id("msg"))
+        times.append(time.perf_counter() - t0)
+        assert ack is not None, conv_id
+    return {"acks": size, "each": ms(times), "all_ms": round(sum(times) * 1000, 1)}
+
+
 async def one_client(
-    system: System, key: str, conv_id: str, ack_only: bool = False
+    system: System, key: str, conv_id: str, ack_only: bool = False, url: str | None = None
 ) -> dict[str, Any]:
     import websockets
 
-    url = f"ws://127.0.0.1:{system.port}/v1/conversations/{conv_id}/stream?after_seq=0"
+    url = url or f"ws://127.0.0.1:{system.port}/v1/conversations/{conv_id}/stream?after_seq=0"
     async with websockets.connect(
         url, additional_headers={"Authorization": f"Bearer {key}"}, max_size=None, open_timeout=60
     ) as ws:
@@ -198,6 +275,11 @@ async def main_async(args: argparse.Namespace, system: System) -> dict[str, Any]
     progress(f"bare actor: start {results['bare_actor_start']}, RSS {bare_rss} MiB")
     results["reactivation"] = await reactivation(system, setup, args.reactivations)
     progress(f"re-activation: {results['reactivation']}")
+    deploy_floor(system)
+    results["serve_floor"] = await floor_burst(system, setup, args.burst)
+    progress(f"Serve floor: {results['serve_floor']}")
+    results["store_ack"] = store_acks(system, setup, args.burst)
+    progress(f"store acknowledgements in a row: {results['store_ack']}")
     progress(f"burst of {args.burst} new conversations over the WebSocket")
     results["burst"] = await burst(system, setup, args.burst, args.ack_only)
     rss = results["burst"].pop("rss_samples")
@@ -224,6 +306,12 @@ def main() -> None:
         help="conversation actors starting at once (default: the settings' default)",
     )
     parser.add_argument(
+        "--gateway-replicas",
+        type=int,
+        default=None,
+        help="gateway replicas, all on this node (WONDER_GATEWAY_NUM_REPLICAS; default 1)",
+    )
+    parser.add_argument(
         "--ack-only",
         action="store_true",
         help="burst clients leave once acknowledged (no first-turn or activation figures)",
@@ -240,6 +328,9 @@ def main() -> None:
     settings = {"WONDER_MAX_RESIDENT_CONVERSATIONS": str(args.cap)}
     if args.gateway_niceness is not None:
         settings["WONDER_GATEWAY_NICENESS"] = str(args.gateway_niceness)
+    if args.gateway_replicas is not None:
+        settings["WONDER_GATEWAY_NUM_REPLICAS"] = str(args.gateway_replicas)
+        settings["WONDER_GATEWAY_MAX_REPLICAS_PER_NODE"] = str(args.gateway_replicas)
     if args.max_starting is not None:
         settings["WONDER_MAX_STARTING_CONVERSATIONS"] = str(args.max_starting)
     load_before = os.getloadavg()[0]
@@ -262,8 +353,13 @@ def main() -> None:
         "burst_first_turn_p50_ms": (burst_result["first_turn"] or {}).get("p50"),
         "burst_first_turn_p99_ms": (burst_result["first_turn"] or {}).get("p99"),
         "burst_activations_per_s": burst_result["activations_per_s"],
+        "serve_floor_ack_p50_ms": (results["serve_floor"]["ack"] or {}).get("p50"),
+        "serve_floor_ack_p99_ms": (results["serve_floor"]["ack"] or {}).get("p99"),
+        "store_ack_each_p50_ms": results["store_ack"]["each"]["p50"],
+        "store_acks_all_ms": results["store_ack"]["all_ms"],
         "cap": args.cap,
         "gateway_niceness": int(settings.get("WONDER_GATEWAY_NICENESS", "0")),
+        "gateway_replicas": int(settings.get("WONDER_GATEWAY_NUM_REPLICAS", "1")),
         "load_1m_before_after": [round(load_before, 1), round(load_after, 1)],
     }
     if "conversation_rss_mib" in results:
