@@ -19,7 +19,10 @@ scripted echo without hooks, so what is measured is Wonder's own cost. In one ru
   the burst's acknowledgement (run before the burst, whose actors keep starting after it);
 - ``store_ack``: B store acknowledgements (``Intake.acknowledge``, what the gateway does for a
   message whose actor is not started) one after the other in this process, on conversations of
-  their own, nothing else running: the Python cost of the burst's durable writes alone.
+  their own, nothing else running: the Python cost of the burst's durable writes alone;
+- ``cpu_ms_per_client`` of both bursts: CPU milliseconds per client (from ``/proc``) of the
+  Serve proxy, the gateway's and the floor's replicas, the conversation directory, the clients
+  (this process) and the whole machine, from the burst's start until its last client left.
 
 ``--ack-only``: the burst's clients leave once acknowledged (the acknowledgement under the burst's
 starts, without waiting minutes for 200 first turns). ``--gateway-niceness 15``: the gateway
@@ -38,6 +41,7 @@ import json
 import os
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, WebSocket, WebSocketDisconnect
@@ -95,6 +99,61 @@ def conversation_rss(dashboard_url: str) -> list[float]:
     return [r for r in found if r > 0]
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds a process has used (user + system, every thread), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy_s() -> float:
+    """CPU seconds every core of this machine spent busy (not idle or waiting), from /proc."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def serve_pids(dashboard_url: str) -> dict[str, int]:
+    """The pids of the Serve proxy, the gateway's and the floor's replicas, and the
+    conversation directory."""
+    from ray.util.state import list_actors
+
+    alive = list_actors(
+        address=dashboard_url,
+        filters=[("state", "=", "ALIVE")],
+        limit=10_000,
+        raise_on_missing_output=False,
+    )
+    found = {}
+    for actor in alive:
+        for role, prefix in (
+            ("proxy", "ProxyActor"),
+            ("gateway", "ServeReplica:gateway"),
+            ("floor", "ServeReplica:floor"),
+            ("directory", "ConversationDirectory"),
+        ):
+            if (actor.class_name or "").startswith(prefix) and actor.pid:
+                found[role] = int(actor.pid)
+    return found
+
+
+class CpuUse:
+    """CPU milliseconds per client a burst cost: each Serve process, the clients (this
+    process) and the whole machine."""
+
+    def __init__(self, dashboard_url: str) -> None:
+        self.pids = {**serve_pids(dashboard_url), "clients": os.getpid()}
+        self.start = self._now()
+
+    def _now(self) -> dict[str, float]:
+        return {
+            **{role: cpu_s(pid) for role, pid in self.pids.items()},
+            "machine": machine_busy_s(),
+        }
+
+    def per_client_ms(self, clients: int) -> dict[str, float]:
+        end = self._now()
+        return {role: round((end[role] - self.start[role]) * 1000 / clients, 2) for role in end}
+
+
 def deploy_floor(system: System) -> None:
     """A Serve application at ``/floor``: a WebSocket that acks each frame, nothing else."""
     from ray import serve
@@ -131,6 +190,7 @@ def deploy_floor(system: System) -> None:
 async def floor_burst(system: System, setup: dict[str, Any], size: int) -> dict[str, Any]:
     """B clients at once against ``/floor/ws``: connect, send a frame, time its ``ack``."""
     url = f"ws://127.0.0.1:{system.port}/floor/ws"
+    cpu = CpuUse(system.dashboard_url)
     results = await asyncio.gather(
         *(one_client(system, setup["key"], "", ack_only=True, url=url) for _ in range(size)),
         return_exceptions=True,
@@ -138,7 +198,12 @@ async def floor_burst(system: System, setup: dict[str, Any], size: int) -> dict[
     acks = [r["ack"] for r in results if isinstance(r, dict) and r.get("ack") is not None]
     for failure in [r for r in results if not isinstance(r, dict)][:3]:
         progress(f"Serve floor failure: {failure!r:.300}")
-    return {"clients": size, "acknowledged": len(acks), "ack": ms(acks) if acks else None}
+    return {
+        "clients": size,
+        "acknowledged": len(acks),
+        "ack": ms(acks) if acks else None,
+        "cpu_ms_per_client": cpu.per_client_ms(size),
+    }
 
 
 def store_acks(system: System, setup: dict[str, Any], size: int) -> dict[str, Any]:
@@ -219,9 +284,11 @@ async def burst(
         return result
 
     sampler = asyncio.create_task(sample())
+    cpu = CpuUse(system.dashboard_url)
     t0 = time.perf_counter()
     results = await asyncio.gather(*(client(c) for c in convs), return_exceptions=True)
     elapsed = time.perf_counter() - t0
+    cpu_ms = cpu.per_client_ms(size)
     stop.set()
     await sampler
     finished = "ack" if ack_only else "done"
@@ -239,6 +306,7 @@ async def burst(
         "activations_per_s": None if ack_only else round(len(answered) / elapsed, 2),
         "ack": ms(acks) if acks else None,
         "first_turn": ms([r["done"] for r in answered]) if answered and not ack_only else None,
+        "cpu_ms_per_client": cpu_ms,
         "rss_samples": rss_samples,
         "directory": {k: v for k, v in stats.items() if k != "conversations"},
     }
@@ -355,6 +423,8 @@ def main() -> None:
         "burst_activations_per_s": burst_result["activations_per_s"],
         "serve_floor_ack_p50_ms": (results["serve_floor"]["ack"] or {}).get("p50"),
         "serve_floor_ack_p99_ms": (results["serve_floor"]["ack"] or {}).get("p99"),
+        "serve_floor_cpu_ms_per_client": results["serve_floor"]["cpu_ms_per_client"],
+        "burst_cpu_ms_per_client": burst_result["cpu_ms_per_client"],
         "store_ack_each_p50_ms": results["store_ack"]["each"]["p50"],
         "store_acks_all_ms": results["store_ack"]["all_ms"],
         "cap": args.cap,
