@@ -79,18 +79,22 @@ async def bare_actors(n: int) -> tuple[list[float], list[float]]:
     return starts, rss
 
 
-def conversation_rss(dashboard_url: str) -> list[float]:
-    """RSS of every alive conversation actor (same machine: read from /proc)."""
+def alive_actors(dashboard_url: str) -> list[Any]:
+    """Every alive actor of the cluster (Ray's state API)."""
     from ray.util.state import list_actors
 
-    alive = list_actors(
+    return list_actors(
         address=dashboard_url,
         filters=[("state", "=", "ALIVE")],
         limit=10_000,
         raise_on_missing_output=False,
     )
+
+
+def conversation_rss(dashboard_url: str) -> list[float]:
+    """RSS of every alive conversation actor (same machine: read from /proc)."""
     found = []
-    for actor in alive:
+    for actor in alive_actors(dashboard_url):
         if (actor.name or "").startswith("conversation:") and actor.pid:
             try:
                 found.append(rss_mib(int(actor.pid)))
@@ -114,16 +118,8 @@ def machine_busy_s() -> float:
 def serve_pids(dashboard_url: str) -> dict[str, int]:
     """The pids of the Serve proxy, the gateway's and the floor's replicas, and the
     conversation directory."""
-    from ray.util.state import list_actors
-
-    alive = list_actors(
-        address=dashboard_url,
-        filters=[("state", "=", "ALIVE")],
-        limit=10_000,
-        raise_on_missing_output=False,
-    )
     found = {}
-    for actor in alive:
+    for actor in alive_actors(dashboard_url):
         for role, prefix in (
             ("proxy", "ProxyActor"),
             ("gateway", "ServeReplica:gateway"),
@@ -136,8 +132,8 @@ def serve_pids(dashboard_url: str) -> dict[str, int]:
 
 
 class CpuUse:
-    """CPU milliseconds per client a burst cost: each Serve process, the clients (this
-    process) and the whole machine."""
+    """CPU milliseconds per client a burst cost: the Serve processes and the directory
+    (``serve_pids``), the clients (this process) and the whole machine."""
 
     def __init__(self, dashboard_url: str) -> None:
         self.pids = {**serve_pids(dashboard_url), "clients": os.getpid()}
