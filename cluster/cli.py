@@ -25,7 +25,8 @@ import os
 import secrets
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -593,7 +594,7 @@ class TerminalChat:
 
         ws_base = self.url.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
         frame: dict[str, Any] | None = {"type": "message", "content": content}
-        turn: dict[str, str | None] = {"id": None}
+        reply = Reply()
         for _attempt in range(5):
             url = f"{ws_base}/v1/conversations/{conversation_id}/stream?after_seq={self.last_seq}"
             try:
@@ -601,14 +602,14 @@ class TerminalChat:
                     if frame is not None:
                         await ws.send(json.dumps(frame))
                         frame = None
-                    if await self._print_reply(ws, turn):
+                    if await self.print_reply(ws, reply):
                         return
             except (ConnectionClosed, OSError, InvalidStatus) as exc:
                 self.write(f"\n[connection lost ({exc}); reconnecting]\n")
                 await asyncio.sleep(1)
         self.write("\n[gave up reconnecting]\n")
 
-    async def _print_reply(self, ws: Any, turn: dict[str, str | None]) -> bool:
+    async def print_reply(self, ws: AsyncIterable[str | bytes], reply: Reply) -> bool:
         """Print frames of our turn until it ends; True when it did (or the server refused).
 
         The ack (which names our turn) can arrive after the turn's first events, so events of
@@ -624,23 +625,32 @@ class TerminalChat:
                 self.write(f"[error: {event['error']['message']}]\n")
                 return True
             if kind == "ack":
-                turn["id"] = event.get("turn_id")
+                reply.turn_id = event.get("turn_id")
                 self.write("agent> ")
-                events, held = [e for e in held if e.get("turn_id") == turn["id"]], []
-            elif turn["id"] is None:
+                events, held = [e for e in held if turn_of(e) == reply.turn_id], []
+            elif reply.turn_id is None:
                 held.append(event)
                 continue
             else:
-                events = [event] if event.get("turn_id") == turn["id"] else []
-            if any(self._show(e) for e in events):
+                events = [event] if turn_of(event) == reply.turn_id else []
+            if any(self._show(e, reply) for e in events):
                 return True
         return False
 
-    def _show(self, event: dict[str, Any]) -> bool:
-        """Print one event of our turn; True when the turn has ended."""
+    def _show(self, event: dict[str, Any], reply: Reply) -> bool:
+        """Print one event of our turn; True when the turn has ended.
+
+        An agent message whose tokens this stream never saw (the turn streamed them before the
+        stream subscribed: a short reply to a message sent on connecting) is printed whole from
+        its stored event."""
         kind = event.get("type")
         if kind == "token":
             self.write(str(event.get("delta", "")))
+            reply.tokens_seen = True
+        elif kind == "message" and (message := event.get("message") or {}).get("role") == "agent":
+            if not reply.tokens_seen:
+                self.write(str(message.get("content") or ""))
+            reply.tokens_seen = False  # the next agent message's tokens are still to come
         elif kind == "turn.completed":
             self.write("\n")
             return True
@@ -648,6 +658,23 @@ class TerminalChat:
             self.write(f"\n[the turn failed: {event.get('reason', 'unknown')}]\n")
             return True
         return False
+
+
+@dataclass
+class Reply:
+    """What one exchange has seen of its turn: its id (from the ack), and whether tokens came
+    since the turn's last agent message."""
+
+    turn_id: str | None = None
+    tokens_seen: bool = False
+
+
+def turn_of(event: dict[str, Any]) -> str | None:
+    """The turn an event belongs to (a message event names it in its message)."""
+    turn_id = event.get("turn_id")
+    if turn_id is None and isinstance(event.get("message"), dict):
+        turn_id = event["message"].get("turn_id")
+    return None if turn_id is None else str(turn_id)
 
 
 def _error_text(response: Any) -> str:

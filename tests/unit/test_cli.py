@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -165,3 +167,59 @@ def test_long_data_dirs_get_a_short_ray_temp_dir(tmp_path: Path) -> None:
 def test_group_members_sees_this_process() -> None:
     members = bootstrap.group_members(os.getpgid(0))
     assert os.getpid() in members
+
+
+# --------------------------------------------------------------------------- chat's reply
+
+
+async def frames(*events: dict[str, object]) -> AsyncIterator[str]:
+    """A stream's frames as the gateway sends them (JSON text), in order."""
+    for event in events:
+        yield json.dumps(event)
+
+
+def agent_message(turn_id: str, seq: int, content: str) -> dict[str, object]:
+    message = {"turn_id": turn_id, "role": "agent", "content": content}
+    return {"seq": seq, "type": "message", "message": message}
+
+
+async def printed(*events: dict[str, object]) -> tuple[str, bool, int]:
+    out = io.StringIO()
+    chat = cli.TerminalChat("http://127.0.0.1:1", "wk_x", lambda: None, out)
+    ended = await chat.print_reply(frames(*events), cli.Reply())
+    return out.getvalue(), ended, chat.last_seq
+
+
+async def test_chat_prints_the_streamed_tokens_once() -> None:
+    text, ended, last_seq = await printed(
+        {"seq": None, "type": "ack", "turn_id": "t1"},
+        {"seq": None, "type": "token", "turn_id": "t1", "delta": "you "},
+        {"seq": None, "type": "token", "turn_id": "t1", "delta": "said hi"},
+        agent_message("t1", 4, "you said hi"),
+        {"seq": 5, "type": "turn.completed", "turn_id": "t1"},
+    )
+    assert (text, ended, last_seq) == ("agent> you said hi\n", True, 5)
+
+
+async def test_chat_prints_a_reply_whose_tokens_went_by_before_it_subscribed() -> None:
+    """A short reply to a message sent on connecting can stream before the subscription: the
+    stored agent message stands in for its tokens (the ack may come after the turn's events)."""
+    text, ended, _ = await printed(
+        {"seq": 2, "type": "turn.started", "turn_id": "t1"},
+        agent_message("t1", 4, "you said hi"),
+        {"seq": 5, "type": "turn.completed", "turn_id": "t1"},
+        {"seq": None, "type": "ack", "turn_id": "t1"},
+    )
+    assert (text, ended) == ("agent> you said hi\n", True)
+
+
+async def test_chat_prints_each_agent_message_of_a_turn_once() -> None:
+    text, _, _ = await printed(
+        {"seq": None, "type": "ack", "turn_id": "t1"},
+        agent_message("t1", 3, "let me look. "),  # its tokens went by unseen
+        {"seq": None, "type": "token", "turn_id": "t1", "delta": "found it"},
+        agent_message("t1", 6, "found it"),
+        agent_message("t0", 7, "another turn's reply"),
+        {"seq": 8, "type": "turn.completed", "turn_id": "t1"},
+    )
+    assert text == "agent> let me look. found it\n"
