@@ -5,6 +5,9 @@ not compute). Each replica builds its context's ports (``cluster.wiring``) and t
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from typing import Any
 
 import ray
@@ -19,6 +22,43 @@ from core.settings import Settings, settings_from_env, wonder_env
 from core.store import store_for_settings
 from serving.gateway.app import create_api
 from serving.gateway.context import GatewayContext
+from serving.llm_client import LLM_APP_NAME, LLM_DEPLOYMENT_NAME
+
+log = logging.getLogger("wonder.gateway")
+
+
+class DeployedModelNames:
+    """``ServedModels``: what the local model application's primary deployment answers to (every
+    deployment's models, aliases and LoRA adapters), remembered for ``ttl_s``. Unknown (``None``)
+    while the application is not deployed or not running, or when it does not answer within
+    ``timeout_s``."""
+
+    def __init__(self, ttl_s: float = 10.0, timeout_s: float = 5.0) -> None:
+        self.ttl_s = ttl_s
+        self.timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._known: tuple[float, frozenset[str] | None] | None = None
+
+    def names(self) -> frozenset[str] | None:
+        with self._lock:
+            known = self._known
+            if known is not None and time.monotonic() - known[0] < self.ttl_s:
+                return known[1]
+            names = self._ask()
+            self._known = (time.monotonic(), names)
+            return names
+
+    def _ask(self) -> frozenset[str] | None:
+        app = serve.status().applications.get(LLM_APP_NAME)
+        if app is None or app.status != "RUNNING":
+            return None
+        handle = serve.get_deployment_handle(LLM_DEPLOYMENT_NAME, app_name=LLM_APP_NAME)
+        try:
+            served: list[str] = handle.served_models.remote().result(timeout_s=self.timeout_s)
+        except Exception as exc:  # unknown, whatever went wrong: the profile is stored unchecked
+            log.info("the local model deployment did not list its models (%s)", exc)
+            return None
+        return frozenset(served)
 
 
 # Every open WebSocket counts as an ongoing request: Serve's default of 5 would make the sixth
@@ -38,6 +78,7 @@ class Gateway:
             settings_env=settings_env,
             workspaces=wiring.workspaces(settings_env),
             node=ray.get_runtime_context().get_node_id(),
+            models=DeployedModelNames(),
         )
         scheduler_handle(settings_env)  # cron triggers fire while a gateway is up (idempotent)
 

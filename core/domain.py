@@ -48,13 +48,17 @@ class ScriptStep(Model):
     )
 
 
+DEFAULT_MODEL = "default"
+"""The model name every local model deployment answers to, whichever model it serves."""
+
+
 class ModelProfile(Model):
     """Which model answers and how (seed 001 ModelProfile, seed 004 per-turn override)."""
 
     id: LibraryId
     version: int = 0
     provider: Literal["vllm", "openai", "scripted"] = "vllm"
-    model: str = Field("default", max_length=200)
+    model: str = Field(DEFAULT_MODEL, max_length=200)
     base_url: str | None = Field(None, max_length=500, description="For provider=openai")
     api_key_env: str | None = Field(None, max_length=100, description="Env var with the API key")
     temperature: float = Field(0.0, ge=0.0, le=2.0)

@@ -3,6 +3,8 @@
 - A task's ``python`` actions may name only registered callables (``core.callables``).
 - A model profile may use the ``scripted`` provider (a test double that sleeps and emits tokens on
   demand) only where the operator turned test doubles on (``WONDER_ALLOW_TEST_DOUBLES``).
+- A ``vllm`` model profile names a model the local deployment serves (``unserved_model``, checked
+  by the gateway's ``PUT`` against what the deployment answers to: a 400 naming the served ones).
 
 ``policy_problems`` is checked when an object is stored (the gateway's ``PUT``, ``wonder library
 apply``): a refused object is a 400 naming the field, never a failure at run time.
@@ -10,10 +12,12 @@ apply``): a refused object is a 400 naming the field, never a failure at run tim
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pydantic import BaseModel
 
 from core.callables import unregistered_callables
-from core.domain import ModelProfile, TaskDef
+from core.domain import DEFAULT_MODEL, ModelProfile, TaskDef
 from core.settings import Settings
 
 TEST_DOUBLES_OFF = (
@@ -37,3 +41,21 @@ def scripted_problems(profile: ModelProfile, settings: Settings) -> list[str]:
     if profile.provider == "scripted" and not settings.allow_test_doubles:
         return [TEST_DOUBLES_OFF]
     return []
+
+
+def unserved_model(
+    profile: ModelProfile, served: Callable[[], frozenset[str] | None]
+) -> str | None:
+    """Why ``profile`` names a model the local deployment does not serve; ``None`` when it is
+    served, names no local model, or nothing says (``served()``: the names the deployment answers
+    to, asked only when there is a name to check; ``None``: unknown)."""
+    if profile.provider != "vllm" or profile.model == DEFAULT_MODEL:
+        return None  # every deployment answers to the default name
+    names = served()
+    if names is None or profile.model in names:
+        return None
+    return (
+        f"model: {profile.model!r} is not served by the local model deployment "
+        f"(it answers to: {', '.join(sorted(names)) or 'nothing'}); name one of its models or "
+        "LoRA adapters"
+    )

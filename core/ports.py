@@ -160,6 +160,16 @@ class ChatModels(Protocol):
         ...
 
 
+class ServedModels(Protocol):
+    """The model names the local model deployment answers to (models, aliases, LoRA adapters)."""
+
+    def names(self) -> frozenset[str] | None:
+        """``None`` when nothing says: no local model is deployed, or it did not answer in time
+        (a profile is then stored unchecked, and a turn on an unserved name fails as
+        ``INVALID_INPUT``). Blocking: call it off the event loop."""
+        ...
+
+
 class Embedders(Protocol):
     """The embedder memories are written and searched with (the Serve deployment when it is up)."""
 

@@ -475,13 +475,21 @@ class LLMServer(ModelReplica):
         self._others = dict(others or {})  # deployment name → its handle
         self._names = dict(names or {})
 
-    @api.get("/v1/models")
-    async def list_models(self) -> JSONResponse:
+    async def _listing(self) -> JsonObject:
         listing = await self._engine.models()
         for handle in self._others.values():
             other = await handle.models.remote()
             listing["data"] = [*listing.get("data", []), *other.get("data", [])]
-        return JSONResponse(listing)
+        return listing
+
+    @api.get("/v1/models")
+    async def list_models(self) -> JSONResponse:
+        return JSONResponse(await self._listing())
+
+    async def served_models(self) -> list[str]:
+        """Every name a request may ask for: each deployment's models, aliases and LoRA adapters
+        (the gateway checks a model profile's ``model`` against them)."""
+        return sorted({str(item["id"]) for item in (await self._listing()).get("data", [])})
 
     @api.post("/v1/chat/completions")
     async def chat_completions(self, request: Request) -> Response:

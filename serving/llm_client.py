@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from core.domain import DEFAULT_MODEL
 from core.errors import RetryableError, Timeout, Unavailable, WonderError
 from core.jsontypes import JsonObject
 from core.llm.constrained import stream_chat
@@ -29,7 +30,7 @@ from serving.llm_config import deployment_for_model
 LLM_APP_NAME = "llm"
 LLM_ROUTE_PREFIX = "/llm"
 LLM_DEPLOYMENT_NAME = "LLMServer"
-DEFAULT_MODEL_ALIAS = "default"
+DEFAULT_MODEL_ALIAS = DEFAULT_MODEL
 """Every deployment also answers to this name, so a profile need not know which model is served."""
 
 

@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.domain import DEFAULT_MODEL
 from core.errors import InvalidInput
 from core.settings import Settings
 
-DEFAULT_MODEL_ALIAS = "default"
+DEFAULT_MODEL_ALIAS = DEFAULT_MODEL
 BUNDLED_MODEL_NAME = "SmolLM2-135M-Instruct"
 PRIMARY_DEPLOYMENT_NAME = "LLMServer"
 ROUTER_CLASS = "serving.llm_routing.ConversationAffinityRouter"

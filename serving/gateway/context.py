@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from starlette.requests import HTTPConnection
 
-from core.ports import Conversations, MemoryAccess, WorkflowRuns, Workspaces
+from core.ports import Conversations, MemoryAccess, ServedModels, WorkflowRuns, Workspaces
 from core.settings import Settings, settings_from_env
 from core.store import Store
 
@@ -25,6 +25,7 @@ class GatewayContext:
     settings_env: dict[str, str] = field(default_factory=dict)
     workspaces: Workspaces | None = None
     node: str = ""  # the Ray node this replica runs on (``X-Wonder-Node`` of a stream's handshake)
+    models: ServedModels | None = None  # what the local model answers to (model profile PUTs)
 
     @property
     def settings(self) -> Settings:

@@ -21,15 +21,15 @@ from fastapi import APIRouter, Body, Path, Query
 from pydantic import BaseModel, Field, create_model
 
 from core.domain import NAME_PATTERN, ModelProfile, Persona, TaskDef, Tool
-from core.errors import Conflict, NotFound, PermissionDenied
+from core.errors import Conflict, InvalidInput, NotFound, PermissionDenied
 from core.ids import utc_now
-from core.library_policy import policy_problems
-from core.settings import Settings
+from core.library_policy import policy_problems, unserved_model
 from core.store.audit import changed_fields
 from core.store.library import SYSTEM, LibraryOps, Owned
 from core.workflows import WorkflowDef
 from serving.gateway.admin import record
 from serving.gateway.auth import ClientId, Context, KeyAdmin
+from serving.gateway.context import GatewayContext
 from serving.gateway.protocol import (
     Items,
     ModelProfileBody,
@@ -124,12 +124,17 @@ def writable(
         raise NotFound(f"library {owner} not found")
 
 
-def allowed(obj: BaseModel, settings: Settings) -> BaseModel:
+def allowed(obj: BaseModel, context: GatewayContext) -> BaseModel:
     """``obj`` if the operator's policy allows storing it (registered callables, test doubles
-    enabled); else a 403 naming every problem."""
-    problems = policy_problems(obj, settings)
+    enabled), else a 403 naming every problem; a ``vllm`` model profile naming a model the local
+    deployment does not serve is a 400 naming the ones it does."""
+    problems = policy_problems(obj, context.settings)
     if problems:
         raise PermissionDenied("; ".join(problems))
+    if isinstance(obj, ModelProfile) and context.models is not None:
+        unserved = unserved_model(obj, context.models.names)
+        if unserved is not None:
+            raise InvalidInput(unserved)
     return obj
 
 
@@ -149,7 +154,7 @@ def _routes_for(router: APIRouter, kind: LibraryKind) -> None:
     ) -> Any:
         client_id = key.client_id
         writable(kind.label, obj_id, ops(context), client_id, getattr(body, "owner", None))
-        obj = allowed(stored_object(kind, obj_id, body), context.settings)
+        obj = allowed(stored_object(kind, obj_id, body), context)
         try:
             before = ops(context).get(obj_id, owner=client_id)
         except NotFound:

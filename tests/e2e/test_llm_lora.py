@@ -13,6 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
+from core.domain import ModelProfile
+from core.ids import utc_now
 from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import LlmApp
 
@@ -67,14 +69,19 @@ def test_an_unknown_adapter_is_a_clear_404(llm_app: LlmApp) -> None:
 # --------------------------------------------------------------------------- through a profile
 
 
-def converse(api: httpx.Client, model: str) -> dict[str, Any]:
-    """A persona whose profile names ``model``, a conversation, one question: its ended turn and
+def put_profile(api: httpx.Client, model: str) -> httpx.Response:
+    from tests.integration.test_gateway import unique
+
+    profile = {"provider": "vllm", "model": model, "max_tokens": 12, "temperature": 0}
+    return api.put(f"/v1/model-profiles/{unique('lora')}", json=profile)
+
+
+def converse(api: httpx.Client, profile_id: str) -> dict[str, Any]:
+    """A persona with profile ``profile_id``, a conversation, one question: its ended turn and
     the agent's reply."""
     from tests.integration.test_gateway import unique
 
-    profile_id, persona_id = unique("lora"), unique("persona")
-    profile = {"provider": "vllm", "model": model, "max_tokens": 12, "temperature": 0}
-    assert api.put(f"/v1/model-profiles/{profile_id}", json=profile).status_code == 200
+    persona_id = unique("persona")
     persona = {"system_prompt": "You answer briefly.", "model_profile_id": profile_id}
     assert api.put(f"/v1/personas/{persona_id}", json=persona).status_code == 200
     agent = api.post("/v1/agents", json={"name": "lora", "persona_ref": {"id": persona_id}})
@@ -98,25 +105,41 @@ def converse(api: httpx.Client, model: str) -> dict[str, Any]:
     return {"turn": turn, "reply": replies[-1] if replies else None}
 
 
+def served_profile(api: httpx.Client, model: str) -> str:
+    stored = put_profile(api, model)
+    assert stored.status_code == 200, stored.text
+    return str(stored.json()["id"])
+
+
 def test_a_profile_naming_the_adapter_answers_through_it(
     llm_app: LlmApp, ray_cluster: Cluster, serve_port: int
 ) -> None:
     from tests.factories import make_client
-    from tests.integration.test_gateway import deploy_gateway, http_client
+    from tests.integration.test_gateway import deploy_gateway, http_client, unique
 
     url = deploy_gateway(ray_cluster, serve_port)
-    key = make_client(ray_cluster.store, "lora-e2e")[1]
+    client_id, key = make_client(ray_cluster.store, "lora-e2e")
     with http_client(url, key) as api:
-        adapted = converse(api, llm_app.lora_adapter)
-        base = converse(api, "default")
-        unknown = converse(api, "no-such-adapter")
+        adapted = converse(api, served_profile(api, llm_app.lora_adapter))
+        base = converse(api, served_profile(api, "default"))
+        # A profile naming an adapter nobody serves is refused when it is stored, naming it and
+        # what the deployment does serve (the gateway asks the deployment).
+        refused = put_profile(api, "no-such-adapter")
+        # One stored before its adapter was withdrawn (written to the store here, as the PUT
+        # would have when the adapter was served) fails its turn instead.
+        withdrawn = ModelProfile(id=unique("lora"), model="no-such-adapter", max_tokens=12)
+        ray_cluster.store.model_profiles.put(withdrawn, utc_now(), owner=client_id)
+        unknown = converse(api, withdrawn.id)
     for outcome in (adapted, base):
         assert outcome["turn"]["status"] == "completed", outcome
         assert outcome["turn"]["usage"]["completion_tokens"] > 0
     # Same persona prompt, same question, greedy: only the adapter can make the answers differ.
     assert adapted["reply"] != base["reply"], (adapted, base)
     assert adapted["turn"]["usage"]["prompt_tokens"] == base["turn"]["usage"]["prompt_tokens"]
-    # A profile naming an adapter nobody serves: the turn fails as invalid input, naming it.
+    assert refused.status_code == 400, refused.text
+    message = refused.json()["error"]["message"]
+    assert "'no-such-adapter'" in message and llm_app.lora_adapter in message, message
+    assert llm_app.second_model in message, message  # every deployment's names
     failed = unknown["turn"]
     assert failed["status"] == "failed" and failed["failure_code"] == "INVALID_INPUT", failed
     assert "no-such-adapter" in failed["failure_reason"]
