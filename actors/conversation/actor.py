@@ -66,6 +66,7 @@ from actors.conversation.domain import (
     TurnRequested,
     WaitForOperations,
 )
+from actors.conversation.folding import apply
 from actors.conversation.intake import (
     ParentMoved,
     existing_ack,
@@ -74,7 +75,7 @@ from actors.conversation.intake import (
     raise_refusal,
 )
 from actors.conversation.log import ConversationLog, PendingWrite, event_dict, token_event
-from actors.conversation.planning import apply, plan
+from actors.conversation.planning import plan
 from actors.conversation.ports import ConversationPorts, ConversationPortsFactory
 from actors.conversation.records import WAITING, BatchWriter
 from actors.conversation.resumption import RECOVERY_EVENTS, started_tools

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from actors.conversation import context as ctx
-from actors.conversation import planning
+from actors.conversation import folding, planning
 from actors.conversation.context import tool_spec
 from actors.conversation.domain import (
     AgentSetup,
@@ -565,7 +565,7 @@ def test_a_recovered_queued_turn_keeps_the_agent_it_was_addressed_to() -> None:
     state = ConversationState(conversation(ConcurrencyPolicy.QUEUE))
     decisions = planning.plan(state, Recovered(turns, NOW))
     for decision in decisions:
-        planning.apply(state, decision)
+        folding.apply(state, decision)
     assert turns_only(decisions)[-1] == QueueTurn("t2", "agent-2")
     assert state.turns["t2"].agent_id == "agent-2"
 
@@ -624,7 +624,7 @@ def test_conversation_changes(event: ConversationEvent, expected: list[str]) -> 
 def test_participants_join_and_leave() -> None:
     state = ConversationState(conversation())
     for decision in planning.plan(state, ParticipantAdded("helper", NOW)):
-        planning.apply(state, decision)
+        folding.apply(state, decision)
     assert [p.id for p in state.conversation.participants] == ["agent-1", "helper"]
     [left] = planning.plan(state, ParticipantRemoved("helper", NOW))
     assert isinstance(left, SaveConversation) and left.event == "participant_left"
@@ -636,7 +636,7 @@ def test_participants_join_and_leave() -> None:
 def drive(state: ConversationState, event: ConversationEvent) -> list[Decision]:
     decisions = planning.plan(state, event)
     for decision in decisions:
-        planning.apply(state, decision)
+        folding.apply(state, decision)
     return decisions
 
 
@@ -1066,8 +1066,8 @@ def test_recent_turns(turns: list[str], current: str, limit: int, expected: list
 
 def test_planning_modules_import_no_io_libraries() -> None:
     code = (
-        "import sys; import actors.conversation.planning, actors.conversation.domain,"
-        " actors.conversation.context, actors.conversation.tool_calls;"
+        "import sys; import actors.conversation.planning, actors.conversation.folding,"
+        " actors.conversation.domain, actors.conversation.context, actors.conversation.tool_calls;"
         "bad = [m for m in ('ray', 'lancedb', 'sqlalchemy', 'httpx') if m in sys.modules];"
         "print(','.join(bad))"
     )
