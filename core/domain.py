@@ -374,6 +374,12 @@ class Usage(Model):
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+        )
+
 
 class Turn(Model):
     id: str

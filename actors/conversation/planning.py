@@ -496,7 +496,7 @@ def _model_answered(state: ConversationState, event: ModelAnswered) -> list[Deci
     turn = _live(state, event.turn_id, TurnPhase.THINKING)
     if turn is None or turn.setup is None:
         return []
-    usage = add_usage(turn.usage, event.usage)
+    usage = turn.usage + event.usage
     decisions: list[Decision] = [AddUsage(turn.turn_id, usage)]
     agent_id = turn.setup.agent.id
     if not event.tool_calls:
@@ -617,13 +617,6 @@ def _tools_returned(state: ConversationState, event: ToolsReturned) -> list[Deci
 def _live(state: ConversationState, turn_id: str, phase: TurnPhase) -> TurnState | None:
     turn = state.turns.get(turn_id)
     return turn if turn is not None and turn.phase is phase else None
-
-
-def add_usage(a: Usage, b: Usage) -> Usage:
-    return Usage(
-        prompt_tokens=a.prompt_tokens + b.prompt_tokens,
-        completion_tokens=a.completion_tokens + b.completion_tokens,
-    )
 
 
 # --------------------------------------------------------------------------- async operations
