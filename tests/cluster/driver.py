@@ -15,11 +15,16 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from cluster import placement, wiring
 from cluster.gateway import build_gateway_app, start_serve
+from cluster.naming import existing_actor, workspace_actor_name
 from cluster.preflight import SetupError, check_placement
+from core.errors import NotFound
+from core.projects import workspace_for
 from core.settings import settings_from_env, wonder_env
+from core.store import open_store
 
 Result = dict[str, Any]
 
@@ -99,6 +104,54 @@ async def serve_gateway(args: Result) -> Result:
     return {"port": port}
 
 
+async def _workspace_calls(args: Result) -> Result:
+    """Write then read files in a conversation's workspace (``stop`` first: its actor is stopped
+    and made again); the node its actor answers from and what it read."""
+    env = wonder_env()
+    settings = settings_from_env(env)
+    store = open_store(env)
+    spec = workspace_for(
+        store, settings, conversation_id=args["conversation"], agent_id=args["agent"]
+    )
+    workspaces = wiring.workspaces(env)
+    if args.get("stop"):
+        workspaces.stop(spec.workspace_id)
+    for path, content in args.get("write", {}).items():
+        await workspaces.write(spec, path, content)
+    read = {}
+    for path in args.get("read", []):
+        try:
+            read[path] = (await workspaces.read(spec, path, 10_000)).content
+        except NotFound:
+            read[path] = None
+    if args.get("commit"):
+        await workspaces.commit(spec, args["commit"], None)
+    actor = existing_actor(workspace_actor_name(spec.workspace_id))
+    node, _address = await actor.where.remote()
+    record = store.workspaces.get(spec.workspace_id)
+    return {
+        "workspace": spec.workspace_id,
+        "actor_node": node,
+        "record_node": record.node_id if record else None,
+        "read": read,
+    }
+
+
+@ray.remote(num_cpus=0)
+def _workspace_task(args: Result) -> Result:
+    return asyncio.run(_workspace_calls(args))
+
+
+async def workspace(args: Result) -> Result:
+    """``_workspace_calls`` from a task on ``from_node`` (a caller on that node), else here."""
+    node = args.get("from_node")
+    if node is None:
+        return await _workspace_calls(args)
+    pinned = NodeAffinitySchedulingStrategy(node, soft=False)
+    result: Result = await _workspace_task.options(scheduling_strategy=pinned).remote(args)
+    return result
+
+
 async def statuses(args: Result) -> Result:
     """Each conversation's live actor status (its pid and node)."""
     conversations = wiring.conversations(wonder_env())
@@ -112,6 +165,7 @@ SCENARIOS: dict[str, Callable[[Result], Awaitable[Result]]] = {
     "placements": placements,
     "serve": serve_gateway,
     "statuses": statuses,
+    "workspace": workspace,
 }
 
 
