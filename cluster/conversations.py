@@ -21,7 +21,8 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from typing import Any, TypeVar
 
 import ray
@@ -38,6 +39,7 @@ from cluster.naming import (
     conversation_actor_name,
     named_detached,
 )
+from cluster.preflight import live_nodes
 from core.domain import Caller, ConcurrencyPolicy
 from core.ids import new_id
 from core.jsontypes import JsonObject
@@ -50,7 +52,7 @@ from core.ports import (
     TurnOutcome,
 )
 from core.retry import ACTOR_CALL, STREAM_RESUME, with_retries
-from core.settings import settings_from_env
+from core.settings import Settings, settings_from_env
 
 log = logging.getLogger("wonder.cluster")
 
@@ -66,25 +68,68 @@ ACK_WAIT_S = 0.05  # a ready actor acknowledges in a few ms; past this, acknowle
 READY_SEEN_S = 1.0  # a conversation seen ready this recently is not asked about again
 NOT_READY_SEEN_S = 0.25  # … and one seen not started, this recently
 HIBERNATE_WAIT_S = 5.0
+NODES_SEEN_S = 5.0  # the directory's view of the live nodes is at most this old
 SHUTDOWN_WAIT_S = 10.0
 
 
-class RayActorHost:
-    """``ActorHost``: conversation actors as named detached Ray actors."""
+class NodeChoice:
+    """Where the directory puts a new conversation actor: the eligible live node holding the
+    fewest of the directory's actors (``placement.conversation_nodes``, ``least_held``). Ray
+    itself would put these zero-resource actors on a random node (``cluster.placement``)."""
 
-    def __init__(self, settings_env: dict[str, str], ports: PortsFactory) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        nodes: Callable[[], list[placement.NodeView]],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self._nodes = nodes
+        self._clock = clock
+        self._seen: tuple[float, list[str]] | None = None
+        self._placed: dict[str, str] = {}  # conversation id → the node chosen for its actor
+
+    def candidates(self) -> list[str]:
+        """The eligible live nodes, as seen at most ``NODES_SEEN_S`` ago."""
+        now = self._clock()
+        if self._seen is None or now - self._seen[0] >= NODES_SEEN_S:
+            self._seen = (now, placement.conversation_nodes(self.settings, self._nodes()))
+        return self._seen[1]
+
+    def choose(self, conversation_id: str, held: Collection[str]) -> str | None:
+        """The node for ``conversation_id``'s actor; the directory holds the actors of ``held``
+        (which is all that is counted). ``None``: no node known, Ray chooses."""
+        self._placed = {c: node for c, node in self._placed.items() if c in held}
+        node = placement.least_held(self.candidates(), self._placed.values())
+        if node is not None:
+            self._placed[conversation_id] = node
+        return node
+
+    def held_per_node(self) -> dict[str, int]:
+        return dict(Counter(self._placed.values()))
+
+
+class RayActorHost:
+    """``ActorHost``: conversation actors as named detached Ray actors, on the node ``choice``
+    gives."""
+
+    def __init__(
+        self, settings_env: dict[str, str], ports: PortsFactory, choice: NodeChoice
+    ) -> None:
         self.settings_env = settings_env
         self._ports = ports
+        self.choice = choice
 
-    def create(self, conversation_id: str) -> Any:
+    def create(self, conversation_id: str, held: Collection[str]) -> Any:
         factory = functools.partial(self._ports, dict(self.settings_env))
+        node = self.choice.choose(conversation_id, held)
         return named_detached(
             ConversationActor,
             conversation_actor_name(conversation_id),
             conversation_id,
             factory,
             max_task_retries=0,
-            **placement.conversation_options(settings_from_env(self.settings_env)),
+            **placement.conversation_options(self.choice.settings, node),
         )
 
     async def ready(self, handle: Any) -> None:
@@ -115,9 +160,10 @@ class ConversationDirectoryActor(ConversationDirectory):
     def __init__(self, max_resident: int, settings_env: dict[str, str], ports: PortsFactory):
         self.settings_env = dict(settings_env)
         settings = settings_from_env(self.settings_env)
+        self.host = RayActorHost(self.settings_env, ports, NodeChoice(settings, live_nodes))
         super().__init__(
             max_resident,
-            RayActorHost(self.settings_env, ports),
+            self.host,
             max_starting=settings.max_starting_conversations or starts_that_fit(),
             max_waiting=settings.max_waiting_conversations,
             reserve_size=settings.conversation_reserve,
@@ -159,6 +205,10 @@ class ConversationDirectoryActor(ConversationDirectory):
         if idle_ttl_s is not None:
             self.settings_env["WONDER_CONVERSATION_IDLE_TTL_S"] = str(idle_ttl_s)
         return super().configure(max_resident)
+
+    def stats(self) -> dict[str, Any]:
+        """The directory's figures, and how many of its actors it placed on each node."""
+        return {**super().stats(), "nodes": self.host.choice.held_per_node()}
 
 
 def starts_that_fit() -> int:

@@ -9,9 +9,17 @@ Node groups (``ray-cluster.yaml`` and ``deploy/rayservice.yaml`` start nodes thi
   singletons there share the cluster's fate instead of adding a worker's. Both hold no state that
   the store lacks, so a restart re-reads it.
 - **cpu** workers: conversation actors, workflow coordinators, executor tasks, gateway replicas
-  and (by default) the embedder. Conversation actors and coordinators are scheduled with
-  ``SPREAD`` so that activations go round the nodes rather than packing the node that asked;
-  executor tasks use Ray's default (the caller's node while it has room), so a conversation's
+  and (by default) the embedder. Conversation actors and coordinators hold no resources
+  (``num_cpus=0``: memory, not cores, bounds them), and Ray places such an actor on a *random*
+  feasible node whatever its ``scheduling_strategy`` says (``SPREAD`` and soft affinities are
+  ignored: ``ClusterResourceScheduler::GetBestSchedulableNode``, "the zero cpu actor is a special
+  case"). So the conversation directory, which creates every conversation actor, chooses the node
+  itself: the eligible node holding the fewest of its actors (``conversation_nodes``,
+  ``least_held``), off the head while a worker can take them (losing the head loses its actors,
+  and it carries the GCS, Serve and the singletons). The actor is pinned there by the node's
+  ``ray.io/node-id`` label with a fallback selector, so that Ray still restarts it on another
+  node when that one is lost. Coordinators are placed by Ray (at random, off accelerator nodes).
+  Executor tasks use Ray's default (the caller's node while it has room), so a conversation's
   tools run beside it.
 - **accelerator** workers carry the custom resource ``settings.accelerator_resource`` (one unit
   per vLLM replica) and the node label ``wonder.io/node-group=accelerator``. The vLLM deployment
@@ -27,13 +35,15 @@ there, as before.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from core.settings import Settings
 
 HEAD_RESOURCE = "node:__internal_head__"
+NODE_ID_LABEL = "ray.io/node-id"  # a label every Ray node carries
 NODE_GROUP_LABEL = "wonder.io/node-group"
 ACCELERATOR_GROUP = "accelerator"
 CPU_GROUP = "cpu"
@@ -49,14 +59,44 @@ def _off_accelerators(settings: Settings) -> Options:
     return {"label_selector": {NODE_GROUP_LABEL: f"!{ACCELERATOR_GROUP}"}}
 
 
-def conversation_options(settings: Settings) -> Options:
-    """Conversation actors: spread over the non-accelerator nodes."""
-    return {"scheduling_strategy": "SPREAD", **_off_accelerators(settings)}
+def conversation_options(settings: Settings, node_id: str | None = None) -> Options:
+    """A conversation actor: on ``node_id`` (the directory's choice) while that node lives, else
+    anywhere off accelerator nodes (Ray's choice, at random; also where Ray restarts it when its
+    node is lost)."""
+    anywhere = _off_accelerators(settings)
+    if node_id is None:
+        return anywhere
+    selector = anywhere.get("label_selector", {})
+    return {
+        "label_selector": {**selector, NODE_ID_LABEL: node_id},
+        # A selector may not be empty: with nothing to avoid, one that every node satisfies.
+        "fallback_strategy": [{"label_selector": selector or {NODE_ID_LABEL: "!none"}}],
+    }
+
+
+def conversation_nodes(settings: Settings, nodes: Iterable[NodeView]) -> list[str]:
+    """The live nodes the directory places conversation actors on: off accelerator nodes (unless
+    ``WONDER_ACTORS_ON_ACCELERATOR_NODES``), and off the head while another node qualifies."""
+    allowed = [
+        n
+        for n in nodes
+        if settings.actors_on_accelerator_nodes
+        or n.labels.get(NODE_GROUP_LABEL) != ACCELERATOR_GROUP
+    ]
+    workers = [n for n in allowed if HEAD_RESOURCE not in n.resources]
+    return sorted(n.node_id for n in workers or allowed)
+
+
+def least_held(candidates: Sequence[str], held: Iterable[str]) -> str | None:
+    """The candidate node holding the fewest actors (``held``: the node of each one held), the
+    lowest id among equals; ``None`` without candidates."""
+    counts = Counter(held)
+    return min(candidates, key=lambda node: (counts[node], node), default=None)
 
 
 def coordinator_options(settings: Settings) -> Options:
-    """Workflow coordinators: as conversation actors."""
-    return {"scheduling_strategy": "SPREAD", **_off_accelerators(settings)}
+    """Workflow coordinators: anywhere off accelerator nodes (Ray picks one at random)."""
+    return _off_accelerators(settings)
 
 
 def executor_options(settings: Settings) -> Options:

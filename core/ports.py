@@ -9,7 +9,7 @@ engine-core ↔ executor interfaces are the models for this shape).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -376,8 +376,10 @@ class Coordinators(Protocol):
 class ActorHost(Protocol):
     """How the conversation directory creates, evicts and stops conversation actors."""
 
-    def create(self, conversation_id: str) -> Any:
-        """Get or create the conversation's actor; returns its handle at once."""
+    def create(self, conversation_id: str, held: Collection[str]) -> Any:
+        """Get or create the conversation's actor; returns its handle at once. ``held``: the
+        conversations whose actors the directory holds now (where those are decides where a new
+        one goes)."""
         ...
 
     async def ready(self, handle: Any) -> None:

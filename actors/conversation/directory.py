@@ -123,11 +123,15 @@ class ConversationDirectory:
         resident and counted as an activation."""
         self._resident.pop(conversation_id, None)
         await self._make_room(conversation_id)
-        handle = self._host.create(conversation_id)
+        handle = self._host.create(conversation_id, self._held())
         self._resident[conversation_id] = handle
         self.peak_resident = max(self.peak_resident, len(self._resident))
         self.activations += 1
         return handle
+
+    def _held(self) -> set[str]:
+        """The conversations whose actors this directory holds: resident or in the reserve."""
+        return {*self._resident, *self._reserve}
 
     def is_ready(self, conversation_id: str) -> bool:
         """Whether the conversation's actor is resident and started (asks nothing, starts
@@ -172,7 +176,7 @@ class ConversationDirectory:
         try:
             while len(self._reserve) < self.reserve_size and self._waiting == 0:
                 conversation_id = new_id("conv")
-                handle = self._host.create(conversation_id)
+                handle = self._host.create(conversation_id, self._held())
                 try:
                     await asyncio.wait_for(self._host.ready(handle), READY_WAIT_S)
                 except Exception:

@@ -81,7 +81,12 @@ class MultiNode:
 
     @property
     def cpu(self) -> list[Node]:
-        return [n for name, n in self.nodes.nodes.items() if name.startswith("cpu")]
+        """The CPU workers still running (a test's victim, once killed, is not one)."""
+        return [
+            n
+            for name, n in self.nodes.nodes.items()
+            if name.startswith("cpu") and n.process.poll() is None
+        ]
 
     @property
     def accelerator(self) -> Node:

@@ -152,6 +152,11 @@ async def workspace(args: Result) -> Result:
     return result
 
 
+async def directory(args: Result) -> Result:
+    """The conversation directory's figures (``nodes``: its actors placed on each node)."""
+    return dict(await wiring.conversations(wonder_env()).directory_stats())
+
+
 async def statuses(args: Result) -> Result:
     """Each conversation's live actor status (its pid and node)."""
     conversations = wiring.conversations(wonder_env())
@@ -161,6 +166,7 @@ async def statuses(args: Result) -> Result:
 
 SCENARIOS: dict[str, Callable[[Result], Awaitable[Result]]] = {
     "converse": converse,
+    "directory": directory,
     "post": post,
     "placements": placements,
     "serve": serve_gateway,

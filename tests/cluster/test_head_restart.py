@@ -18,7 +18,6 @@ from tests.factories import make_agent, make_client, make_conversation, scripted
 
 pytestmark = pytest.mark.timeout(900)  # a head restart on a loaded 2-core box: minutes
 CONVERSATIONS = 4
-BATCHES = 3
 
 
 def placed(multinode: MultiNode, names: list[str]) -> dict[str, str]:
@@ -31,23 +30,15 @@ def test_a_head_restart_keeps_the_detached_actors_on_workers(multinode: MultiNod
     client_id, _ = make_client(store)
     agent = make_agent(store, client_id, scripted_profile(store, [{"reply": "re: {{last_user}}"}]))
     old_head = multinode.head.node_id
-    names: dict[str, str] = {}
-    where: dict[str, str] = {}
-    # SPREAD spreads conversation actors over the nodes, but promises nothing for a batch of
-    # four: other actors are spread meanwhile (the directory's reserve of started actors,
-    # refilled as conversations take them), and one CI run put a whole batch on the head.
-    # Another batch then, up to a few.
-    for _batch in range(BATCHES):
-        convs = [make_conversation(store, client_id, agent).id for _ in range(CONVERSATIONS)]
-        assert multinode.drive("converse", conversations=convs, text="before")["statuses"] == [
-            "completed"
-        ] * len(convs)
-        names |= {conversation_actor_name(c): c for c in convs}
-        where = placed(multinode, list(names))
-        if any(node != old_head for node in where.values()):
-            break
+    convs = [make_conversation(store, client_id, agent).id for _ in range(CONVERSATIONS)]
+    assert multinode.drive("converse", conversations=convs, text="before")["statuses"] == [
+        "completed"
+    ] * len(convs)
+    names = {conversation_actor_name(c): c for c in convs}
+    where = placed(multinode, list(names))
+    # The directory puts conversation actors on the CPU workers while there are any.
     on_workers = [names[n] for n, node in where.items() if node != old_head]
-    assert on_workers, f"every conversation of {BATCHES} batches landed on the head"
+    assert len(on_workers) == CONVERSATIONS, where
     before = multinode.drive("statuses", conversations=on_workers)["statuses"]
 
     multinode.head.kill()  # the GCS, the head's raylet, its actors: as if the head machine died

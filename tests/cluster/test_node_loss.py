@@ -68,8 +68,9 @@ def _agent(store: Store, client_id: str, runs: Path) -> Agent:
 
 
 def _conversations_on(multinode: MultiNode, victim: Node, agent: Agent) -> list[str]:
-    """New conversations, answered once, until some live on ``victim`` (SPREAD goes round the
-    nodes: a batch or two puts some there)."""
+    """New conversations, answered once, until some live on ``victim`` (the directory puts new
+    actors on the worker holding the fewest, the new victim, once its view of the nodes, at most
+    ``NODES_SEEN_S`` old, has it)."""
     store = multinode.store
     for _ in range(3):
         batch = [make_conversation(store, agent.client_id, agent).id for _ in range(BATCH)]

@@ -5,6 +5,7 @@ the integration tier."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import pytest
@@ -26,10 +27,12 @@ class FakeHost:
 
     def __init__(self) -> None:
         self.created: list[FakeActor] = []
+        self.held: list[set[str]] = []  # what the directory said it held, at each creation
 
-    def create(self, conversation_id: str) -> FakeActor:
+    def create(self, conversation_id: str, held: Collection[str]) -> FakeActor:
         actor = FakeActor(conversation_id)
         self.created.append(actor)
+        self.held.append(set(held))
         return actor
 
     async def ready(self, handle: FakeActor) -> None:
@@ -154,6 +157,21 @@ async def test_at_the_cap_the_least_recently_used_idle_actor_is_evicted() -> Non
     await directory.activate("c3")
     assert one.killed and not two.killed
     assert directory.stats()["conversations"] == ["c2", "c3"]
+
+
+async def test_the_host_is_told_which_actors_the_directory_holds() -> None:
+    host = FakeHost()
+    directory = ConversationDirectory(2, host, reserve_size=1)
+    directory.refill()
+    await start_everything(host)
+    reserved = host.created[0].conversation_id
+    await directory.activate("c1")
+    await start_everything(host)
+    await directory.activate("c2")
+    await start_everything(host)
+    assert host.held == [set(), {reserved}, {reserved, "c1"}]
+    await directory.activate("c3")  # at the cap: c1, idle and least recently used, is evicted
+    assert host.held[-1] == {reserved, "c2"}
 
 
 async def test_the_reserve_hands_out_ids_of_started_actors_and_refills() -> None:

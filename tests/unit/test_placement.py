@@ -17,11 +17,8 @@ def settings(**values: object) -> Settings:
 
 def test_actors_and_tasks_stay_off_accelerator_nodes_unless_told() -> None:
     default = settings()
-    assert placement.conversation_options(default) == {
-        "scheduling_strategy": "SPREAD",
-        "label_selector": OFF_ACCELERATORS,
-    }
-    assert placement.coordinator_options(default)["label_selector"] == OFF_ACCELERATORS
+    assert placement.conversation_options(default) == {"label_selector": OFF_ACCELERATORS}
+    assert placement.coordinator_options(default) == {"label_selector": OFF_ACCELERATORS}
     assert placement.executor_options(default) == {"label_selector": OFF_ACCELERATORS}
     allowed = settings(actors_on_accelerator_nodes=True)
     assert "label_selector" not in placement.conversation_options(allowed)
@@ -71,6 +68,41 @@ GPU = NodeView(
     "gpu0" * 4, {"CPU": 2, "wonder_accelerator": 1}, {"wonder.io/node-group": "accelerator"}
 )
 UNLABELLED_GPU = NodeView("gpu1" * 4, {"CPU": 2, "wonder_accelerator": 1}, {})
+
+
+CPU_1 = NodeView("cpu1" * 4, {"CPU": 2}, {"wonder.io/node-group": "cpu"})
+
+
+def test_a_conversation_actor_is_pinned_to_its_node_with_a_fallback() -> None:
+    options = placement.conversation_options(settings(), "n1")
+    assert options == {
+        "label_selector": {**OFF_ACCELERATORS, "ray.io/node-id": "n1"},
+        # Its node lost, Ray restarts it on any node off the accelerators.
+        "fallback_strategy": [{"label_selector": OFF_ACCELERATORS}],
+    }
+    anywhere = placement.conversation_options(settings(actors_on_accelerator_nodes=True), "n1")
+    assert anywhere == {
+        "label_selector": {"ray.io/node-id": "n1"},
+        "fallback_strategy": [{"label_selector": {"ray.io/node-id": "!none"}}],
+    }
+
+
+def test_conversations_go_to_workers_while_there_are_any() -> None:
+    assert placement.conversation_nodes(settings(), [HEAD, CPU_1, GPU, CPU]) == [
+        CPU.node_id,
+        CPU_1.node_id,
+    ]
+    assert placement.conversation_nodes(settings(), [HEAD, GPU]) == [HEAD.node_id]
+    on_gpus = settings(actors_on_accelerator_nodes=True)
+    assert placement.conversation_nodes(on_gpus, [HEAD, GPU]) == [GPU.node_id]
+    assert placement.conversation_nodes(settings(), [GPU]) == []
+
+
+def test_the_least_held_node_takes_the_next_actor() -> None:
+    assert placement.least_held(["a", "b", "c"], ["a", "b", "a"]) == "c"
+    assert placement.least_held(["a", "b"], ["a", "gone", "gone"]) == "b"
+    assert placement.least_held(["a", "b"], []) == "a"  # the lowest id among equals
+    assert placement.least_held([], ["a"]) is None
 
 
 def test_a_well_formed_cluster_has_no_problems() -> None:
