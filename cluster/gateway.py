@@ -49,11 +49,11 @@ class DeployedModelNames:
             return names
 
     def _ask(self) -> frozenset[str] | None:
-        app = serve.status().applications.get(LLM_APP_NAME)
-        if app is None or app.status != "RUNNING":
-            return None
-        handle = serve.get_deployment_handle(LLM_DEPLOYMENT_NAME, app_name=LLM_APP_NAME)
         try:
+            app = serve.status().applications.get(LLM_APP_NAME)
+            if app is None or app.status != "RUNNING":
+                return None
+            handle = serve.get_deployment_handle(LLM_DEPLOYMENT_NAME, app_name=LLM_APP_NAME)
             served: list[str] = handle.served_models.remote().result(timeout_s=self.timeout_s)
         except Exception as exc:  # unknown, whatever went wrong: the profile is stored unchecked
             log.info("the local model deployment did not list its models (%s)", exc)
