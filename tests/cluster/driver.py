@@ -124,8 +124,6 @@ async def _workspace_calls(args: Result) -> Result:
             read[path] = (await workspaces.read(spec, path, 10_000)).content
         except NotFound:
             read[path] = None
-    if args.get("commit"):
-        await workspaces.commit(spec, args["commit"], None)
     actor = existing_actor(workspace_actor_name(spec.workspace_id))
     node, _address = await actor.where.remote()
     record = store.workspaces.get(spec.workspace_id)
