@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from core.errors import ErrorCode, WonderError
 from core.jsontypes import JsonObject
 from core.strict import StrictScalars
+from core.tool_shortcuts import ShortcutError, check_pattern
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 LibraryId = Annotated[str, Field(pattern=NAME_PATTERN, description="Library object id")]
@@ -87,6 +88,14 @@ class ToolRetry(Model):
     timeout_ms: int = Field(30_000, ge=1, le=3_600_000)
 
 
+class ToolShortcut(Model):
+    """A deterministic route to the tool for models that cannot choose tools well
+    (``core.tool_shortcuts``): in ``constrained`` tool calling, a user message matching
+    ``pattern`` (RE2) calls the tool with the pattern's named groups as its arguments."""
+
+    pattern: str = Field(min_length=1, max_length=500)
+
+
 class Tool(Model):
     """The LLM-facing interface to a task, workflow or agent."""
 
@@ -107,7 +116,22 @@ class Tool(Model):
         "result was recorded is run again (otherwise the model is told it was interrupted)",
     )
 
+    shortcut: ToolShortcut | None = Field(
+        None,
+        description="For small models (constrained tool calling): a user message matching this "
+        "pattern calls the tool with its named groups as arguments, skipping the model's choice",
+    )
+
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _shortcut_names_arguments(self) -> Tool:
+        if self.shortcut is not None:
+            try:
+                check_pattern(self.shortcut.pattern, self.input_schema.get("properties") or {})
+            except ShortcutError as exc:
+                raise ValueError(str(exc)) from None
+        return self
 
     @field_validator("input_schema")
     @classmethod
