@@ -3,7 +3,9 @@
 ``PUT``/``GET /v1/clients/{client_id}/quota`` need an operator (admin) key; ``GET /v1/quota``
 shows a client its own. ``GET /v1/audit`` lists recorded changes oldest first: an admin key
 sees every entry (``?client_id=`` narrows it), any other key the entries its client made or is
-the subject of.
+the subject of, and an acting user (``X-Wonder-User``) only the entries it made. Filters:
+``action`` (one, or a family ending in a dot), ``target``, ``key_id``, ``user_id``, ``since``,
+``until``. Entries are written through ``serving.gateway.audit_trail``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from core.ids import utc_now
 from core.quotas import Quota
 from core.store.audit import AuditEntry, AuditFilter
 from serving.gateway.audit_trail import Audit, record
-from serving.gateway.auth import USER_PATTERN, AdminId, ClientId, Context, Guard, IsAdmin
+from serving.gateway.auth import USER_PATTERN, AdminId, ClientId, Context, Guard, IsAdmin, User
 from serving.gateway.protocol import Page
 
 __all__ = ["record", "router"]  # ``record``: the audit trail's older entry point, kept here
@@ -81,6 +83,7 @@ def list_audit(
     context: Context,
     client_id: ClientId,
     is_admin: IsAdmin,
+    user: User,
     of_client: Annotated[
         str | None,
         Query(alias="client_id", max_length=64, description="Admin keys: one client's entries"),
@@ -114,6 +117,10 @@ def list_audit(
         if of_client not in (None, client_id):
             raise PermissionDenied("only an admin key reads another client's audit entries")
         of_client = client_id
+    if user is not None:  # an acting user reads only the changes it made
+        if user_id not in (None, user):
+            raise PermissionDenied(f"user {user} reads only its own audit entries")
+        user_id = user
     for name, moment in (("since", since), ("until", until)):
         if moment is not None and moment.tzinfo is None:
             raise InvalidInput(f"{name}: give a time zone (e.g. 2026-01-31T09:00:00Z)")
