@@ -417,28 +417,37 @@ def test_listings_show_a_non_member_nothing_of_the_conversation(world: World) ->
     assert not problems, "\n".join(problems)
 
 
+def _ticket(world: World, user: str) -> str:
+    body = {"conversation_id": world.ids["conv"]}
+    return str(_ok(world.send(user, "POST", "/v1/stream-tickets", body), 201)["ticket"])
+
+
 def test_the_stream_refuses_a_non_member_however_it_connects(
     world: World, gateway_url: str
 ) -> None:
     ws_url = gateway_url.replace("http://", "ws://")
     stream = f"{ws_url}/v1/conversations/{world.ids['conv']}/stream"
-    ticket = world.send(
-        STRANGER, "POST", "/v1/stream-tickets", {"conversation_id": world.ids["conv"]}
-    )
-    assert ticket.status_code == 404
+    body = {"conversation_id": world.ids["conv"]}
+    assert world.send(READER, "POST", "/v1/stream-tickets", body).status_code == 201
+    ticket = world.send(STRANGER, "POST", "/v1/stream-tickets", body)
+    assert ticket.status_code == 404, ticket.text
+    assert ticket.json()["error"]["message"] == f"conversation {world.ids['conv']} not found"
+    auth = {"Authorization": f"Bearer {world.key}"}
+    not_found = f"conversation {world.ids['conv']} not found"
     attempts = [
-        (stream, {"Authorization": f"Bearer {world.key}", "X-Wonder-User": STRANGER}),
-        (f"{stream}?user_id={STRANGER}", {"Authorization": f"Bearer {world.key}"}),
+        (stream, {**auth, "X-Wonder-User": STRANGER}, 4404, not_found),
+        (f"{stream}?user_id={STRANGER}", auth, 4404, not_found),
+        # A ticket issued to a member does not let another user in under it.
+        (f"{stream}?user_id={STRANGER}&ticket={_ticket(world, READER)}", {}, 4401, READER),
     ]
-    for url, headers in attempts:
+    for url, headers, code, message in attempts:
         with connect(url, additional_headers=headers, proxy=None, open_timeout=30) as ws:
             frames = []
             with pytest.raises(ConnectionClosed) as closed:
                 while True:
                     frames.append(json.loads(ws.recv(timeout=30)))
-        assert closed.value.rcvd is not None and closed.value.rcvd.code == 4404, url
-        assert frames[-1]["error"]["code"] == "NOT_FOUND"
-        assert frames[-1]["error"]["message"] == f"conversation {world.ids['conv']} not found"
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == code, url
+        assert frames[-1]["type"] == "error" and message in frames[-1]["error"]["message"]
 
 
 def _deliver(gateway_url: str, hook_id: str, secret: str, content: str) -> httpx.Response:
