@@ -39,5 +39,5 @@ def test_networks_parse_or_say_which_entry_is_bad() -> None:
         "192.168.0.0/16",
         "::1/128",
     ]
-    with pytest.raises(ValueError, match="'proxy.local'"):
+    with pytest.raises(ValueError, match=r"'proxy\.local'"):
         parse_networks("10.0.0.1, proxy.local")

@@ -264,7 +264,8 @@ def test_refusals_close_with_a_reason(
 def test_other_clients_conversation_is_not_found(store: Store) -> None:
     client, _access, _key, conv = connect(store, [[]])
     stranger = add_client(store, "mallory")
-    with client.websocket_connect(f"/v1/conversations/{conv}/stream", headers=bearer(stranger)) as ws:
+    url = f"/v1/conversations/{conv}/stream"
+    with client.websocket_connect(url, headers=bearer(stranger)) as ws:
         assert ws.receive_json()["error"]["code"] == "NOT_FOUND"
         with pytest.raises(WebSocketDisconnect) as closed:
             ws.receive_json()
