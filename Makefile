@@ -18,7 +18,7 @@ install: $(STAMP) system-packages
 # themselves on 127.0.0.1 with initdb/pg_ctl in a temp dir), Redis (the multi-node tier's head
 # keeps the GCS's tables in a redis-server the tests start on 127.0.0.1: GCS fault tolerance),
 # bubblewrap and git (shell.exec runs each command in a bubblewrap sandbox, docs/workspaces.md;
-# git drives workspaces).
+# git drives workspaces), Node.js (tests/security runs the web console's script under it).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 system-packages:
 	@missing=""; \
@@ -26,6 +26,7 @@ system-packages:
 	  command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	  command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
 	  command -v git >/dev/null || missing="$$missing git"; \
+	  command -v node >/dev/null || missing="$$missing nodejs"; \
 	  if [ -n "$$missing" ]; then \
 	    echo "==> installing Debian packages:$$missing"; \
 	    $(SUDO) apt-get update -q && \

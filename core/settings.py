@@ -12,9 +12,10 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from core.client_address import Network, parse_networks
 from core.memory.tuning import VectorIndexKind, VectorTuning
 
 
@@ -103,6 +104,14 @@ class Settings(BaseSettings):
     )
     hook_replay_window_s: float = Field(
         300.0, gt=0, description="How old (or early) a signed webhook delivery may be"
+    )
+    trusted_proxies: str = Field(
+        "",
+        description="Reverse proxies whose X-Forwarded-For the audit trail believes: addresses "
+        "or networks, comma-separated (default: none; the TCP peer is the client)",
+    )
+    stream_ticket_ttl_s: float = Field(
+        30.0, gt=0, le=300, description="How long a stream ticket may wait to be used (once)"
     )
     cursor_secret: SecretStr | None = Field(
         None, description="Signs page cursors; default: a secret the store makes once (shared)"
@@ -239,6 +248,16 @@ class Settings(BaseSettings):
     embedder_placement: Literal["cpu", "accelerator", "any"] = Field(
         "cpu", description="cpu|accelerator|any: where embedder replicas go"
     )
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies_parse(cls, value: str) -> str:
+        parse_networks(value)  # a ValueError names the bad entry
+        return value
+
+    @cached_property
+    def trusted_networks(self) -> tuple[Network, ...]:
+        return parse_networks(self.trusted_proxies)
 
     @cached_property
     def resolved_database_url(self) -> str:

@@ -46,6 +46,7 @@ from core.store.projects import ProjectOps, WorkspaceOps
 from core.store.quotas import AdminKeyOps, QuotaOps
 from core.store.secrets import SecretOps
 from core.store.session_labels import SessionLabelOps
+from core.store.stream_tickets import StreamTicketOps
 from core.store.triggers import TriggerOps
 from core.store.turn_models import TurnModelOps
 from core.store.workflow_runs import WorkflowRunOps
@@ -542,6 +543,7 @@ class Store:
         self.audit = AuditOps(db)
         self.keys = KeyOps(db)
         self.members = MemberOps(db)
+        self.stream_tickets = StreamTicketOps(db)
 
     @classmethod
     def open(cls, url: str, pool: PoolLimits | None = None) -> Store:

@@ -225,6 +225,25 @@ audit_log = Table(
     Column("client_id", String(64), nullable=True, index=True),
     Column("subject_client_id", String(64), nullable=True, index=True),
     Column("data", Text, nullable=False),
+    # Issue 25: the columns the audit route filters by (null in entries recorded before them).
+    Column("action", String(64), nullable=True, index=True),
+    Column("key_id", String(64), nullable=True, index=True),
+    Column("user_id", String(200), nullable=True, index=True),
+    Column("target", String(300), nullable=True),
+    Column("at", String(40), nullable=True),
+)
+
+# Issue 25: short-lived, single-use stream tickets (a browser opens a WebSocket with one instead of
+# its API key, so the key never lands in a URL). Stored by hash; redeeming one deletes its row.
+stream_tickets = Table(
+    "stream_tickets",
+    metadata,
+    Column("ticket_hash", String(128), primary_key=True),
+    Column("client_id", String(64), nullable=False),
+    Column("key_hash", String(128), nullable=False),
+    Column("user_id", String(200), nullable=True),
+    Column("conversation_id", String(64), nullable=False),
+    Column("expires_at", String(40), nullable=False, index=True),
 )
 
 # Issue 13: each client's own library objects (the ``library_objects`` table above is the system

@@ -21,6 +21,7 @@ from core.projects import (
     update_project,
 )
 from core.settings import settings_from_env
+from serving.gateway.audit_trail import Audit
 from serving.gateway.auth import ClientId, Context
 from serving.gateway.protocol import Items
 
@@ -82,8 +83,8 @@ ProjectList = Items[Project]
 
 
 @router.post("", status_code=201, response_model=Project, summary="Create a project")
-def create(body: ProjectCreate, context: Context, client_id: ClientId) -> Project:
-    return create_project(
+def create(body: ProjectCreate, context: Context, client_id: ClientId, audit: Audit) -> Project:
+    project = create_project(
         context.store,
         settings_from_env(context.settings_env),
         client_id=client_id,
@@ -92,6 +93,8 @@ def create(body: ProjectCreate, context: Context, client_id: ClientId) -> Projec
         default_branch=body.default_branch,
         push_on_merge=body.push_on_merge,
     )
+    audit.record("project.create", f"project:{project.id}", {"name": project.name})
+    return project
 
 
 @router.get("", response_model=ProjectList, summary="List your projects")
@@ -105,15 +108,19 @@ def get(project_id: str, context: Context, client_id: ClientId) -> Project:
 
 
 @router.patch("/{project_id}", response_model=Project, summary="Rename it or change its branch")
-def update(project_id: str, body: ProjectUpdate, context: Context, client_id: ClientId) -> Project:
+def update(
+    project_id: str, body: ProjectUpdate, context: Context, client_id: ClientId, audit: Audit
+) -> Project:
     project = context.store.projects.get(project_id, client_id=client_id)
-    return update_project(
+    updated = update_project(
         context.store,
         project,
         name=body.name,
         default_branch=body.default_branch,
         push_on_merge=body.push_on_merge,
     )
+    audit.record("project.update", f"project:{project_id}", body.model_dump(exclude_none=True))
+    return updated
 
 
 @router.post(
@@ -122,9 +129,11 @@ def update(project_id: str, body: ProjectUpdate, context: Context, client_id: Cl
     summary="Push the default branch back to the URL the project was cloned from (409 without an "
     "origin or when the origin has commits the project lacks; 503 when it cannot be reached)",
 )
-def push(project_id: str, context: Context, client_id: ClientId) -> Pushed:
+def push(project_id: str, context: Context, client_id: ClientId, audit: Audit) -> Pushed:
     project = context.store.projects.get(project_id, client_id=client_id)
     commit = push_default_branch(project)
+    details = {"branch": project.default_branch, "commit": commit}
+    audit.record("project.push", f"project:{project_id}", details)
     return Pushed(project_id=project.id, branch=project.default_branch, commit=commit)
 
 
@@ -134,10 +143,11 @@ def push(project_id: str, context: Context, client_id: ClientId) -> Pushed:
     summary="Delete a project no agent is scoped to (its workspaces, and Wonder's own "
     "repositories, go with it)",
 )
-async def delete(project_id: str, context: Context, client_id: ClientId) -> None:
+async def delete(project_id: str, context: Context, client_id: ClientId, audit: Audit) -> None:
     store = context.store
     project = await run_in_threadpool(store.projects.get, project_id, client_id)
     await run_in_threadpool(check_deletable, store, project)
     if context.workspaces is not None:
         await remove_project_workspaces(store, context.workspaces, project)
     await run_in_threadpool(delete_project, store, context.settings, project)
+    await run_in_threadpool(audit.record, "project.delete", f"project:{project_id}", {})

@@ -17,6 +17,7 @@ from core.domain import Project
 from core.errors import Conflict, Unavailable
 from core.projects import merge_into_default, repository_of, workspace_spec
 from core.workspaces import WorkspaceStatus
+from serving.gateway.audit_trail import Audit, Auditor
 from serving.gateway.auth import ClientId, Context
 from serving.gateway.context import GatewayContext
 from serving.gateway.errors import error_body
@@ -119,10 +120,21 @@ def _diff(workplace: Workplace) -> BranchDiffOut:
     )
 
 
-def _merge(workplace: Workplace, body: MergeRequest | None) -> MergeResult | JSONResponse:
+def _merge(
+    workplace: Workplace, body: MergeRequest | None, audit: Auditor, target: str
+) -> MergeResult | JSONResponse:
     project, name = workplace
     report = merge_into_default(project, name, body.message if body else None)
     outcome = report.outcome
+    merged = {
+        "project_id": project.id,
+        "branch": name,
+        "into": project.default_branch,
+        "status": outcome.status,
+        "commit": outcome.commit,
+        "pushed": report.pushed,
+    }
+    audit.record("merge", target, merged)
     if outcome.status == "conflicts":
         error = Conflict(
             f"merging {name} into {project.default_branch} conflicts in "
@@ -160,9 +172,14 @@ def diff(conversation_id: str, context: Context, client_id: ClientId) -> BranchD
 
 @router.post("/merge", response_model=MergeResult, summary=MERGE)
 def merge(
-    conversation_id: str, context: Context, client_id: ClientId, body: MergeRequest | None = None
+    conversation_id: str,
+    context: Context,
+    client_id: ClientId,
+    audit: Audit,
+    body: MergeRequest | None = None,
 ) -> MergeResult | JSONResponse:
-    return _merge(_of_conversation(context, client_id, conversation_id), body)
+    workplace = _of_conversation(context, client_id, conversation_id)
+    return _merge(workplace, body, audit, f"conversations:{conversation_id}")
 
 
 @router.get(
@@ -190,6 +207,10 @@ def run_diff(run_id: str, context: Context, client_id: ClientId) -> BranchDiffOu
 
 @run_router.post("/merge", response_model=MergeResult, summary=MERGE)
 def run_merge(
-    run_id: str, context: Context, client_id: ClientId, body: MergeRequest | None = None
+    run_id: str,
+    context: Context,
+    client_id: ClientId,
+    audit: Audit,
+    body: MergeRequest | None = None,
 ) -> MergeResult | JSONResponse:
-    return _merge(_of_run(context, client_id, run_id), body)
+    return _merge(_of_run(context, client_id, run_id), body, audit, f"workflow-runs:{run_id}")
