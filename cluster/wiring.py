@@ -26,6 +26,7 @@ from cluster.metrics import ray_metrics
 from cluster.models import ProcessMemory, ServedChatModels, ServedEmbedders
 from cluster.workflows import RayCoordinators
 from cluster.workspaces import RayWorkspaces
+from core.secret_vault import SecretVault
 from core.settings import Settings, settings_from_env, wonder_env
 from core.store import store_for_settings
 from core.turn_quotas import StoredQuotas
@@ -118,7 +119,7 @@ def conversation_ports(settings_env: dict[str, str]) -> ConversationPorts:
         workflows=tools.workflows,
         residency=conversations_port,
         operations=RayAsyncOperations(lambda: runner_handle(settings_env, runner_ports)),
-        models=ServedChatModels(tools.settings.allow_test_doubles),
+        models=ServedChatModels(tools.settings, SecretVault(tools.store, tools.settings)),
         quotas=StoredQuotas(tools.store),
         metrics=ray_metrics(),
     )
@@ -142,10 +143,11 @@ def coordinator_ports(settings_env: dict[str, str]) -> CoordinatorPorts:
 def _executor_services(key: EnvKey) -> ActionServices:
     env = dict(key)
     settings: Settings = settings_from_env(env)
+    store = store_for_settings(settings)
     return ActionServices(
-        store=store_for_settings(settings),
+        store=store,
         settings=settings,
-        chat_models=ServedChatModels(settings.allow_test_doubles),
+        chat_models=ServedChatModels(settings, SecretVault(store, settings)),
         memory=ProcessMemory(settings, ServedEmbedders(env)),
         workspaces=workspaces(env),
     )

@@ -125,7 +125,31 @@ class Settings(BaseSettings):
     )
     max_delegation_depth: int = Field(3, ge=0, le=20)
 
-    http_allowed_hosts: list[str] = Field(default_factory=list)
+    # Egress (docs/security.md "Egress"): where http.request and model providers may connect.
+    http_allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Where http.request may connect: host, host:port, an IP address or a "
+        "network (10.0.0.0/8), each optionally with :port; private, loopback and link-local "
+        "addresses only when listed as addresses",
+    )
+    model_allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Where an openai-provider model profile's base_url may point (same forms); "
+        "the local deployment (127.0.0.1 and localhost at gateway_port) is always allowed",
+    )
+    http_max_response_bytes: int = Field(
+        1_000_000, ge=1024, description="Bytes of a response body http.request reads at most"
+    )
+    http_max_redirects: int = Field(
+        5, ge=0, le=20, description="Redirects http.request follows (each hop checked)"
+    )
+    # Client secrets (docs/security.md "Secrets").
+    secrets_key: SecretStr | None = Field(
+        None, description="Operator key sealing client secrets (32 bytes, URL-safe base64)"
+    )
+    secrets_key_file: Path | None = Field(
+        None, description="Key file used when secrets_key is unset; default data_dir/secrets.key"
+    )
 
     # What library code may run (docs/security.md).
     library_callables: list[str] = Field(
@@ -269,7 +293,9 @@ class Settings(BaseSettings):
     def env(self) -> dict[str, str]:
         """These settings as ``WONDER_*`` variables, for Ray runtime environments."""
         out: dict[str, str] = {}
-        for name, value in self.model_dump(exclude_none=True).items():
+        # The secrets key never travels in runtime environments (the Ray dashboard shows them):
+        # each process reads it from its own environment or the key file.
+        for name, value in self.model_dump(exclude_none=True, exclude={"secrets_key"}).items():
             if isinstance(value, list | dict):
                 out[f"WONDER_{name.upper()}"] = json.dumps(value)
             else:

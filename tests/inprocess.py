@@ -42,6 +42,7 @@ from core.ports import (
     TaskOutcome,
     TurnOutcome,
 )
+from core.secret_vault import SecretVault
 from core.settings import settings_from_env
 from core.store import open_store
 from core.turn_quotas import StoredQuotas
@@ -214,7 +215,7 @@ class InProcessCluster:
             workflows=tools.workflows,
             residency=self,
             operations=self,
-            models=ServedChatModels(tools.settings.allow_test_doubles),
+            models=ServedChatModels(tools.settings, SecretVault(tools.store, tools.settings)),
             quotas=StoredQuotas(tools.store),
         )
 

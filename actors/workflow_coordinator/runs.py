@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import asyncio
 
-from jsonschema import Draft202012Validator
-
 from core.errors import (
     Conflict,
     ErrorCode,
@@ -29,6 +27,7 @@ from core.errors import (
     WonderError,
 )
 from core.ids import new_id, utc_now
+from core.json_schemas import errors as schema_errors
 from core.jsontypes import JsonObject
 from core.ports import Coordinators, RunParent, TaskOutcome, failed_outcome
 from core.projects import start_run_branch
@@ -51,10 +50,10 @@ def validate_input(schema: JsonObject | None, run_input: JsonObject) -> None:
     """``InvalidInput`` naming the first place where ``run_input`` breaks ``schema``."""
     if schema is None:
         return
-    errors = sorted(Draft202012Validator(schema).iter_errors(run_input), key=lambda e: e.path)
-    if errors:
-        where = "/".join(str(p) for p in errors[0].absolute_path) or "input"
-        raise InvalidInput(f"{where}: {errors[0].message}")
+    found = schema_errors(schema, run_input)
+    if found:
+        where = "/".join(str(p) for p in found[0].absolute_path) or "input"
+        raise InvalidInput(f"{where}: {found[0].message}")
 
 
 class WorkflowRunService:
@@ -123,7 +122,8 @@ class WorkflowRunService:
         definition = self.store.workflows.get(workflow_id, version, client_id=client_id)
         if not isinstance(input, dict):
             raise InvalidInput("workflow input must be an object")
-        validate_input(definition.input_schema, input)
+        # A client's schema: validated off the event loop (its patterns run on RE2).
+        await asyncio.to_thread(validate_input, definition.input_schema, input)
         if depth > MAX_SUBWORKFLOW_DEPTH:
             raise PermissionDenied(f"subworkflows nest at most {MAX_SUBWORKFLOW_DEPTH} deep")
         if run_id is None:
