@@ -405,8 +405,16 @@ class Workspaces(Protocol):
     """
 
     async def exec(
-        self, spec: WorkspaceSpec, command: str, timeout_s: float, policy: SandboxPolicy
-    ) -> ExecResult: ...
+        self,
+        spec: WorkspaceSpec,
+        command: str,
+        timeout_s: float,
+        policy: SandboxPolicy,
+        env: dict[str, str] | None = None,
+    ) -> ExecResult:
+        """Run ``command`` in the workspace's sandbox; ``env``: extra environment variables of
+        the command (resolved secrets: never logged, never in an argument vector)."""
+        ...
 
     async def tree(self, spec: WorkspaceSpec, path: str, max_entries: int) -> RepoTree: ...
 

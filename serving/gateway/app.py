@@ -23,6 +23,7 @@ from serving.gateway import (
     memories,
     messages,
     projects,
+    secrets,
     sessions,
     stream,
     threads,
@@ -96,6 +97,7 @@ def create_api(context: GatewayContext) -> FastAPI:
         admin.router,
         user_quotas.router,
         keys.router,
+        secrets.router,
         members.router,
     ):
         # members.MemberAccess: with an acting user (X-Wonder-User), a conversation's routes
