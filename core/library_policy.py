@@ -24,6 +24,7 @@ from core.egress import check_url, model_egress
 from core.errors import WonderError
 from core.json_schemas import check_schema
 from core.settings import Settings
+from core.workflows import WorkflowDef
 
 TEST_DOUBLES_OFF = (
     "provider: the 'scripted' provider is a test double and is disabled on this deployment "
@@ -40,6 +41,12 @@ def policy_problems(obj: BaseModel, settings: Settings) -> list[str]:
         return problems + inline_profile_problems(obj, settings)
     if isinstance(obj, ModelProfile):
         return scripted_problems(obj, settings) + egress_problems(obj, settings)
+    if isinstance(obj, WorkflowDef) and obj.max_tokens > settings.workflow_max_nodes_per_run:
+        return [
+            f"max_tokens: {obj.max_tokens} is above this deployment's limit of "
+            f"{settings.workflow_max_nodes_per_run} node executions per run "
+            "(WONDER_WORKFLOW_MAX_NODES_PER_RUN)"
+        ]
     return []
 
 

@@ -143,6 +143,29 @@ class Settings(BaseSettings):
     http_max_redirects: int = Field(
         5, ge=0, le=20, description="Redirects http.request follows (each hop checked)"
     )
+    # Defaults that hold under abuse (docs/security.md "Quotas"): each default quota applies to
+    # every client whose stored quota leaves that field out (0: no default).
+    quota_default_concurrent_turns: int = Field(64, ge=0, description="Active turns per client")
+    quota_default_concurrent_websockets: int = Field(
+        256, ge=0, description="Open WebSockets per client (per gateway replica)"
+    )
+    quota_default_conversations: int = Field(
+        100_000, ge=0, description="Conversations stored per client"
+    )
+    quota_default_concurrent_runs: int = Field(
+        64, ge=0, description="Workflow runs (subworkflows included) pending or running per client"
+    )
+    quota_default_triggers: int = Field(100, ge=0, description="Cron triggers stored per client")
+    workflow_max_nodes_per_run: int = Field(
+        10_000, ge=1, le=1_000_000, description="The highest max_tokens a workflow may have"
+    )
+    workflow_max_depth: int = Field(8, ge=0, le=64, description="Subworkflow nesting per run")
+    trigger_min_interval_s: int = Field(
+        300, ge=60, description="The shortest time between two firings of one cron trigger"
+    )
+    list_max_items: int = Field(
+        1000, ge=1, description="Items an unpaged listing returns (library objects, triggers)"
+    )
     # Client secrets (docs/security.md "Secrets").
     secrets_key: SecretStr | None = Field(
         None, description="Operator key sealing client secrets (32 bytes, URL-safe base64)"

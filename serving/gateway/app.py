@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from fastapi import Depends, FastAPI
 
+from core.turn_quotas import default_quota
 from serving.gateway import (
     admin,
     agents,
@@ -72,7 +73,7 @@ def create_api(context: GatewayContext) -> FastAPI:
         dependencies=[Depends(refuse_unknown_query)],  # every route: unknown query → 422
     )
     api.state.gateway = context
-    api.state.quotas = QuotaGuard(context.store)
+    api.state.quotas = QuotaGuard(context.store, defaults=default_quota(context.settings))
     api.add_middleware(RequestLimits)
     install_error_handlers(api)
     api.include_router(console.router)

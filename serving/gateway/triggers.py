@@ -5,10 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import Field
 
-from core.cron import CRON_PATTERN
+from core.cron import CRON_PATTERN, parse_cron, shortest_interval_s
+from core.errors import InvalidInput
 from core.trigger_model import CronTrigger
 from core.triggers import create_trigger
-from serving.gateway.auth import ClientId, Context
+from serving.gateway.auth import ClientId, Context, Guard
 from serving.gateway.protocol import MAX_MESSAGE_CHARS, Deleted, Items, RouteTarget, WireModel
 
 router = APIRouter(prefix="/v1/triggers", tags=["triggers"])
@@ -33,7 +34,15 @@ class TriggerOut(CronTrigger):
 
 
 @router.post("", status_code=201, response_model=CronTrigger, summary="Create a cron trigger")
-def create(body: TriggerCreate, context: Context, client_id: ClientId) -> CronTrigger:
+def create(body: TriggerCreate, context: Context, client_id: ClientId, guard: Guard) -> CronTrigger:
+    minimum = context.settings.trigger_min_interval_s
+    shortest = shortest_interval_s(parse_cron(body.schedule))
+    if shortest < minimum:
+        raise InvalidInput(
+            f"schedule: {body.schedule!r} fires every {shortest} s at times; this deployment "
+            f"allows at least {minimum} s between firings (WONDER_TRIGGER_MIN_INTERVAL_S)"
+        )
+    guard.admit_trigger(client_id)
     return create_trigger(
         context.store, client_id, body.schedule, body.template, body.route.as_route()
     )
@@ -41,7 +50,8 @@ def create(body: TriggerCreate, context: Context, client_id: ClientId) -> CronTr
 
 @router.get("", response_model=Items[CronTrigger], summary="List your cron triggers")
 def list_triggers(context: Context, client_id: ClientId) -> Items[CronTrigger]:
-    return Items[CronTrigger](items=context.store.triggers.for_client(client_id))
+    found = context.store.triggers.for_client(client_id, limit=context.settings.list_max_items)
+    return Items[CronTrigger](items=found)
 
 
 @router.get("/{trigger_id}", response_model=TriggerOut, summary="A trigger and its fired times")
