@@ -9,7 +9,7 @@ import time
 
 from cluster.metrics import ray_metrics
 from core.domain import ModelProfile
-from core.egress import check_url, model_egress
+from core.egress import model_egress
 from core.errors import InvalidInput, NotFound
 from core.library_policy import TEST_DOUBLES_OFF
 from core.llm.openai_http import ApiKey, no_key
@@ -43,8 +43,7 @@ class ServedChatModels:
             raise InvalidInput(f"model profile {profile.id}: {TEST_DOUBLES_OFF}")
         if profile.provider != "openai":
             return models.chat_model_for(profile)
-        if profile.base_url:
-            check_url(profile.base_url, self.egress, "model profile base_url")
+        # The URL is checked (and its address) at each call: a refusal fails that call.
         access = models.ProviderAccess(self.egress, self._api_key(profile, client_id))
         return models.chat_model_for(profile, access)
 
