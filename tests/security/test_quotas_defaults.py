@@ -106,15 +106,20 @@ def test_websockets_are_bounded_without_a_stored_quota(
                 second.recv(timeout=30)
 
 
-def test_a_fork_bomb_of_subworkflows_is_stopped_by_the_runs_quota(
-    carol: tuple[httpx.Client, str],
-) -> None:
+def test_subworkflows_count_toward_the_runs_quota(carol: tuple[httpx.Client, str]) -> None:
+    """A workflow fanning out into copies of itself (a fork bomb, here one level deep so that
+    even a deployment without the quota stays small) stops at the client's runs quota."""
     client, _ = carol
     bomb = unique("bomb")
     workflow = {
         "nodes": [
             {"id": "fan", "kind": "pass"},
-            {"id": "again", "kind": "subworkflow", "target_id": bomb},
+            {
+                "id": "again",
+                "kind": "subworkflow",
+                "target_id": bomb,
+                "input_mapping": {"copies": {"const": []}},  # the copies fan out no further
+            },
         ],
         "edges": [{"from": "fan", "to": "again", "foreach": "input.copies"}],
     }
