@@ -12,9 +12,10 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from core.allow_list import parse_entry
 from core.memory.tuning import VectorIndexKind, VectorTuning
 
 
@@ -286,6 +287,14 @@ class Settings(BaseSettings):
     embedder_placement: Literal["cpu", "accelerator", "any"] = Field(
         "cpu", description="cpu|accelerator|any: where embedder replicas go"
     )
+
+    @field_validator("http_allowed_hosts", "model_allowed_hosts")
+    @classmethod
+    def _destinations(cls, entries: list[str]) -> list[str]:
+        for entry in entries:
+            if entry.strip():
+                parse_entry(entry)  # a ValueError names the entry
+        return entries
 
     @cached_property
     def resolved_database_url(self) -> str:

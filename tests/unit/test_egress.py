@@ -73,3 +73,12 @@ def test_entries_that_are_not_destinations_are_refused() -> None:
     for bad in ("http://x/", "a b", "host:70000"):
         with pytest.raises(ValueError):
             parse_entry(bad)
+
+
+def test_a_malformed_allow_list_is_refused_when_settings_are_read() -> None:
+    from pydantic import ValidationError
+
+    from core.settings import Settings
+
+    with pytest.raises(ValidationError, match="not a host"):
+        Settings(model_allowed_hosts=["http://api.example.com/"])
