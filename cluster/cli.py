@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from core.client_secrets import ensure_key_file, key_file_path
 from core.settings import Settings, load_settings
 
 UP_FILE = "wonder-up.json"
@@ -484,6 +485,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     except SetupError as exc:
         return fail(str(exc))
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if settings.secrets_key is None:  # the embedded default: a key file in the data dir
+        ensure_key_file(key_file_path(settings))
     started_head = False
     if settings.ray_address:
         address = settings.ray_address
