@@ -306,6 +306,7 @@ class Settings(BaseSettings):
     @cached_property
     def trusted_networks(self) -> tuple[Network, ...]:
         return parse_networks(self.trusted_proxies)
+
     @field_validator("http_allowed_hosts", "model_allowed_hosts")
     @classmethod
     def _destinations(cls, entries: list[str]) -> list[str]:
