@@ -30,7 +30,7 @@ CASES: dict[str, list[str]] = {
     "wonder --version": ["-m", "cluster.cli", "--version"],
     "api command imports": [
         "-c",
-        "import cluster.cli.main, cluster.cli.conversations, cluster.cli.tail, cluster.cli.agents",
+        "import cluster.cli.entry, cluster.cli.conversations, cluster.cli.tail, cluster.cli.agents",
     ],
     "import ray": ["-c", "import ray"],
 }

@@ -7,15 +7,16 @@
     wonder keys | quota | library apply  operator commands that write the store directly
     wonder job JOB | model setup         batch jobs over the memories, the local model
 
-Modules: ``main`` (entry point), ``parser``/``api_parser``/``options`` (the command line, declared
-without importing what runs it), ``output`` (printing, ``--json``, exit codes), ``api_client``
-(the gateway over HTTP, error mapping), ``state`` (what ``wonder up`` remembers), one module per
-command group (``local``, ``doctor``, ``operator``, ``chat``, ``agents``, ``conversations``,
-``tail``, ``turns``, ``workflows``, ``memories``, ``projects``, ``library``, ``job``, ``model``).
+Modules: ``entry`` (the entry point, ``main``), ``parser``, ``api_parser`` and ``options`` (the
+command line, declared without importing what runs it), ``handlers`` (a command's handler,
+imported when it runs), ``output`` (printing, ``--json``, exit codes), ``api_client`` (the gateway
+over HTTP, error mapping), ``state`` (what ``wonder up`` remembers), one module per command group
+(``up``, ``local``, ``doctor``, ``operator``, ``chat``, ``agents``, ``conversations``, ``tail``,
+``turns``, ``workflows``, ``memories``, ``projects``, ``library``, ``job``, ``model``).
 Settings are ``WONDER_*`` environment variables (core/settings.py); ``--data-dir`` sets
 ``WONDER_DATA_DIR`` for one command.
 """
 
-from cluster.cli.main import main
+from cluster.cli.entry import main
 
 __all__ = ["main"]

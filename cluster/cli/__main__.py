@@ -1,5 +1,5 @@
 """``python -m cluster.cli``: the ``wonder`` command."""
 
-from cluster.cli.main import main
+from cluster.cli.entry import main
 
 raise SystemExit(main())

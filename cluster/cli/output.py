@@ -54,7 +54,7 @@ def exit_code_for(status: int, code: str | None = None, retriable: bool = False)
 
 @dataclass
 class Mode:
-    """How this process prints: ``json`` is set once, from the command line, by ``main``."""
+    """How this process prints: ``json`` is set once, from the command line, by ``entry.main``."""
 
     json: bool = False
 

@@ -1,7 +1,7 @@
 """The ``wonder`` command line: every command, its options and its help, declared without
 importing what runs it.
 
-Each command names its handler as ``"module:function"`` (``Handler``); ``main`` imports that
+Each command names its handler as ``"module:function"`` (``Handler``); ``entry`` imports that
 module only when the command runs, so ``wonder --help`` and the API commands never import Ray,
 vLLM or the store. The API's resource groups are declared in ``api_parser``.
 """
@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
 def add_local_commands(commands: Commands) -> None:
     commands.leaf(
         "up",
-        "cluster.cli.local:cmd_up",
+        "cluster.cli.up:cmd_up",
         help="start Ray (unless WONDER_RAY_ADDRESS is set), deploy Wonder, print an API key",
         description="Start a local Ray head (or attach to WONDER_RAY_ADDRESS), start Serve on "
         "WONDER_GATEWAY_HOST:WONDER_GATEWAY_PORT, deploy the gateway and the local model, apply "
@@ -82,7 +82,8 @@ def add_local_commands(commands: Commands) -> None:
         "doctor",
         "cluster.cli.doctor:cmd_doctor",
         help="what runs, what is misconfigured, where the logs are",
-        description="Check this machine's Wonder: the Ray head, the Serve apps and their status, "
+        description="What runs, what is misconfigured, where the logs are. Checks this "
+        "machine's Wonder: the Ray head, the Serve apps and their status, "
         "the gateway's health and the model; the settings, the database, the object store, the "
         "system tools (bwrap, prlimit, git), the model cache and the ports; and say where the "
         "logs are. Each problem comes with the setting or command that fixes it; exit 1 if "

@@ -79,6 +79,14 @@ class EventPrinter:
             case _:
                 return ""
 
+    def interrupted(self) -> str:
+        """The connection dropped: end an open line and forget which replies were streaming (the
+        stream hands a reply's tokens so far again, or its stored message, on reconnecting)."""
+        ended = "\n" if self.mid_line and not self.json_lines else ""
+        self.streaming.clear()
+        self.mid_line = False
+        return ended
+
     def _break(self) -> str:
         """A newline first when a streamed reply left the line open."""
         return "\n" if self.mid_line else ""
@@ -169,6 +177,8 @@ async def follow(
                     failures = 0
                     if event.get("type") == "error":
                         raise error_frame(event)
+                    if event.get("type") == "subscribed":  # live: nothing can be missed now
+                        notice(f"following {conversation_id} after seq {last}; Ctrl-C stops")
                     if isinstance(event.get("seq"), int):
                         last = max(last, event["seq"])
                     write(printer.render(event))
@@ -182,6 +192,7 @@ async def follow(
             reason = f"connection closed ({exc})"
         except (OSError, InvalidStatus, TimeoutError) as exc:
             reason = f"cannot connect ({exc})"
+        write(printer.interrupted())
         failures += 1
         if failures > MAX_RECONNECTS:
             raise CliError(f"gave up following {conversation_id}: {reason}", ExitCode.UNAVAILABLE)
