@@ -5,6 +5,7 @@ gateway (real HTTP and WebSocket, a scripted agent): their output, their exit co
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,7 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from cluster import wiring
+from cluster import bootstrap, wiring
+from cluster.cli import doctor
 from core.ids import new_id
 from tests.conftest import Cluster, wait_for
 from tests.factories import make_client
@@ -310,3 +312,38 @@ def test_library_reads(wonder: Wonder, api: httpx.Client) -> None:
     assert f"id: {task_id}" in wonder.ok("library", "get", "tasks", task_id)
     assert "NOT_FOUND" in wonder.fails(3, "library", "get", "personas", "no-such-persona")
     assert "NOT_FOUND" in wonder.fails(3, "library", "get", "tasks", task_id, "--system")
+
+
+def test_doctor_sees_the_gateway_and_serves_apps(
+    wonder: Wonder, gateway_url: str, ray_cluster: Cluster
+) -> None:
+    """The running half of ``wonder doctor`` against a real gateway and a real Ray dashboard
+    (this session's head stands in for one ``wonder up`` started)."""
+    port = gateway_url.rsplit(":", 1)[1]
+    result = subprocess.run(
+        [sys.executable, "-m", "cluster.cli", "doctor", "--json"],
+        env={**wonder.env(), "WONDER_GATEWAY_PORT": port},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    report = json.loads(result.stdout)
+    found = {f["name"]: f for f in report["findings"]}
+    assert found["gateway"]["state"] == "ok" and gateway_url in found["gateway"]["detail"]
+    assert found["gateway port"]["detail"] == f"{port} serves Wonder"
+
+    dashboard_port = int(ray_cluster.dashboard_url.rsplit(":", 1)[1])
+    head = bootstrap.HeadInfo(
+        pid=os.getpid(),
+        address="127.0.0.1:0",
+        gcs_port=0,
+        dashboard_port=dashboard_port,
+        temp_dir=str(ray_cluster.data_dir),
+        log_file=str(ray_cluster.data_dir / "ray-head.log"),
+        started_at=0.0,
+    )
+    apps = {f.name: f for f in doctor.app_findings(head, ["gateway", "never-deployed"])}
+    assert (apps["app gateway"].state, apps["app gateway"].detail) == ("ok", "RUNNING")
+    assert apps["app never-deployed"].state == "problem"
+    assert apps["app never-deployed"].fix == "`wonder up` (it redeploys)"
