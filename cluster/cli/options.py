@@ -94,7 +94,7 @@ class Commands:
             name,
             help=help,
             description=description or help,
-            epilog=epilog,
+            epilog=f"{epilog}\n{EXIT_CODES_HELP}" if epilog else EXIT_CODES_HELP,
             parents=parents,
             add_help=add_help,
             formatter_class=HelpFormatter,
