@@ -33,6 +33,7 @@ from core.git import (
     GitError,
     GitRepository,
     MergeOutcome,
+    RemoteAccess,
     branch_owner,
     conversation_branch,
     looks_like_url,
@@ -44,6 +45,7 @@ from core.settings import Settings
 from core.store import Store
 from core.workspaces import WorkspaceSpec
 
+ALL_TRANSPORTS = RemoteAccess(protocols=("https", "http", "ssh", "git", "file"))
 CODE_REPOSITORY = "code.git"
 ARTIFACTS_REPOSITORY = "artifacts.git"
 
@@ -77,7 +79,7 @@ def _local_repository(settings: Settings, location: str) -> GitRepository:
 
 def _cloned(url: str, path: Path) -> GitRepository:
     try:
-        return GitRepository.clone_bare(url, path)
+        return GitRepository.clone_bare(url, path, ALL_TRANSPORTS)
     except GitError as exc:  # nothing there to clone (or not reachable from here)
         raise NotFound(f"repository: cannot clone {url}: {exc.message}") from None
 
@@ -331,7 +333,7 @@ def push_default_branch(project: Project) -> str:
     """
     if project.origin is None:
         raise Conflict(f"project {project.id} has no origin: it was not cloned from a URL")
-    return repository_of(project).push(project.default_branch)
+    return repository_of(project).push(project.default_branch, ALL_TRANSPORTS)
 
 
 def retire_branch(project: Project, branch: str) -> bool:

@@ -14,8 +14,9 @@ import pytest
 
 from cluster import wiring
 from cluster.naming import existing_actor, workspace_actor_name
-from core.git import GitRepository, Worktree, run_git
+from core.git import GitRepository, run_git
 from core.projects import workspaces_root
+from core.worktree import Worktree
 from tests.conftest import Cluster, wait_for
 from tests.factories import make_client
 from tests.integration.test_gateway import deploy_gateway, http_client, unique
@@ -48,7 +49,7 @@ def source_repo(tmp_path: Path) -> Path:
     (tmp_path / "calc.py").write_text(BROKEN)
     (tmp_path / "test_calc.py").write_text(TESTS)
     (tmp_path / ".gitignore").write_text("__pycache__/\n")
-    assert Worktree(tmp_path).commit_all("calculator") is not None
+    assert Worktree.checkout(tmp_path).commit_all("calculator") is not None
     return tmp_path
 
 

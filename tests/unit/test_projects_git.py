@@ -13,16 +13,35 @@ import pytest
 from fastapi.testclient import TestClient
 
 from core.errors import InvalidInput
-from core.git import GitRepository, Worktree, branch_owner, conversation_branch, run_branch, run_git
+from core.git import (
+    GitRepository,
+    RemoteAccess,
+    branch_owner,
+    conversation_branch,
+    run_branch,
+    run_git,
+)
 from core.store import Store
+from core.worktree import Worktree
 from serving.gateway.app import create_api
 from serving.gateway.context import GatewayContext
 from tests.unit.test_gateway_api import NoRuntime, RecordingConversations, add_client, error_of
 
+LOCAL = RemoteAccess(protocols=("file",))
+
+
+def worktree_at(path: Path) -> Worktree:
+    """The worktree at ``path`` as a test sees it: a checkout, or a linked worktree whose ``.git``
+    file this (trusted) test reads."""
+    if (path / ".git").is_dir():
+        return Worktree.checkout(path)
+    pointer = (path / ".git").read_text().removeprefix("gitdir:").strip()
+    return Worktree(path, Path(pointer))
+
 
 def commit_file(worktree: Path, name: str, text: str, message: str) -> str:
     (worktree / name).write_text(text)
-    commit = Worktree(worktree).commit_all(message)
+    commit = worktree_at(worktree).commit_all(message)
     assert commit is not None
     return commit
 
@@ -65,7 +84,7 @@ def test_branches_worktrees_diff_and_merge(repo: GitRepository, tmp_path: Path) 
 def test_worktree_status_diff_commit_and_grep(repo: GitRepository, tmp_path: Path) -> None:
     repo.create_branch("work", "main")
     repo.add_worktree(tmp_path / "w", "work")
-    tree = Worktree(tmp_path / "w")
+    tree = Worktree.registered(repo, tmp_path / "w")
     assert tree.branch() == "work" and tree.changed_files() == []
     (tmp_path / "w" / "app.py").write_text("def answer():\n    return 42\n")
     assert tree.changed_files() == ["app.py"]
@@ -282,7 +301,8 @@ def origin(tmp_path: Path) -> Path:
     seed.mkdir()
     run_git(seed, "init", "--quiet", "--initial-branch=main")
     commit_file(seed, "README", "hello\n", "first")
-    run_git(tmp_path, "clone", "--bare", "--quiet", str(seed), str(tmp_path / "origin.git"))
+    origin = tmp_path / "origin.git"
+    run_git(tmp_path, "clone", "--bare", "--quiet", str(seed), str(origin), remote=LOCAL)
     return tmp_path / "origin.git"
 
 
@@ -309,9 +329,9 @@ def test_a_clone_pushes_its_default_branch_back(
 
     # Someone else pushes to the origin: the next push is refused (409), the merge stands.
     other = tmp_path / "other"
-    run_git(tmp_path, "clone", "--quiet", str(origin), str(other))
+    run_git(tmp_path, "clone", "--quiet", str(origin), str(other), remote=LOCAL)
     commit_file(other, "theirs.txt", "theirs\n", "theirs")
-    run_git(other, "push", "--quiet", "origin", "main")
+    run_git(other, "push", "--quiet", "origin", "main", remote=LOCAL)
     commit_file(tree, "more.txt", "more\n", "more")
     again = api.post(f"/v1/conversations/{conversation['id']}/merge").json()
     assert again["status"] == "merged" and not again["pushed"]
