@@ -168,8 +168,9 @@ class Constraints(Model):
     shell_hosts: list[str] = Field(
         default_factory=list,
         max_length=64,
-        description="Hosts shell.exec may reach; none = no network (any = the host's network, "
-        "not filtered per host)",
+        description="Hosts shell.exec may reach through Wonder's egress proxy (name, *.domain, "
+        "* for any, an IP; each optionally :port), of those the operator allows the client; "
+        "none = no network",
     )
 
 

@@ -98,7 +98,8 @@ async def shell_exec(params: JsonObject, data: JsonObject, ctx: ActionContext) -
     # The command must end (killed if need be) before the executor's limit on the whole action.
     timeout = min(float(timeout), max(1.0, settings.action_timeout_s - ACTION_MARGIN_S))
     workspaces, spec = await _workspace(ctx)
-    policy = SandboxPolicy.of(settings, await asyncio.to_thread(_persona, ctx))
+    persona = await asyncio.to_thread(_persona, ctx)
+    policy = SandboxPolicy.of(settings, persona, spec.client_id)
     result = await workspaces.exec(spec, command, timeout, policy)
     return result.model_dump()
 
