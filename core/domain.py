@@ -289,6 +289,12 @@ class Project(Model):
     )
     artifacts_repository: str
     created_at: datetime
+    status: Literal["ready", "cloning", "failed"] = Field(
+        "ready",
+        description="cloning: the repository is being cloned (poll this project); failed: the "
+        "clone did not succeed (error says why; delete the project)",
+    )
+    error: str | None = Field(None, description="Why the clone failed")
 
 
 class ConversationStatus(StrEnum):

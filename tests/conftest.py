@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import time
@@ -166,6 +167,9 @@ def ray_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
 
     data_dir = Path(tempfile.mkdtemp(prefix="wonder-test-"))
     ray_tmp = tempfile.mkdtemp(prefix="wr", dir="/tmp")
+    # The operator lets clients name (and clone over file://) repositories the tests make in
+    # their tmp_path; nothing else of the host.
+    repositories = request.getfixturevalue("tmp_path_factory").getbasetemp()
     env = {
         **_session_database_env(request),
         "WONDER_DATA_DIR": str(data_dir),
@@ -173,6 +177,8 @@ def ray_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         "WONDER_SCHEDULER_TICK_S": "1",
         "WONDER_MAX_RESIDENT_CONVERSATIONS": "64",
         "WONDER_HTTP_ALLOWED_HOSTS": '["127.0.0.1"]',
+        "WONDER_PROJECT_PATH_ROOTS": json.dumps([str(repositories)]),
+        "WONDER_PROJECT_URL_SCHEMES": '["https", "file"]',
         "WONDER_ALLOW_TEST_DOUBLES": "true",
         "WONDER_LIBRARY_CALLABLES": '["tests.callables"]',
         "RAY_AUTH_MODE": "disabled",

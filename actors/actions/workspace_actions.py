@@ -184,7 +184,8 @@ async def repo_merge(params: JsonObject, data: JsonObject, ctx: ActionContext) -
     _, spec = await _workspace(ctx)
     store = ctx.services.store
     project = await asyncio.to_thread(store.projects.get, spec.project_id)
-    report = await asyncio.to_thread(merge_into_default, project, spec.branch, message)
+    settings = ctx.services.settings
+    report = await asyncio.to_thread(merge_into_default, project, settings, spec.branch, message)
     outcome = report.outcome
     if outcome.status == "conflicts":
         raise Conflict(

@@ -5,9 +5,10 @@ the owner being the conversation or workflow run whose branch it is). On start i
 out in its worktree (``<workspaces_dir>/<owner id>``; an existing one is reused, so an evicted
 workspace comes back with its uncommitted work; a missing one, its node lost, is checked out
 afresh from the branch). Git operations run one at a time in a thread (they share
-the worktree's index); commands run concurrently, each in its own sandbox (``sandbox``). When no
-call has arrived for ``idle_ttl_s`` it leaves the cluster through its ``Lifecycle``; the worktree
-stays on disk.
+the worktree's index); commands run concurrently, each in its own sandbox (``sandbox``), and a git
+that reads the worktree's files waits for them to end (``quiet``). ``repo.read``/``write``/``tree``
+open by descriptor, beneath the worktree (``paths``). When no call has arrived for ``idle_ttl_s`` it
+leaves the cluster through its ``Lifecycle``; the worktree stays on disk.
 """
 
 from __future__ import annotations

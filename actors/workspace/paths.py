@@ -83,7 +83,7 @@ def openat2_works() -> bool:
     return True
 
 
-def _walk_open(dir_fd: int, path: str, flags: int, mode: int) -> int:
+def walk_open(dir_fd: int, path: str, flags: int, mode: int) -> int:
     """The fallback: one directory at a time, no symlink followed."""
     parts = [p for p in PurePosixPath(path).parts if p != "."]
     current = os.dup(dir_fd)
@@ -109,7 +109,7 @@ def open_beneath(root_fd: int, path: PurePosixPath, flags: int, mode: int = 0o64
     try:
         if openat2_works():
             return _openat2(root_fd, text, flags, mode)
-        return _walk_open(root_fd, text, flags, mode)
+        return walk_open(root_fd, text, flags, mode)
     except OSError as exc:
         raise _refusal(exc, text) from None
 

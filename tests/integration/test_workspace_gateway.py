@@ -71,9 +71,15 @@ def put_task_tool(api: httpx.Client, name: str, kind: str, properties: dict[str,
 def test_an_agent_fixes_code_runs_tests_commits_and_the_diff_shows(
     api: httpx.Client, source_repo: Path, ray_cluster: Cluster
 ) -> None:
-    project = api.post(
-        "/v1/projects", json={"name": "calc", "repository": f"file://{source_repo}"}
-    ).json()
+    started = api.post("/v1/projects", json={"name": "calc", "repository": f"file://{source_repo}"})
+    assert started.status_code == 202, started.text  # cloned in the background: poll it
+
+    def cloned() -> dict[str, Any] | None:
+        found: dict[str, Any] = api.get(started.headers["Location"]).json()
+        return found if found["status"] != "cloning" else None
+
+    project = wait_for(cloned, timeout=120)
+    assert project["status"] == "ready", project
     tools = [
         put_task_tool(api, "write_file", "repo.write", {"path": {}, "content": {}}),
         put_task_tool(api, "run", "shell.exec", {"command": {}, "timeout_s": {}}),

@@ -22,8 +22,12 @@ from tests.factories import make_client
 from tests.integration.test_gateway import deploy_gateway, http_client
 from tests.integration.test_workspaces import Session, new_agent, new_conversation
 
-# A git repository of the command's own, set up to run ``$1`` (a command touching the marker).
-PLANTED_REPOSITORY = "git init -q {where} && git -C {where} config {key} '{command}'"
+# A git repository of the command's own (with a commit, so that diffs have a base), set up to run
+# a command touching the marker.
+PLANTED_REPOSITORY = (
+    "git init -q {where} && git -C {where} -c user.name=a -c user.email=a@b "
+    "commit -q --allow-empty -m planted && git -C {where} config {key} '{command}'"
+)
 
 
 def replace_dotgit(key: str) -> Callable[[str], str]:
@@ -39,7 +43,8 @@ def hooks(touch: str) -> str:
     writes = " && ".join(
         f"printf '{hook}' > .git/hooks/{name} && chmod +x .git/hooks/{name}" for name in names
     )
-    return f"rm -rf .git && git init -q . && mkdir -p .git/hooks && {writes}"
+    plant = PLANTED_REPOSITORY.format(where=".", key="core.bare", command="false")
+    return f"rm -rf .git && {plant} && mkdir -p .git/hooks && {writes}"
 
 
 def dotgit_pointer(touch: str) -> str:
@@ -93,7 +98,9 @@ def textconv(touch: str) -> str:
 def include(touch: str) -> str:
     return (
         f"printf '[core]\\n\\tfsmonitor = {touch}\\n\\thooksPath = hooks\\n' > evil.cfg && "
-        "rm -rf .git && git init -q . && git config include.path ../evil.cfg && "
+        "rm -rf .git && "
+        + PLANTED_REPOSITORY.format(where=".", key="include.path", command="../evil.cfg")
+        + " && "
         f"mkdir -p hooks && printf '#!/bin/sh\\n{touch}\\n' > hooks/post-commit && "
         "chmod +x hooks/post-commit"
     )
@@ -114,10 +121,6 @@ VECTORS: dict[str, Callable[[str], str]] = {
     "external_diff": external_diff,
     "textconv": textconv,
     "include": include,
-    "pager_and_editor": lambda touch: (
-        replace_dotgit("core.pager")(touch)
-        + f" && git config core.editor '{touch}' && git config sequence.editor '{touch}'"
-    ),
 }
 
 

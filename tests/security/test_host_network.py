@@ -36,7 +36,7 @@ def direct(port):
     try:
         s = socket.create_connection(("127.0.0.1", port), timeout=3)
         s.sendall(b"GET / HTTP/1.0\r\n\r\n")
-        return "ok:" + s.recv(200).decode(errors="replace")
+        return "ok:" + s.recv(200).decode(errors="replace").splitlines()[0]
     except OSError as e:
         return "closed:" + type(e).__name__
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from core.store import Store
 from core.worktree import Worktree
 from serving.gateway.app import create_api
 from serving.gateway.context import GatewayContext
+from tests.conftest import wait_for
 from tests.unit.test_gateway_api import NoRuntime, RecordingConversations, add_client, error_of
 
 LOCAL = RemoteAccess(protocols=("file",))
@@ -123,7 +125,13 @@ def api(store: Store, tmp_path: Path) -> Iterator[TestClient]:
         conversations=RecordingConversations(),
         workflows=NoRuntime(),
         memory=NoRuntime(),
-        settings_env={"WONDER_DATA_DIR": str(tmp_path / "data")},
+        settings_env={
+            "WONDER_DATA_DIR": str(tmp_path / "data"),
+            # The operator lets clients name repositories under this test's directory, and
+            # clone over file://.
+            "WONDER_PROJECT_PATH_ROOTS": json.dumps([str(tmp_path)]),
+            "WONDER_PROJECT_URL_SCHEMES": '["file"]',
+        },
     )
     with TestClient(create_api(context), raise_server_exceptions=False) as client:
         client.headers["Authorization"] = f"Bearer {add_client(store, 'alice')}"
@@ -131,6 +139,20 @@ def api(store: Store, tmp_path: Path) -> Iterator[TestClient]:
 
 
 PERSONA = {"system_prompt": "You code.", "model_profile_id": "local"}
+
+
+def cloned(api: TestClient, body: dict[str, Any]) -> dict[str, Any]:
+    """A project cloned from a URL: ``202`` at once, then ``ready`` (or ``failed``) when polled."""
+    started = api.post("/v1/projects", json=body)
+    assert started.status_code == 202, started.text
+    assert started.json()["status"] == "cloning"
+    location = started.headers["Location"]
+
+    def settled() -> dict[str, Any] | None:
+        project: dict[str, Any] = api.get(location).json()
+        return project if project["status"] != "cloning" else None
+
+    return wait_for(settled, timeout=60)
 
 
 def agent_for(api: TestClient, project_ids: list[str]) -> dict[str, Any]:
@@ -186,16 +208,18 @@ def test_projects_from_a_path_or_a_url_and_scoping(
     in_place = api.post("/v1/projects", json={"name": "local", "repository": str(source)}).json()
     assert in_place["default_branch"] == "trunk" and not in_place["managed"]
     assert in_place["repository"] == str(source)
-    cloned = api.post(
-        "/v1/projects", json={"name": "clone", "repository": f"file://{source}"}
-    ).json()
-    assert cloned["managed"] and cloned["origin"] == f"file://{source}"
-    assert GitRepository(Path(cloned["repository"])).has_branch("trunk")
+    clone = cloned(api, {"name": "clone", "repository": f"file://{source}"})
+    assert clone["status"] == "ready" and clone["default_branch"] == "trunk", clone
+    assert clone["managed"] and clone["origin"] == f"file://{source}"
+    assert GitRepository(Path(clone["repository"])).has_branch("trunk")
+    absent = cloned(api, {"name": "x", "repository": f"file://{tmp_path / 'absent'}"})
+    assert absent["status"] == "failed" and "cannot clone" in absent["error"], absent
+    assert str(tmp_path / "data") not in absent["error"]  # no path of Wonder's
+    assert not (tmp_path / "data" / "projects" / absent["id"]).exists()
 
     for body, status in (
         ({"name": "x", "repository": "relative/path"}, 422),  # the schema's pattern
         ({"name": "x", "repository": str(tmp_path / "absent")}, 404),
-        ({"name": "x", "repository": f"file://{tmp_path / 'absent'}"}, 404),  # nothing to clone
         ({"name": "x", "repository": str(tmp_path / "data" / "projects")}, 403),
         ({"name": "x", "repository": str(source), "default_branch": "main"}, 404),
         ({"name": "x", "default_branch": "bad..name"}, 422),  # not a branch name
@@ -212,8 +236,8 @@ def test_projects_from_a_path_or_a_url_and_scoping(
     other = TestClient(api.app, raise_server_exceptions=False)
     other.headers["Authorization"] = f"Bearer {add_client(store, 'bob')}"
     assert other.get(f"/v1/projects/{in_place['id']}").status_code == 404
-    assert api.delete(f"/v1/projects/{cloned['id']}").status_code == 204
-    assert not Path(cloned["repository"]).exists()
+    assert api.delete(f"/v1/projects/{clone['id']}").status_code == 204
+    assert not Path(clone["repository"]).exists()
     assert subprocess.run(["git", "-C", str(source), "status"], capture_output=True).returncode == 0
 
 
@@ -309,11 +333,10 @@ def origin(tmp_path: Path) -> Path:
 def test_a_clone_pushes_its_default_branch_back(
     api: TestClient, origin: Path, tmp_path: Path
 ) -> None:
-    project = api.post(
-        "/v1/projects",
-        json={"name": "pushed", "repository": f"file://{origin}", "push_on_merge": True},
-    ).json()
-    assert project["push_on_merge"]
+    project = cloned(
+        api, {"name": "pushed", "repository": f"file://{origin}", "push_on_merge": True}
+    )
+    assert project["push_on_merge"] and project["status"] == "ready"
     agent = agent_for(api, [project["id"]])
     conversation = api.post("/v1/conversations", json={"agent_id": agent["id"]}).json()
     repo = GitRepository(Path(project["repository"]))
