@@ -212,10 +212,10 @@ class Settings(BaseSettings):
     )
     shell_tmp_mb: int = Field(512, ge=1, description="Size of a shell.exec command's private /tmp")
     shell_disk_mb: int = Field(
-        2048, ge=1, description="What a workspace's worktree may hold on disk (its quota)"
+        8192, ge=1, description="What a workspace's worktree may hold on disk (its quota)"
     )
     shell_max_files: int = Field(
-        200_000, ge=100, description="Files and directories a workspace's worktree may hold"
+        500_000, ge=100, description="Files and directories a workspace's worktree may hold"
     )
     shell_allowed_hosts: list[str] = Field(
         default_factory=list,

@@ -50,8 +50,8 @@ class SandboxPolicy(Model):
     max_processes: int = Field(256, ge=8)
     cgroup_dir: str | None = None
     tmp_mb: int = Field(512, ge=1)
-    disk_mb: int = Field(2048, ge=1)
-    max_files: int = Field(200_000, ge=100)
+    disk_mb: int = Field(8192, ge=1)
+    max_files: int = Field(500_000, ge=100)
 
     @classmethod
     def of(cls, settings: Settings, persona: Persona | None, client_id: str) -> SandboxPolicy:

@@ -5,8 +5,9 @@ limits it. Each command starts with ``RLIMIT_FSIZE`` no larger than what is left
 single file can pass it; a worktree already over its quota starts with 0: files can be removed or
 truncated, none grows), and a watch measures the tree while the command runs and has it killed
 as soon as the tree holds more than the quota. Between two measurements a fast writer may pass the
-quota by what it writes in that time; the watch measures again at once when a measurement was
-quick, and never less often than every ``MAX_INTERVAL_S``.
+quota by what it writes in that time; the watch waits ten times as long as its last measurement
+took (it spends at most a tenth of a core on a large tree), at least ``MIN_INTERVAL_S`` and at
+most ``MAX_INTERVAL_S``.
 """
 
 from __future__ import annotations
@@ -64,4 +65,4 @@ async def watch_quota(root: Path, quota_bytes: int, max_entries: int) -> str:
         if used.entries > max_entries:
             return f"the worktree passed its limit of {max_entries} files and directories"
         took = time.monotonic() - started
-        await asyncio.sleep(min(MAX_INTERVAL_S, max(MIN_INTERVAL_S, 4 * took)))
+        await asyncio.sleep(min(MAX_INTERVAL_S, max(MIN_INTERVAL_S, 10 * took)))
