@@ -25,8 +25,8 @@ from pathlib import Path
 
 from actors.workspace.actor import WorkspaceActor
 from actors.workspace.sandbox import run_argv
-from core.egress import EgressPolicy
 from core.git import GitRepository
+from core.shell_egress import EgressPolicy
 from core.workspaces import SandboxPolicy, WorkspaceSpec
 
 

@@ -8,9 +8,9 @@ client (``WONDER_PROJECT_CLIENT_SOURCES``, else ``WONDER_PROJECT_PATH_ROOTS``,
   resolved, and never inside Wonder's data or workspaces directories; no roots, no local paths;
 - **URLs**: only over ``url_schemes`` (default ``https``) and to ``url_hosts`` (``name``,
   ``*.domain``, ``*`` for any public host, each optionally ``:port``); no hosts, no remotes. A
-  host allowed only by ``*`` must resolve to public addresses (``core.egress.address_refusal``);
-  a host the operator names is taken as named. Passwords in URLs are refused (they would be
-  stored and shown with the project).
+  host allowed only by ``*`` must resolve to public addresses
+  (``core.shell_egress.address_refusal``); a host the operator names is taken as named. Passwords
+  in URLs are refused (they would be stored and shown with the project).
 
 Refusals name the rule and the client's own words, never a path of the host.
 """
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from core.egress import address_refusal, ip_literal, matches
 from core.errors import InvalidInput, PermissionDenied
 from core.settings import ProjectSources, Settings
+from core.shell_egress import address_refusal, ip_literal, matches
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,8 +17,8 @@ from datetime import datetime
 from pydantic import Field
 
 from core.domain import Model, Persona
-from core.egress import EgressPolicy
 from core.settings import Settings
+from core.shell_egress import EgressPolicy
 
 
 class WorkspaceSpec(Model):

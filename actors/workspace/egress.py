@@ -5,9 +5,9 @@ the host; the sandbox gets that directory bound in, and ``socat`` inside it turn
 ``127.0.0.1:3128`` of the sandbox's own loopback, where ``HTTP(S)_PROXY`` point (unix sockets
 cross network namespaces; TCP does not). The proxy takes ``CONNECT host:port`` (HTTPS, and any TLS
 or TCP protocol a client tunnels) and absolute ``http://`` requests, and applies
-``core.egress``: the host must be allowed by the persona and the operator, the proxy resolves it
-itself and connects only to an address the rules allow, the one it checked. Every decision is
-logged (``wonder.egress``).
+``core.shell_egress``: the host must be allowed by the persona and the operator, the proxy
+resolves it itself and connects only to an address the rules allow, the one it checked. Every
+decision is logged (``wonder.egress``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-from core.egress import (
+from core.shell_egress import (
     MAX_HEAD_BYTES,
     BadRequest,
     EgressPolicy,

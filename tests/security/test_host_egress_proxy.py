@@ -11,7 +11,7 @@ import asyncio
 from pathlib import Path
 
 from actors.workspace.egress import EgressProxy
-from core.egress import EgressPolicy
+from core.shell_egress import EgressPolicy
 
 
 async def test_names_that_resolve_to_internal_addresses_are_refused_before_connecting(

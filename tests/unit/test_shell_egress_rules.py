@@ -1,11 +1,12 @@
-"""The egress proxy's rules (``core.egress``, pure): which hosts, addresses and requests."""
+"""The egress proxy's rules (``core.shell_egress``, pure): which hosts, addresses and requests."""
 
 from __future__ import annotations
 
 import pytest
 
 from core.domain import Constraints, Persona
-from core.egress import (
+from core.settings import Settings
+from core.shell_egress import (
     BadRequest,
     EgressPolicy,
     ProxyRequest,
@@ -13,7 +14,6 @@ from core.egress import (
     host_refusal,
     parse_request,
 )
-from core.settings import Settings
 from core.workspaces import egress_policy
 
 POLICY = EgressPolicy(

@@ -1,4 +1,4 @@
-"""Where a sandboxed command may connect: the rules of the egress proxy (pure: no sockets, no DNS).
+"""Where a sandboxed command may connect: the rules of its egress proxy (pure: no sockets, no DNS).
 
 A ``shell.exec`` sandbox has a network namespace of its own, with only loopback. When the agent's
 persona names hosts (``constraints.shell_hosts``) that the operator's policy also allows, the
