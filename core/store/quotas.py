@@ -92,6 +92,21 @@ class QuotaOps:
             query = select(func.count()).select_from(t).where(t.c.client_id == client_id)
             return int(c.execute(query).scalar_one())
 
+    def active_runs(self, client_id: str) -> int:
+        """How many workflow runs of ``client_id`` are pending or running."""
+        t = schema.workflow_runs
+        live = t.c.status.in_(["pending", "running"])
+        with self.db.connect() as c:
+            query = select(func.count()).select_from(t).where(t.c.client_id == client_id, live)
+            return int(c.execute(query).scalar_one())
+
+    def triggers(self, client_id: str) -> int:
+        """How many cron triggers ``client_id`` has stored."""
+        t = schema.cron_triggers
+        with self.db.connect() as c:
+            query = select(func.count()).select_from(t).where(t.c.client_id == client_id)
+            return int(c.execute(query).scalar_one())
+
     def turn_usage(
         self,
         client_id: str,

@@ -39,6 +39,7 @@ from core.projects import (
 )
 from core.settings import Settings
 from core.store import Store
+from serving.gateway.audit_trail import Audit
 from serving.gateway.auth import ClientId, Context
 from serving.gateway.protocol import Items
 
@@ -145,7 +146,7 @@ CREATED: dict[int | str, dict[str, Any]] = {
     summary="Create a project (a URL: 202, cloned in the background)",
 )
 async def create(
-    body: ProjectCreate, request: Request, context: Context, client_id: ClientId
+    body: ProjectCreate, request: Request, context: Context, client_id: ClientId, audit: Audit
 ) -> Project | JSONResponse:
     settings = context.settings
     project = await run_in_threadpool(
@@ -158,6 +159,8 @@ async def create(
         default_branch=body.default_branch,
         push_on_merge=body.push_on_merge,
     )
+    details = {"name": project.name, "repository": body.repository, "status": project.status}
+    await run_in_threadpool(audit.record, "project.create", f"project:{project.id}", details)
     if project.status != "cloning":
         return project
     remote_git(request, settings).start_clone(context.store, settings, project, body.default_branch)
@@ -184,15 +187,19 @@ def get(project_id: str, context: Context, client_id: ClientId) -> Project:
 
 
 @router.patch("/{project_id}", response_model=Project, summary="Rename it or change its branch")
-def update(project_id: str, body: ProjectUpdate, context: Context, client_id: ClientId) -> Project:
+def update(
+    project_id: str, body: ProjectUpdate, context: Context, client_id: ClientId, audit: Audit
+) -> Project:
     project = context.store.projects.get(project_id, client_id=client_id)
-    return update_project(
+    updated = update_project(
         context.store,
         project,
         name=body.name,
         default_branch=body.default_branch,
         push_on_merge=body.push_on_merge,
     )
+    audit.record("project.update", f"project:{project_id}", body.model_dump(exclude_none=True))
+    return updated
 
 
 @router.post(
@@ -201,10 +208,14 @@ def update(project_id: str, body: ProjectUpdate, context: Context, client_id: Cl
     summary="Push the default branch back to the URL the project was cloned from (409 without an "
     "origin or when the origin has commits the project lacks; 503 when it cannot be reached)",
 )
-async def push(project_id: str, request: Request, context: Context, client_id: ClientId) -> Pushed:
+async def push(
+    project_id: str, request: Request, context: Context, client_id: ClientId, audit: Audit
+) -> Pushed:
     project = await run_in_threadpool(context.store.projects.get, project_id, client_id)
     settings = context.settings
     commit = await remote_git(request, settings).run(lambda: push_default_branch(project, settings))
+    details = {"branch": project.default_branch, "commit": commit}
+    await run_in_threadpool(audit.record, "project.push", f"project:{project_id}", details)
     return Pushed(project_id=project.id, branch=project.default_branch, commit=commit)
 
 
@@ -214,10 +225,11 @@ async def push(project_id: str, request: Request, context: Context, client_id: C
     summary="Delete a project no agent is scoped to (its workspaces, and Wonder's own "
     "repositories, go with it)",
 )
-async def delete(project_id: str, context: Context, client_id: ClientId) -> None:
+async def delete(project_id: str, context: Context, client_id: ClientId, audit: Audit) -> None:
     store = context.store
     project = await run_in_threadpool(store.projects.get, project_id, client_id)
     await run_in_threadpool(check_deletable, store, project)
     if context.workspaces is not None:
         await remove_project_workspaces(store, context.workspaces, project)
     await run_in_threadpool(delete_project, store, context.settings, project)
+    await run_in_threadpool(audit.record, "project.delete", f"project:{project_id}", {})

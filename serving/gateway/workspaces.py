@@ -18,6 +18,7 @@ from core.errors import Conflict, Unavailable
 from core.projects import merge_into_default, repository_of, workspace_spec
 from core.settings import Settings
 from core.workspaces import WorkspaceStatus
+from serving.gateway.audit_trail import Audit, Auditor
 from serving.gateway.auth import ClientId, Context
 from serving.gateway.context import GatewayContext
 from serving.gateway.errors import error_body
@@ -122,11 +123,24 @@ def _diff(workplace: Workplace) -> BranchDiffOut:
 
 
 def _merge(
-    workplace: Workplace, settings: Settings, body: MergeRequest | None
+    workplace: Workplace,
+    settings: Settings,
+    body: MergeRequest | None,
+    audit: Auditor,
+    target: str,
 ) -> MergeResult | JSONResponse:
     project, name = workplace
     report = merge_into_default(project, settings, name, body.message if body else None)
     outcome = report.outcome
+    merged = {
+        "project_id": project.id,
+        "branch": name,
+        "into": project.default_branch,
+        "status": outcome.status,
+        "commit": outcome.commit,
+        "pushed": report.pushed,
+    }
+    audit.record("merge", target, merged)
     if outcome.status == "conflicts":
         error = Conflict(
             f"merging {name} into {project.default_branch} conflicts in "
@@ -163,12 +177,19 @@ def diff(conversation_id: str, context: Context, client_id: ClientId) -> BranchD
 
 
 async def _merge_off_the_pool(
-    request: Request, context: GatewayContext, workplace: Workplace, body: MergeRequest | None
+    request: Request,
+    context: GatewayContext,
+    workplace: Workplace,
+    body: MergeRequest | None,
+    audit: Auditor,
+    target: str,
 ) -> MergeResult | JSONResponse:
     """A merge may push to the origin: it runs with the replica's remote git, not on the
     request pool."""
     settings = context.settings
-    return await remote_git(request, settings).run(lambda: _merge(workplace, settings, body))
+    return await remote_git(request, settings).run(
+        lambda: _merge(workplace, settings, body, audit, target)
+    )
 
 
 @router.post("/merge", response_model=MergeResult, summary=MERGE)
@@ -177,10 +198,12 @@ async def merge(
     request: Request,
     context: Context,
     client_id: ClientId,
+    audit: Audit,
     body: MergeRequest | None = None,
 ) -> MergeResult | JSONResponse:
     workplace = await run_in_threadpool(_of_conversation, context, client_id, conversation_id)
-    return await _merge_off_the_pool(request, context, workplace, body)
+    target = f"conversations:{conversation_id}"
+    return await _merge_off_the_pool(request, context, workplace, body, audit, target)
 
 
 @router.get(
@@ -212,7 +235,9 @@ async def run_merge(
     request: Request,
     context: Context,
     client_id: ClientId,
+    audit: Audit,
     body: MergeRequest | None = None,
 ) -> MergeResult | JSONResponse:
     workplace = await run_in_threadpool(_of_run, context, client_id, run_id)
-    return await _merge_off_the_pool(request, context, workplace, body)
+    target = f"workflow-runs:{run_id}"
+    return await _merge_off_the_pool(request, context, workplace, body, audit, target)

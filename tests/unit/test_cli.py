@@ -5,12 +5,14 @@ from __future__ import annotations
 import io
 import json
 import os
+import socket
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from cluster import bootstrap, cli
+from cluster import bootstrap, cli, processes
 from core.settings import Settings
 from core.store import Store
 
@@ -164,9 +166,24 @@ def test_long_data_dirs_get_a_short_ray_temp_dir(tmp_path: Path) -> None:
     assert len(str(temp)) <= bootstrap.MAX_TEMP_DIR_CHARS and temp == bootstrap.ray_temp_dir(deep)
 
 
-def test_group_members_sees_this_process() -> None:
-    members = bootstrap.group_members(os.getpgid(0))
-    assert os.getpid() in members
+def test_a_group_and_its_descendants_hold_this_process_and_its_children() -> None:
+    child = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        tree = processes.group_and_descendants(os.getpgid(0), processes.process_table())
+        assert os.getpid() in tree and child.pid in tree  # a child in a group of its own
+    finally:
+        child.kill()
+        child.wait()
+    assert not processes.pid_alive(child.pid)
+
+
+def test_the_holder_of_a_listening_port_is_found() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        assert os.getpid() in processes.port_holders(port)
+    assert processes.port_holders(port) == {}
 
 
 # --------------------------------------------------------------------------- chat's reply
