@@ -159,7 +159,11 @@ def test_no_local_repositories_when_the_operator_names_no_roots(
 ) -> None:
     inside = git_repository(roots / "app")
     data_dir = tmp_path / "data"
-    env = {"WONDER_PROJECT_CLIENT_SOURCES": json.dumps({})}  # defaults: no roots, https only
+    env = {  # the defaults, said out loud (this process may hold other settings)
+        "WONDER_PROJECT_PATH_ROOTS": "[]",
+        "WONDER_PROJECT_URL_SCHEMES": '["https"]',
+        "WONDER_PROJECT_URL_HOSTS": "[]",
+    }
     with Gateway(data_dir, env) as gateway, gateway.client() as api:
         for location in (str(inside), "/", f"file://{inside}"):
             refused = api.post("/v1/projects", json={"name": "x", "repository": location})
