@@ -59,12 +59,16 @@ MIB = 1024 * 1024
 EGRESS_DIR = PRIVATE_TMP / ".wonder-egress"
 PROXY_URL = "http://127.0.0.1:3128"
 # Inside the sandbox: socat turns the proxy's unix socket into 127.0.0.1:3128 of the sandbox's own
-# loopback; the command starts once it listens (0C38 is 3128, 0A is LISTEN in /proc/net/tcp).
+# loopback; the command starts once it listens (0C38 is 3128, 0A is LISTEN in /proc/net/tcp),
+# looked for with shell builtins (one process per try: the sleep that leaves the CPU to socat).
 EGRESS_BRIDGE = (
     f"socat TCP-LISTEN:3128,bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:{EGRESS_DIR}/{SOCKET_NAME} "
-    ">/dev/null 2>&1 & i=0; "
-    'until grep -q " 0100007F:0C38 00000000:0000 0A" /proc/net/tcp 2>/dev/null; do '
-    'i=$((i+1)); [ "$i" -gt 500 ] && break; sleep 0.01; done; exec /bin/sh -c "$1"'
+    ">/dev/null 2>&1 & "
+    "ready() { while read -r _ local _ state _; do "
+    '[ "$local" = 0100007F:0C38 ] && [ "$state" = 0A ] && return 0; '
+    "done < /proc/net/tcp; return 1; }; "
+    'i=0; until ready; do i=$((i + 1)); [ "$i" -gt 500 ] && break; sleep 0.01; done; '
+    'exec /bin/sh -c "$1"'
 )
 JOIN_CGROUP = 'echo $$ > "$0/cgroup.procs" && exec "$@"'
 
