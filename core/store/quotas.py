@@ -174,6 +174,11 @@ class AdminKeyOps:
                 insert(schema.admin_keys).values(key_hash=_hash(key), created_at=at.isoformat())
             )
 
+    def key_hashes(self) -> set[str]:
+        """The hashes of every operator key (a key's id is derived from its hash)."""
+        with self.db.connect() as c:
+            return {str(h) for h in c.execute(select(schema.admin_keys.c.key_hash)).scalars()}
+
     def is_admin(self, key: str) -> bool:
         t = schema.admin_keys
         with self.db.connect() as c:
