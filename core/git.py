@@ -17,6 +17,7 @@ import functools
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -163,9 +164,33 @@ class GitInvocation:
     cwd: Path
 
 
+def _is_own_empty_dir(path: Path) -> bool:
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return (
+        stat.S_ISDIR(info.st_mode)
+        and info.st_uid == os.getuid()
+        and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        and not any(path.iterdir())
+    )
+
+
 @functools.cache
 def _empty_home() -> str:
-    """An empty directory of our own as git's ``HOME`` (no ``~/.gitconfig``, keys or caches)."""
+    """An empty, read-only directory of our own as git's ``HOME`` (no ``~/.gitconfig``,
+    ``.netrc``, keys or caches): one per user, made once and kept (a fresh one when the shared
+    name is taken by anything else)."""
+    shared = Path(tempfile.gettempdir()) / f"wonder-git-home-{os.getuid()}"
+    try:
+        shared.mkdir(mode=0o500)
+    except FileExistsError:
+        pass
+    except OSError:
+        return tempfile.mkdtemp(prefix="wonder-git-home-")
+    if _is_own_empty_dir(shared):
+        return str(shared)
     return tempfile.mkdtemp(prefix="wonder-git-home-")
 
 

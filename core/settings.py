@@ -51,6 +51,19 @@ class ProjectSources(BaseModel):
     url_schemes: list[str] = Field(default_factory=lambda: ["https"])
     url_hosts: list[str] = Field(default_factory=list)
 
+    @field_validator("url_schemes")
+    @classmethod
+    def _schemes(cls, value: list[str]) -> list[str]:
+        return known_schemes(value)
+
+
+def known_schemes(value: list[str]) -> list[str]:
+    """``value`` when every scheme in it is one Wonder clones over (``ValueError`` otherwise)."""
+    unknown = sorted(set(value) - URL_SCHEMES)
+    if unknown:
+        raise ValueError(f"unknown URL schemes {unknown} (known: {sorted(URL_SCHEMES)})")
+    return value
+
 
 class Settings(BaseSettings):
     """Wonder's settings, read from ``WONDER_*`` environment variables."""
@@ -378,10 +391,7 @@ class Settings(BaseSettings):
     @field_validator("project_url_schemes")
     @classmethod
     def _schemes(cls, value: list[str]) -> list[str]:
-        unknown = sorted(set(value) - URL_SCHEMES)
-        if unknown:
-            raise ValueError(f"unknown URL schemes {unknown} (known: {sorted(URL_SCHEMES)})")
-        return value
+        return known_schemes(value)
 
     @field_validator("trusted_proxies")
     @classmethod
