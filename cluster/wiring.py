@@ -22,6 +22,7 @@ from cluster import placement
 from cluster.async_operations import RayAsyncOperations, runner_handle
 from cluster.conversations import RayConversations, directory_handle
 from cluster.executor import RayTaskRunner
+from cluster.executor_pool import PooledTaskRunner
 from cluster.metrics import ray_metrics
 from cluster.models import ProcessMemory, ServedChatModels, ServedEmbedders
 from cluster.workflows import RayCoordinators
@@ -79,9 +80,11 @@ def workflows(settings_env: dict[str, str]) -> WorkflowRunService:
     return _workflows(_key(settings_env))
 
 
-def task_runner(settings_env: dict[str, str]) -> RayTaskRunner:
-    options = placement.executor_options(settings_from_env(settings_env))
-    return RayTaskRunner(executor_services, **options)
+def task_runner(settings_env: dict[str, str]) -> PooledTaskRunner:
+    """Tasks on the executor pool (``cluster.executor_pool``), Ray tasks beyond it."""
+    settings = settings_from_env(settings_env)
+    overflow = RayTaskRunner(executor_services, **placement.executor_options(settings))
+    return PooledTaskRunner(settings, executor_services, overflow)
 
 
 # --------------------------------------------------------------------------- per kind of process

@@ -121,3 +121,10 @@ def previous_as_context(data: dict[str, Any]) -> dict[str, Any]:
     """A context-assembly hook's answer: the previous action's ``value`` as system context."""
     previous = data.get("previous") or {}
     return {"system_context": str(previous.get("value"))}
+
+
+@library_callable
+def sleep_then_pid(data: dict[str, Any]) -> dict[str, Any]:
+    """Sleep ``seconds`` (default 1), then answer with the process's id."""
+    time.sleep(float(data.get("seconds") or 1))
+    return {"pid": os.getpid()}
