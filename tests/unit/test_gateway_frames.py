@@ -12,7 +12,7 @@ from serving.gateway.stream import encode_frame
 
 
 def test_a_plain_event_is_its_json() -> None:
-    event = {"seq": 7, "type": "token", "turn_id": "t", "delta": "héllo \"x\"", "n": [1, None]}
+    event = {"seq": 7, "type": "token", "turn_id": "t", "delta": 'héllo "x"', "n": [1, None]}
     text = encode_frame(event)
     assert json.loads(text) == event
     assert "héllo" in text  # not escaped: what starlette's send_json sent
