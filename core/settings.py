@@ -81,7 +81,7 @@ class Settings(BaseSettings):
         4, ge=0, description="Extra connections a process may open briefly (never more)"
     )
     s3_endpoint_url: str | None = Field(None, description="S3-compatible endpoint for s3:// URIs")
-    # Memory vector search (core/memory/tuning.py, docs/memory.md "Indexes").
+    # Memory vector search (core/memory/tuning.py, docs/internals/memory.md "Indexes").
     memory_vector_index: VectorIndexKind = Field(
         "ivf_sq", description="Vector index the compact job builds: ivf_sq, ivf_pq, ivf_hnsw_sq"
     )
