@@ -97,7 +97,7 @@ def as_run_here(text: str, url: str, model: str | None) -> str:
     """The page's text with the session's gateway URL and, where it names it, the page's model."""
     text = text.replace(URL, url).replace(URL.replace("http", "ws"), url.replace("http", "ws"))
     if model is not None:
-        text = re.sub(r'("model_profile_id":\s*)"local"', rf'\1"{model}"', text)
+        text = re.sub(r'(model_profile_id"?:\s*)"local"', rf'\1"{model}"', text)
         text = re.sub(r"(model_profile_id:\s*)local\b", rf"\g<1>{model}", text)
     return text
 
