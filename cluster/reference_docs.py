@@ -107,11 +107,11 @@ def _parameters(operation: dict[str, Any]) -> list[str]:
 
 def _errors(operation: dict[str, Any]) -> list[str]:
     errors = [
-        f"`{status}` {response.get('description', '')}".strip()
+        f"| `{status}` | {response.get('description', '')} |"
         for status, response in operation.get("responses", {}).items()
         if status[0] in "45"
     ]
-    return [f"Errors: {'; '.join(errors)}.", ""] if errors else []
+    return ["| error | |", "| --- | --- |", *sorted(errors), ""] if errors else []
 
 
 def render_api(document: dict[str, Any]) -> str:

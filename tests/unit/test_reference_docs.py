@@ -53,7 +53,7 @@ def test_the_api_page_shows_each_route_with_its_examples_and_errors(
     messages = messages.split("\n### ")[0]
     assert '"content": "What is 12*7?"' in messages  # the request example
     assert "Response `202`" in messages and '"turn_id"' in messages
-    assert "`404` Not found" in messages and "`422` Invalid fields" in messages
+    assert "| `404` | Not found |" in messages and "| `422` | Invalid fields |" in messages
 
 
 def test_a_route_without_its_documentation_is_named(document: dict[str, object]) -> None:
