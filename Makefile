@@ -4,6 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.wonder-installed
+NODE_STAMP := node_modules/.wonder-installed
 PIP := $(BIN)/pip --disable-pip-version-check
 
 export RAY_USAGE_STATS_ENABLED ?= 0
@@ -12,14 +13,21 @@ export TRANSFORMERS_OFFLINE ?= 1
 
 .PHONY: install system-packages up down status test test-postgres test-unit lint bench clean
 
-install: $(STAMP) system-packages
+install: $(STAMP) system-packages $(NODE_STAMP)
+
+# npm packages (package.json, pinned by package-lock.json): axe-core, which the browser tests
+# (tests/browser) inject into the console's pages. The console itself needs no build step.
+$(NODE_STAMP): package.json package-lock.json | system-packages
+	npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+	@touch $(NODE_STAMP)
 
 # From Debian's packages, a no-op when already on the machine: PostgreSQL (the tests start servers
 # themselves on 127.0.0.1 with initdb/pg_ctl in a temp dir), Redis (the multi-node tier's head
 # keeps the GCS's tables in a redis-server the tests start on 127.0.0.1: GCS fault tolerance),
 # bubblewrap, socat and git (shell.exec runs each command in a bubblewrap sandbox, socat bridges
 # its egress proxy in, docs/workspaces.md; git drives workspaces), Node.js (tests/security runs the
-# web console's script under it), curl and jq (the README's example).
+# web console's script under it; npm installs axe-core), Chromium (tests/browser drive it with
+# Playwright; no browser is downloaded), curl and jq (the README's example).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 system-packages:
 	@missing=""; \
@@ -29,6 +37,8 @@ system-packages:
 	  command -v socat >/dev/null || missing="$$missing socat"; \
 	  command -v git >/dev/null || missing="$$missing git"; \
 	  command -v node >/dev/null || missing="$$missing nodejs"; \
+	  command -v npm >/dev/null || missing="$$missing npm"; \
+	  command -v chromium >/dev/null || missing="$$missing chromium"; \
 	  command -v curl >/dev/null || missing="$$missing curl"; \
 	  command -v jq >/dev/null || missing="$$missing jq"; \
 	  if [ -n "$$missing" ]; then \
