@@ -52,22 +52,58 @@ function modelCall(call, i) {
     call.error ? h("p", { class: "error" }, `${call.error.code}: ${call.error.message}`) : null);
 }
 
-/** The turn's recorded model calls, or null when none are recorded (or this gateway keeps none). */
-export async function recordedCalls(path) {
+/** GET `path`, or null where this gateway has no such record (a 404). */
+async function optional(path) {
   try {
-    const page = await api("GET", `${path}/calls`);
-    return page && Array.isArray(page.items) && page.items.length ? page.items : null;
+    return await api("GET", path);
   } catch (e) {
     if (e instanceof ApiError && e.status === 404) return null;
     throw e;
   }
 }
 
+/** The turn's recorded model calls, or null when none are recorded (or this gateway keeps none). */
+export async function recordedCalls(path) {
+  const page = await optional(`${path}/calls`);
+  return page && Array.isArray(page.items) && page.items.length ? page.items : null;
+}
+
+/** Spans depth first, each with its depth: the rows of a waterfall. */
+export function flattenSpans(root, depth = 0, out = []) {
+  out.push({ span: root, depth });
+  for (const child of root.children || []) flattenSpans(child, depth + 1, out);
+  return out;
+}
+
+function waterfall(root) {
+  const rows = flattenSpans(root);
+  const t0 = new Date(root.start).getTime();
+  const total = Math.max(1, root.duration_ms || (root.end ? new Date(root.end) - t0 : 1));
+  return h("ol", { class: "waterfall", "aria-label": "Spans by start time" }, rows.map(({ span, depth }) => {
+    const bar = h("span", { class: `bar bar-${span.status === "error" ? "error" : "ok"}` });
+    // CSSOM, not a style attribute: the console's CSP allows no inline style.
+    bar.style.marginLeft = `${(100 * (new Date(span.start).getTime() - t0)) / total}%`;
+    bar.style.width = `${Math.max(0.5, (100 * (span.duration_ms || 0)) / total)}%`;
+    const label = h("span", { class: "span-name" }, span.name);
+    label.style.paddingLeft = `${depth}rem`;
+    return h("li", {}, label, h("span", { class: "track" }, bar),
+      h("span", { class: "span-ms" }, span.duration_ms !== null && span.duration_ms !== undefined ? `${span.duration_ms.toFixed(1)} ms` : "open"));
+  }));
+}
+
+const LINK_TARGETS = {
+  workflow_run: (l) => `#/workflows/runs/${l.target_id}`,
+  child_turn: (l) => (l.conversation_id ? `#/conversations/${l.conversation_id}/turns/${l.target_id}` : null),
+};
+
 export async function render(main, { conversationId, turnId }, { say }) {
   const conv = `/v1/conversations/${encodeURIComponent(conversationId)}`;
   const path = `${conv}/turns/${encodeURIComponent(turnId)}`;
   const turn = await api("GET", path);
-  const calls = await recordedCalls(path);
+  const [calls, trace, links, totals] = await Promise.all([
+    recordedCalls(path), optional(`${path}/trace`), optional(`${path}/links`), optional(`${path}/usage`),
+  ]);
+  const linkItems = links && Array.isArray(links.items) ? links.items : [];
   const moves = turn.moves || [];
 
   const edited = h("textarea", { id: "rerun-text", rows: "3" }, turn.input);
@@ -96,7 +132,8 @@ export async function render(main, { conversationId, turnId }, { say }) {
       h("dt", {}, "Input"), h("dd", {}, turn.input),
       h("dt", {}, "Source"), h("dd", {}, turn.source || "human"),
       h("dt", {}, "Duration"), h("dd", {}, duration(turn.started_at || turn.created_at, turn.completed_at) || "running"),
-      h("dt", {}, "Usage"), h("dd", {}, usageLine(turn.usage)),
+      h("dt", {}, "Usage"), h("dd", {}, usageLine(turn.usage),
+        totals && totals.calls ? ` · ${totals.calls} model call(s), ${totals.failed_calls} failed${totals.currency ? ` · cost ${totals.cost} ${totals.currency}` : ""}` : ""),
       h("dt", {}, "Model"), h("dd", {}, used ? `${used.provider}/${used.model} (${used.model_profile_id} v${used.model_profile_version})` : "the persona's profile"),
       h("dt", {}, "Replies to"), h("dd", {}, turn.parent_turn_id ? h("a", { href: `#/conversations/${conversationId}/turns/${turn.parent_turn_id}` }, turn.parent_turn_id) : "—"),
       turn.inherited_from ? [h("dt", {}, "Inherited from"), h("dd", {}, h("a", { href: `#/conversations/${turn.inherited_from}` }, turn.inherited_from))] : null),
@@ -108,5 +145,14 @@ export async function render(main, { conversationId, turnId }, { say }) {
       h("h2", { id: "calls-h" }, "Model calls"),
       calls ? h("ol", { class: "calls" }, calls.map(modelCall))
         : h("p", { class: "empty", id: "no-calls" }, "No recorded model calls for this turn.")),
+    h("section", { class: "panel", "aria-labelledby": "trace-h" },
+      h("h2", { id: "trace-h" }, "Trace"),
+      trace && trace.root ? waterfall(trace.root) : h("p", { class: "empty" }, "No recorded trace for this turn.")),
+    h("section", { class: "panel", "aria-labelledby": "links-h" },
+      h("h2", { id: "links-h" }, "What it caused"),
+      linkItems.length ? h("ul", {}, linkItems.map((l) => {
+        const href = LINK_TARGETS[l.kind] && LINK_TARGETS[l.kind](l);
+        return h("li", {}, `${l.kind.replace("_", " ")}: `, href ? h("a", { href }, l.target_id) : l.target_id);
+      })) : h("p", { class: "empty" }, "No recorded hook runs, workflow runs, delegations or memory writes.")),
     forking);
 }
