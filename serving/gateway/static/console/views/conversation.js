@@ -51,6 +51,10 @@ export async function render(main, { conversationId }, { say }) {
   const messages = await api("GET", `${path}/messages${query({ tail: "true", limit: 100 })}`);
 
   // --- the tree -------------------------------------------------------------------------
+  const threads = h("div", { id: "threads" }, turnList(conv.id, turns.items));
+  const refreshThreads = async () => {
+    try { fill(threads, turnList(conv.id, (await api("GET", `${path}/turns`)).items)); } catch (e) { say(e.message, "error"); }
+  };
   const parent = conv.forked_from_conversation_id
     ? h("p", {}, "Forked from ", convLink(conv.forked_from_conversation_id), " at turn ",
       h("a", { href: `#/conversations/${conv.forked_from_conversation_id}/turns/${conv.forked_at_turn_id}` }, conv.forked_at_turn_id))
@@ -64,7 +68,7 @@ export async function render(main, { conversationId }, { say }) {
   const tree = h("section", { class: "panel tree", "aria-labelledby": "tree-h" },
     h("h2", { id: "tree-h" }, "Tree"),
     parent,
-    h("h3", {}, "Threads"), turnList(conv.id, turns.items),
+    h("h3", {}, "Threads"), threads,
     h("h3", {}, "Children"), list(children.items, "No child conversations."),
     h("h3", {}, "Forks"), list(forks.items, "No forks."));
 
@@ -129,6 +133,9 @@ export async function render(main, { conversationId }, { say }) {
         bubbles.get(ev.turn_id)?.remove();
         bubbles.delete(ev.turn_id);
         line("error", `turn failed: ${ev.reason || ""}`);
+        refreshThreads();
+      } else if (ev.type === "turn.started" || ev.type === "turn.completed") {
+        refreshThreads();
       } else if (ev.type === "error") {
         line("error", `error: ${ev.error.message}`);
       }
