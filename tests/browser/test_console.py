@@ -117,6 +117,9 @@ def test_conversations_tree_turn_inspector_and_fork(
         api.post("/v1/conversations", json={"agent_id": agent, "title": "Another"})
         turn = finished_turn(api, conv["id"], "remember the answer")
         second = finished_turn(api, conv["id"], "what was it?")
+        label = f"console-{new_id().lower()}"
+        made = api.put(f"/v1/sessions/{label}", json={"conversation_id": conv["id"]})
+        assert made.status_code == 201, made.text
     page = console.page
 
     console.open("#/conversations")
@@ -128,6 +131,10 @@ def test_conversations_tree_turn_inspector_and_fork(
     page.get_by_label("Status").select_option("")
     page.get_by_role("button", name="Filter").click()
     expect(rows).to_have_count(2)
+    sessions = page.locator("section[aria-labelledby=sessions-h] tbody tr")
+    expect(sessions).to_have_count(1)
+    expect(sessions).to_contain_text(label)
+    expect(sessions.get_by_role("link", name=second)).to_be_visible()  # the session's head
     console.screenshot("conversations")
 
     page.get_by_role("link", name="Inspected").click()

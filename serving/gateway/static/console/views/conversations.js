@@ -13,7 +13,10 @@ export function kindOf(c) {
 }
 
 export async function render(main, { params }, { say }) {
-  const agents = (await api("GET", "/v1/agents")).items;
+  const [agents, sessions] = await Promise.all([
+    api("GET", "/v1/agents").then((page) => page.items),
+    api("GET", `/v1/sessions${query({ limit: 100 })}`).then((page) => page.items),
+  ]);
   const agentName = Object.fromEntries(agents.map((a) => [a.id, a.name]));
   const state = {
     kind: params.get("kind") || "all",
@@ -81,6 +84,12 @@ export async function render(main, { params }, { say }) {
     agents.length ? create : h("p", {}, "No agents yet: create one with POST /v1/agents."),
     filters,
     h("p", { class: "hint" }, "Agent, status and user narrow the pages loaded so far; load more to look further back."),
-    results, more);
+    results, more,
+    h("section", { class: "panel", "aria-labelledby": "sessions-h" },
+      h("h2", { id: "sessions-h" }, "Sessions"),
+      table(`${sessions.length} session labels and the turn each is at`, ["Label", "Conversation", "Head turn", "Created"],
+        sessions.map((x) => [x.label, h("a", { href: `#/conversations/${x.conversation_id}` }, x.conversation_id),
+          x.head_turn_id ? h("a", { href: `#/conversations/${x.conversation_id}/turns/${x.head_turn_id}` }, x.head_turn_id) : "—",
+          when(x.created_at)]))));
   await load(true);
 }
