@@ -1,7 +1,7 @@
 // The library: personas, model profiles, tools, tasks and workflows; every version of one
 // object, a line diff between two versions, and an editor whose validation errors show inline.
 import { api, query } from "../api.js";
-import { field, fill, h, json, select, table, when } from "../dom.js";
+import { field, fill, h, json, select, table } from "../dom.js";
 
 export const KINDS = [
   ["personas", "Personas"], ["model-profiles", "Model profiles"], ["tools", "Tools"],
@@ -40,7 +40,7 @@ async function objectView(main, kind, id, say) {
   const base = `/v1/${kind}/${encodeURIComponent(id)}`;
   const versions = (await api("GET", `${base}/versions`)).items;
   const latest = versions[versions.length - 1];
-  const options = versions.map((v) => [String(v.version), `v${v.version} · ${when(v.created_at)}`]);
+  const options = versions.map((v) => [String(v.version), `v${v.version}`]);
   const from = select(options, String(versions.length > 1 ? versions[versions.length - 2].version : latest.version), { id: "diff-from" });
   const to = select(options, String(latest.version), { id: "diff-to" });
   const out = h("div", { id: "diff-out" });
@@ -73,7 +73,8 @@ async function objectView(main, kind, id, say) {
     h("p", { class: "crumbs" }, h("a", { href: `#/library/${kind}` }, `← ${KINDS.find(([k]) => k === kind)?.[1] || kind}`)),
     h("h1", {}, id),
     h("p", { class: "meta" }, `${versions.length} version(s), owner ${latest.owner || "you"}`),
-    table("Versions", ["Version", "Stored"], versions.map((v) => [`v${v.version}`, when(v.created_at)])),
+    table("Versions", ["Version", "Lines changed from the one before"], versions.map((v, i) => [`v${v.version}`,
+      i ? String(lineDiff(pretty(versions[i - 1]), pretty(v)).filter(([op]) => op !== " ").length) : "—"])),
     h("section", { class: "panel", "aria-labelledby": "latest-h" }, h("h2", { id: "latest-h" }, `Version ${latest.version}`), json(latest, "Latest version")),
     h("section", { class: "panel", "aria-labelledby": "diff-h" }, h("h2", { id: "diff-h" }, "Compare versions"),
       h("div", { class: "inline" }, field("From", from), field("To", to)), out),
@@ -92,6 +93,6 @@ export async function render(main, { kind, id }, { say }) {
     h("h1", {}, "Library"),
     h("nav", { "aria-label": "Library kinds", class: "tabs" }, h("ul", {}, KINDS.map(([k, label]) =>
       h("li", {}, h("a", { href: `#/library/${k}`, "aria-current": k === kind ? "page" : null }, label))))),
-    table(`${KINDS.find(([k]) => k === kind)[1]}: ${items.length}`, ["Id", "Version", "Owner", "Stored"],
-      items.map((o) => [h("a", { href: `#/library/${kind}/${encodeURIComponent(o.id)}` }, o.id), `v${o.version}`, o.owner || "", when(o.created_at)])));
+    table(`${KINDS.find(([k]) => k === kind)[1]}: ${items.length}`, ["Id", "Latest version", "Owner"],
+      items.map((o) => [h("a", { href: `#/library/${kind}/${encodeURIComponent(o.id)}` }, o.id), `v${o.version}`, o.owner || ""])));
 }
