@@ -62,7 +62,8 @@ export async function render(main, { conversationId }, { say }) {
       ? h("p", {}, "Started by ", convLink(conv.started_by_conversation_id), " (a delegation)")
       : null;
   const list = (items, none) => items.length
-    ? h("ul", {}, items.map((c) => h("li", {}, convLink(c.id, c.title || c.id), " ", badge(c.status))))
+    ? h("ul", {}, items.map((c) => h("li", {}, convLink(c.id, c.title || c.id), " ", badge(c.status),
+      h("span", { class: "hint" }, ` ${c.id}${c.forked_at_turn_id ? ` at ${c.forked_at_turn_id}` : ""} · ${when(c.created_at)}`))))
     : h("p", { class: "empty" }, none);
 
   const tree = h("section", { class: "panel tree", "aria-labelledby": "tree-h" },
