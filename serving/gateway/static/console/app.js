@@ -33,7 +33,10 @@ function parse() {
   return { path: path.replace(/\/$/, ""), params: new URLSearchParams(search || "") };
 }
 
+let generation = 0; // the latest navigation: a slower, older one must not paint over it
+
 async function route() {
+  const mine = ++generation;
   if (cleanup) { cleanup(); cleanup = null; }
   const { path, params } = parse();
   const top = path.split("/")[0] || "conversations";
@@ -48,14 +51,23 @@ async function route() {
     const args = Object.fromEntries(names.map((n, i) => [n, m[i + 1] && decodeURIComponent(m[i + 1])]));
     fill(main, h("p", { class: "loading" }, "Loading…"));
     main.setAttribute("aria-busy", "true");
+    // The view renders off the page and is shown only if it is still the one asked for.
+    const container = h("div", { class: "view" });
+    let done = null;
     try {
-      cleanup = (await view.render(main, { ...args, params }, { say })) || null;
+      done = (await view.render(container, { ...args, params }, { say })) || null;
     } catch (e) {
-      fill(main, h("h1", {}, "Something went wrong"), h("p", { class: "error", role: "alert" }, String(e.message || e)));
-    } finally {
-      main.removeAttribute("aria-busy");
-      document.title = `${main.querySelector("h1")?.textContent || "Wonder"} · Wonder console`;
+      fill(container, h("h1", {}, "Something went wrong"), h("p", { class: "error", role: "alert" }, String(e.message || e)));
     }
+    if (mine !== generation) {
+      if (done) done();
+      return;
+    }
+    cleanup = done;
+    fill(main, container);
+    main.dataset.route = location.hash; // which view is shown (tests wait on it)
+    main.removeAttribute("aria-busy");
+    document.title = `${main.querySelector("h1")?.textContent || "Wonder"} · Wonder console`;
     return;
   }
   fill(main, h("h1", {}, "Not found"), h("p", {}, "No view at this address. ", h("a", { href: "#/conversations" }, "Conversations")));
