@@ -24,6 +24,7 @@ from serving.gateway import (
     members,
     memories,
     messages,
+    openai_agents,
     projects,
     sessions,
     stream,
@@ -105,6 +106,7 @@ def create_api(context: GatewayContext) -> FastAPI:
         members.router,
         stream_tickets.router,
         hooks.router,
+        openai_agents.router,
     ):
         # member_access.MemberAccess: with an acting user (X-Wonder-User), every route checks
         # the user's level in the conversation it reaches (serving/gateway/member_access.py).
