@@ -4,6 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.wonder-installed
+NODE_STAMP := node_modules/.wonder-installed
 PIP := $(BIN)/pip --disable-pip-version-check
 
 export RAY_USAGE_STATS_ENABLED ?= 0
@@ -12,14 +13,20 @@ export TRANSFORMERS_OFFLINE ?= 1
 
 .PHONY: install system-packages up down status test test-postgres test-unit lint bench clean
 
-install: $(STAMP) system-packages
+install: $(STAMP) system-packages $(NODE_STAMP)
+
+# npm packages the tests run (package.json, pinned by package-lock.json): the reference MCP server
+# and the MCP conformance suite (tests/integration/test_mcp_*.py); nothing is fetched at run time.
+$(NODE_STAMP): package.json package-lock.json | system-packages
+	npm ci --no-audit --no-fund
+	@touch $(NODE_STAMP)
 
 # From Debian's packages, a no-op when already on the machine: PostgreSQL (the tests start servers
 # themselves on 127.0.0.1 with initdb/pg_ctl in a temp dir), Redis (the multi-node tier's head
 # keeps the GCS's tables in a redis-server the tests start on 127.0.0.1: GCS fault tolerance),
 # bubblewrap and git (shell.exec runs each command in a bubblewrap sandbox, docs/workspaces.md;
-# git drives workspaces), Node.js (tests/security runs the web console's script under it), curl
-# and jq (the README's example).
+# git drives workspaces), Node.js and npm (tests/security runs the web console's script under it;
+# the protocol tests run npm packages), curl and jq (the README's example).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 system-packages:
 	@missing=""; \
@@ -28,6 +35,7 @@ system-packages:
 	  command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
 	  command -v git >/dev/null || missing="$$missing git"; \
 	  command -v node >/dev/null || missing="$$missing nodejs"; \
+	  command -v npm >/dev/null || missing="$$missing npm"; \
 	  command -v curl >/dev/null || missing="$$missing curl"; \
 	  command -v jq >/dev/null || missing="$$missing jq"; \
 	  if [ -n "$$missing" ]; then \
@@ -86,4 +94,4 @@ bench: install
 	  if [ -f benchmarks/$$b.py ]; then $(BIN)/python benchmarks/$$b.py || exit 1; fi; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) node_modules .pytest_cache .ruff_cache .mypy_cache
