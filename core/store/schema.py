@@ -351,3 +351,11 @@ trigger_fires = Table(
     Column("trigger_id", String(64), primary_key=True),
     Column("due_at", String(40), primary_key=True),
 )
+
+mcp_servers = Table(
+    "mcp_servers",
+    metadata,
+    Column("client_id", String(64), primary_key=True),
+    Column("id", String(128), primary_key=True),
+    Column("data", Text, nullable=False),
+)
