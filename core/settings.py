@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.client_address import Network, parse_networks
+from core.mcp_egress import policy_of
 from core.memory.tuning import VectorIndexKind, VectorTuning
 
 
@@ -135,6 +136,18 @@ class Settings(BaseSettings):
     max_delegation_depth: int = Field(3, ge=0, le=20)
 
     http_allowed_hosts: list[str] = Field(default_factory=list)
+    mcp_allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Where MCP servers registered over HTTP may be: host names, addresses or "
+        "networks, each with an optional :port (loopback and private addresses only when an "
+        "address entry lists them; docs/protocols.md)",
+    )
+    mcp_stdio_cpu_s: int = Field(
+        3600, ge=1, description="RLIMIT_CPU of a stdio MCP server's sandboxed process"
+    )
+    mcp_idle_s: float = Field(
+        600.0, gt=0, description="An MCP server connection unused this long is closed"
+    )
 
     # What library code may run (docs/security.md).
     library_callables: list[str] = Field(
@@ -248,6 +261,12 @@ class Settings(BaseSettings):
     embedder_placement: Literal["cpu", "accelerator", "any"] = Field(
         "cpu", description="cpu|accelerator|any: where embedder replicas go"
     )
+
+    @field_validator("mcp_allowed_hosts")
+    @classmethod
+    def _mcp_hosts_parse(cls, value: list[str]) -> list[str]:
+        policy_of(value)  # a ValueError names the bad entry
+        return value
 
     @field_validator("trusted_proxies")
     @classmethod

@@ -173,6 +173,8 @@ def ray_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         "WONDER_SCHEDULER_TICK_S": "1",
         "WONDER_MAX_RESIDENT_CONVERSATIONS": "64",
         "WONDER_HTTP_ALLOWED_HOSTS": '["127.0.0.1"]',
+        # The MCP servers the protocol tests start listen on loopback, listed by address.
+        "WONDER_MCP_ALLOWED_HOSTS": '["127.0.0.1"]',
         "WONDER_ALLOW_TEST_DOUBLES": "true",
         "WONDER_LIBRARY_CALLABLES": '["tests.callables"]',
         "RAY_AUTH_MODE": "disabled",

@@ -21,6 +21,7 @@ from actors.conversation.actor import ConversationActor
 from actors.conversation.intake import Intake
 from actors.conversation.ports import ConversationPorts, ToolPorts
 from actors.executor import run_task
+from actors.mcp.connections import McpConnections
 from actors.workflow_coordinator.actor import WorkflowCoordinator
 from actors.workflow_coordinator.ports import CoordinatorPorts
 from actors.workflow_coordinator.runs import WorkflowRunService
@@ -28,6 +29,7 @@ from cluster.models import ServedChatModels
 from cluster.wiring import executor_services
 from core.domain import Caller, ConcurrencyPolicy, TaskDef
 from core.jsontypes import JsonObject
+from core.mcp import NoSecrets
 from core.memory import open_memory_service
 from core.memory.embedding import HashingEmbedder
 from core.memory.service import MemoryService
@@ -196,6 +198,7 @@ class InProcessCluster:
             tasks=InProcessTasks(settings_env),
             conversations=self,
             workflows=self.workflows,
+            mcp=McpConnections(settings_from_env(settings_env), NoSecrets()),
         )
         self.runner = AsyncOperationRunner(lambda: self.tools)
         self.intake = Intake(self.store)  # what the gateway's adapter acknowledges with
@@ -212,6 +215,7 @@ class InProcessCluster:
             tasks=tools.tasks,
             conversations=self,
             workflows=tools.workflows,
+            mcp=tools.mcp,
             residency=self,
             operations=self,
             models=ServedChatModels(tools.settings.allow_test_doubles),

@@ -41,6 +41,7 @@ from core.store.forks import ForkOps
 from core.store.hooks import HookOps
 from core.store.keys import KeyOps
 from core.store.library import LibraryOps, LibraryVersions
+from core.store.mcp_servers import McpServerOps
 from core.store.members import MemberOps
 from core.store.projects import ProjectOps, WorkspaceOps
 from core.store.quotas import AdminKeyOps, QuotaOps
@@ -544,6 +545,7 @@ class Store:
         self.keys = KeyOps(db)
         self.members = MemberOps(db)
         self.stream_tickets = StreamTicketOps(db)
+        self.mcp_servers = McpServerOps(db)
 
     @classmethod
     def open(cls, url: str, pool: PoolLimits | None = None) -> Store:

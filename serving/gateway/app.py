@@ -20,6 +20,7 @@ from serving.gateway import (
     hooks,
     keys,
     library,
+    mcp_servers,
     member_access,
     members,
     memories,
@@ -107,6 +108,7 @@ def create_api(context: GatewayContext) -> FastAPI:
         stream_tickets.router,
         hooks.router,
         openai_agents.router,
+        mcp_servers.router,
     ):
         # member_access.MemberAccess: with an acting user (X-Wonder-User), every route checks
         # the user's level in the conversation it reaches (serving/gateway/member_access.py).

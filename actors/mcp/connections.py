@@ -1,0 +1,264 @@
+"""Connections to registered MCP servers, kept open while they are used (``core.mcp.McpTools``).
+
+One connection per registration (``McpServer.key``: a changed registration gets a new one): an
+asyncio task enters the MCP SDK's ``Client`` and holds it until the connection is closed, so its
+transport (a sandboxed stdio process, or a streamable HTTP session) lives across tool calls.
+A connection unused for ``WONDER_MCP_IDLE_S`` is closed; the next call opens a new one.
+
+- **stdio**: the command runs in ``shell.exec``'s sandbox (``actors.mcp.sandboxed``): no
+  network, a cleared environment, a scratch directory of its own.
+- **HTTP**: the URL is checked against the operator's allow-list before each connection
+  (``core.mcp_egress``: no loopback or private address unless an address entry lists it), and an
+  http connection goes to the checked address itself; the SDK follows no redirect off the
+  endpoint's origin; the client's ``secret_headers`` are read from its secrets when connecting.
+- **Tool list changes**: a ``notifications/tools/list_changed`` makes the connection list the
+  tools again and store them in the client's library (``core.mcp_sources.import_tools``).
+
+Errors: a server that cannot be reached is a ``RetryableError`` (the tool's retry policy
+applies); a call past its time limit a ``Timeout``; a protocol error (unknown tool, invalid
+arguments) and a tool's own ``isError`` come back as failed outcomes the model sees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx2
+from mcp import Client, StdioServerParameters
+from mcp.client.session import IncomingMessage, MessageHandlerFnT
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from actors.mcp.sandboxed import sandboxed_argv
+from core.errors import ErrorCode, RetryableError, Timeout, WonderError
+from core.ids import new_id
+from core.jsontypes import JsonObject
+from core.mcp import ListedTool, McpServer, SecretValues, outcome_of
+from core.mcp_egress import checked, policy_of
+from core.ports import TaskOutcome, failed_outcome
+from core.settings import Settings
+
+log = logging.getLogger("wonder.mcp")
+
+CONNECT_TIMEOUT_S = 60.0
+LIST_PAGES = 20
+TOOLS_CHANGED = "notifications/tools/list_changed"
+# JSON-RPC errors a server answers for a bad call: the model's to fix (not retried).
+INVALID_CALL = {-32602: ErrorCode.INVALID_INPUT, -32601: ErrorCode.NOT_FOUND}
+
+ToolsChanged = Callable[[McpServer], Awaitable[None]]
+
+
+@dataclass
+class _Connection:
+    server: McpServer
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    closing: asyncio.Event = field(default_factory=asyncio.Event)
+    client: Client | None = None
+    error: BaseException | None = None
+    task: asyncio.Task[None] | None = None
+    last_used: float = field(default_factory=time.monotonic)
+
+
+class McpConnections:
+    """``McpTools`` for one process: the open connections, by registration."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        secrets: SecretValues,
+        on_tools_changed: ToolsChanged | None = None,
+    ) -> None:
+        self.settings = settings
+        self.secrets = secrets
+        self.on_tools_changed = on_tools_changed
+        self._open: dict[str, _Connection] = {}
+        self._lock = asyncio.Lock()
+        self._refreshes: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------ McpTools
+
+    async def list_tools(self, server: McpServer) -> list[ListedTool]:
+        client = await self._client(server)
+        listed: list[ListedTool] = []
+        cursor: str | None = None
+        try:
+            for _ in range(LIST_PAGES):
+                page = await asyncio.wait_for(
+                    client.list_tools(cursor=cursor, cache_mode="refresh"), server.timeout_s
+                )
+                for tool in page.tools:
+                    dumped = tool.model_dump(mode="json", by_alias=True)
+                    listed.append(
+                        ListedTool(
+                            name=dumped.get("name") or "?",
+                            title=dumped.get("title"),
+                            description=dumped.get("description"),
+                            input_schema=dumped.get("inputSchema"),
+                        )
+                    )
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+        except TimeoutError:
+            await self._drop(server)
+            raise Timeout(f"MCP server {server.id} did not list its tools in time") from None
+        except MCPError as exc:
+            raise RetryableError(f"MCP server {server.id}: {exc.error.message}") from None
+        return listed
+
+    async def call_tool(
+        self, server: McpServer, name: str, arguments: JsonObject, timeout_s: float
+    ) -> TaskOutcome:
+        client = await self._client(server)
+        try:
+            result = await asyncio.wait_for(client.call_tool(name, arguments), timeout_s)
+        except TimeoutError:
+            raise Timeout(f"MCP tool {name} did not answer within {timeout_s:g} s") from None
+        except MCPError as exc:
+            code = INVALID_CALL.get(exc.code, ErrorCode.EXECUTION_FAILED)
+            return failed_outcome(code, f"MCP server {server.id}: {exc.error.message}")
+        except (OSError, httpx2.HTTPError, ConnectionError) as exc:
+            await self._drop(server)
+            raise RetryableError(f"MCP server {server.id} was lost: {exc}") from None
+        return outcome_of(result.model_dump(mode="json", by_alias=True))
+
+    async def forget(self, client_id: str, server_id: str) -> None:
+        prefix = f"{client_id}/{server_id}/"
+        for key in [k for k in self._open if k.startswith(prefix)]:
+            await self._close(key)
+
+    async def close_all(self) -> None:
+        for key in list(self._open):
+            await self._close(key)
+
+    async def close_idle(self) -> None:
+        """Close the connections unused for ``mcp_idle_s``."""
+        limit = time.monotonic() - self.settings.mcp_idle_s
+        for key, connection in list(self._open.items()):
+            if connection.last_used < limit:
+                await self._close(key)
+
+    # ------------------------------------------------------------------ connections
+
+    async def _client(self, server: McpServer) -> Client:
+        async with self._lock:
+            connection = self._open.get(server.key)
+            if connection is not None and connection.task is not None and connection.task.done():
+                del self._open[server.key]
+                connection = None
+            if connection is None:
+                await self.forget(server.client_id, server.id)  # an older registration's
+                connection = _Connection(server)
+                connection.task = asyncio.create_task(self._hold(connection))
+                self._open[server.key] = connection
+        connection.last_used = time.monotonic()
+        try:
+            await asyncio.wait_for(connection.ready.wait(), CONNECT_TIMEOUT_S)
+        except TimeoutError:
+            await self._close(server.key)
+            raise RetryableError(f"MCP server {server.id} did not start in time") from None
+        if connection.client is None:
+            await self._close(server.key)
+            raise _unreachable(server, connection.error)
+        return connection.client
+
+    async def _hold(self, connection: _Connection) -> None:
+        """Open the connection and keep it until it is closed (the SDK's contexts must be
+        entered and left by one task)."""
+        server = connection.server
+        scratch: Path | None = None
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                if server.transport == "stdio":
+                    scratch = self._scratch(server)
+                    argv = sandboxed_argv(server.command or [], scratch, self.settings)
+                    transport: Any = StdioServerParameters(
+                        command=argv[0], args=argv[1:], env={}, cwd=str(scratch)
+                    )
+                else:
+                    transport = await self._http_transport(server, stack)
+                client = Client(
+                    transport,
+                    message_handler=self._notifications(server),
+                    read_timeout_seconds=max(server.timeout_s, 30.0),
+                )
+                connection.client = await stack.enter_async_context(client)
+                connection.ready.set()
+                log.info("MCP server %s of %s connected", server.id, server.client_id)
+                await connection.closing.wait()
+        except WonderError as exc:
+            connection.error = exc
+        except Exception as exc:  # whatever the transport raised: the caller sees it, retried
+            log.warning("MCP server %s: connection failed: %r", server.id, exc)
+            connection.error = exc
+        finally:
+            connection.client = None
+            connection.ready.set()
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
+
+    async def _http_transport(self, server: McpServer, stack: contextlib.AsyncExitStack) -> Any:
+        pinned = await checked(server.url or "", policy_of(self.settings.mcp_allowed_hosts))
+        headers = dict(server.headers)
+        for name, ref in server.secret_headers.items():
+            headers[name] = ref.prefix + self.secrets.value(server.client_id, ref)
+        headers.update(pinned.headers)
+        http = httpx2.AsyncClient(
+            headers=headers,
+            trust_env=False,
+            follow_redirects=False,
+            timeout=httpx2.Timeout(30.0, read=max(server.timeout_s, 30.0) + 30.0),
+        )
+        await stack.enter_async_context(http)
+        return streamable_http_client(pinned.url, http_client=http)
+
+    def _scratch(self, server: McpServer) -> Path:
+        root = self.settings.data_dir.resolve() / "mcp-sandboxes"
+        path = root / new_id("mcp").lower()
+        path.mkdir(parents=True, exist_ok=False)
+        return path
+
+    def _notifications(self, server: McpServer) -> MessageHandlerFnT:
+        async def handle(message: IncomingMessage) -> None:
+            method = getattr(getattr(message, "root", message), "method", None)
+            if method == TOOLS_CHANGED and self.on_tools_changed is not None:
+                task = asyncio.create_task(self._refresh(server))
+                self._refreshes.add(task)
+                task.add_done_callback(self._refreshes.discard)
+
+        return handle
+
+    async def _refresh(self, server: McpServer) -> None:
+        assert self.on_tools_changed is not None
+        try:
+            await self.on_tools_changed(server)
+        except WonderError as exc:
+            log.warning("MCP server %s: tools not listed again: %s", server.id, exc.message)
+
+    async def _drop(self, server: McpServer) -> None:
+        await self._close(server.key)
+
+    async def _close(self, key: str) -> None:
+        connection = self._open.pop(key, None)
+        if connection is None or connection.task is None:
+            return
+        connection.closing.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(connection.task), 10.0)
+        except TimeoutError:
+            connection.task.cancel()
+
+
+def _unreachable(server: McpServer, error: BaseException | None) -> WonderError:
+    if isinstance(error, WonderError):
+        return error
+    return RetryableError(f"MCP server {server.id} could not be reached: {error!r}")

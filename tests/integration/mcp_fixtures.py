@@ -1,0 +1,60 @@
+"""The reference MCP server (npm ``@modelcontextprotocol/server-everything``, installed by
+``make`` from package-lock.json) for the protocol tests: its paths, and a streamable HTTP
+instance on 127.0.0.1 started by the tests and stopped by its PID."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+NODE = str((REPO / "node_modules" / ".bin" / "node").resolve())
+EVERYTHING = str(REPO / "node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+CONFORMANCE = str(REPO / "node_modules/@modelcontextprotocol/conformance/dist/index.js")
+LOOPBACK_ONLY = str(REPO / "tests/integration/loopback_only.mjs")
+
+
+@dataclass
+class NodeServer:
+    process: subprocess.Popen[bytes]
+    url: str
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait(timeout=10)
+
+
+def start_everything_http() -> NodeServer:
+    """``server-everything streamableHttp`` on a free loopback port; its MCP endpoint's URL."""
+    port = free_port()
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PORT": str(port), "HOME": "/tmp"}
+    process = subprocess.Popen(
+        [NODE, "--import", LOOPBACK_ONLY, EVERYTHING, "streamableHttp"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    server = NodeServer(process, f"http://127.0.0.1:{port}/mcp")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/", timeout=1, trust_env=False)
+            return server
+        except httpx.TransportError:
+            if process.poll() is not None:
+                break
+            time.sleep(0.2)
+    server.stop()
+    raise RuntimeError("the reference MCP server did not start")

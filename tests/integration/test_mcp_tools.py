@@ -1,0 +1,169 @@
+"""MCP servers as tool sources, for real: the reference server ``server-everything`` registered
+over stdio (run in the sandbox) and over streamable HTTP (on 127.0.0.1, listed in the session's
+``WONDER_MCP_ALLOWED_HOSTS``), its tools imported into the client's library and called by a
+conversation through the real agent loop (a scripted model chooses them), over the gateway on the
+session's Ray."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import Cluster, free_port, wait_for
+from tests.factories import make_client
+from tests.integration.mcp_fixtures import EVERYTHING, NODE, NodeServer, start_everything_http
+from tests.integration.test_gateway import deploy_gateway, http_client, unique
+
+
+@pytest.fixture(scope="module")
+def gateway_url(ray_cluster: Cluster, serve_port: int) -> str:
+    return deploy_gateway(ray_cluster, serve_port)
+
+
+@pytest.fixture
+def api(gateway_url: str, ray_cluster: Cluster) -> Iterator[httpx.Client]:
+    with http_client(gateway_url, make_client(ray_cluster.store, "mcp-user")[1]) as client:
+        client.timeout = httpx.Timeout(120)
+        yield client
+
+
+@pytest.fixture(scope="module")
+def everything_http() -> Iterator[NodeServer]:
+    server = start_everything_http()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def register(api: httpx.Client, server_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    response = api.put(f"/v1/mcp-servers/{server_id}", json=body)
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def agent_with_tools(api: httpx.Client, tool_ids: list[str], script: list[dict[str, Any]]) -> str:
+    profile_id, persona_id = unique("scripted"), unique("persona")
+    profile = {"provider": "scripted", "model": "script", "script": script}
+    assert api.put(f"/v1/model-profiles/{profile_id}", json=profile).status_code == 200
+    persona = {"system_prompt": "Use the tools.", "model_profile_id": profile_id}
+    persona["tool_ids"] = tool_ids  # type: ignore[assignment]
+    assert api.put(f"/v1/personas/{persona_id}", json=persona).status_code == 200, persona
+    agent = api.post("/v1/agents", json={"name": "mcp", "persona_ref": {"id": persona_id}})
+    assert agent.status_code == 201, agent.text
+    return str(agent.json()["id"])
+
+
+def run_turn(api: httpx.Client, agent_id: str, content: str) -> dict[str, Any]:
+    conversation = api.post("/v1/conversations", json={"agent_id": agent_id}).json()["id"]
+    posted = api.post(f"/v1/conversations/{conversation}/messages", json={"content": content})
+    assert posted.status_code == 202, posted.text
+    turn_path = f"/v1/conversations/{conversation}/turns/{posted.json()['turn_id']}"
+
+    def ended() -> dict[str, Any] | None:
+        turn = api.get(turn_path).json()
+        return turn if turn["status"] in ("completed", "failed") else None
+
+    return wait_for(ended, timeout=180, interval=0.5)
+
+
+def results_by_tool(turn: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        move["tool_call"]["name"]: move["tool_result"]
+        for move in turn["moves"]
+        if move.get("tool_call") is not None
+    }
+
+
+def test_stdio_server_in_the_sandbox_through_the_agent_loop(api: httpx.Client) -> None:
+    server_id = unique("everything-stdio")
+    server = register(api, server_id, {"transport": "stdio", "command": [NODE, EVERYTHING]})
+    assert {f"mcp.{server_id}.echo", f"mcp.{server_id}.get-sum"} <= set(server["tool_ids"])
+    echo = api.get(f"/v1/tools/mcp.{server_id}.echo").json()
+    assert echo["target_type"] == "mcp" and echo["target_id"] == f"{server_id}/echo"
+    assert echo["input_schema"]["properties"]["message"]["type"] == "string"
+
+    tools = [f"mcp.{server_id}.{name}" for name in ("echo", "get-sum", "get-env")]
+    script = [
+        {
+            "tool_calls": [
+                {"name": "echo", "arguments": {"message": "hello over stdio"}},
+                {"name": "get-sum", "arguments": {"a": 2, "b": 40}},
+            ]
+        },
+        {"tool_calls": [{"name": "get-env", "arguments": {}}]},
+        {"reply": "done: {{last_tool}}"},
+    ]
+    turn = run_turn(api, agent_with_tools(api, tools, script), "use the MCP tools")
+    assert turn["status"] == "completed", turn
+    results = results_by_tool(turn)
+    assert results["echo"]["success"] and "hello over stdio" in results["echo"]["result"]["content"]
+    assert results["get-sum"]["success"] and "42" in results["get-sum"]["result"]["content"]
+    # The server ran in the sandbox: its environment is the sandbox's cleared one, nothing of
+    # the host's (no Wonder settings, no Ray variables, no credentials).
+    environment = json.loads(results["get-env"]["result"]["content"])
+    assert set(environment) <= {"PATH", "HOME", "LANG", "TERM", "PWD", "SHLVL", "_"}, environment
+    assert environment["HOME"] == "/tmp"
+
+
+def test_http_server_through_the_agent_loop(api: httpx.Client, everything_http: NodeServer) -> None:
+    server_id = unique("everything-http")
+    server = register(api, server_id, {"transport": "http", "url": everything_http.url})
+    assert f"mcp.{server_id}.get-sum" in server["tool_ids"]
+    tools = [f"mcp.{server_id}.echo", f"mcp.{server_id}.get-sum"]
+    script = [
+        {"tool_calls": [{"name": "get-sum", "arguments": {"a": 20, "b": 22}}]},
+        {"tool_calls": [{"name": "echo", "arguments": {"message": "over http"}}]},
+        {"tool_calls": [{"name": "get-sum", "arguments": {"a": "not a number"}}]},
+        {"reply": "the sum was {{last_tool}}"},
+    ]
+    turn = run_turn(api, agent_with_tools(api, tools, script), "add")
+    assert turn["status"] == "completed", turn
+    moves = [m for m in turn["moves"] if m.get("tool_call")]
+    assert [m["tool_call"]["name"] for m in moves] == ["get-sum", "echo", "get-sum"]
+    assert "42" in moves[0]["tool_result"]["result"]["content"]
+    assert "over http" in moves[1]["tool_result"]["result"]["content"]
+    # Invalid arguments are refused before dispatch by the imported schema (a business error the
+    # model sees), never a crash of the turn.
+    refused = moves[2]["tool_result"]
+    assert refused["success"] is False and refused["error"]["code"] == "INVALID_INPUT"
+
+
+def test_registration_refusals(api: httpx.Client, ray_cluster: Cluster) -> None:
+    def refused(server_id: str, body: dict[str, Any]) -> tuple[int, str]:
+        response = api.put(f"/v1/mcp-servers/{server_id}", json=body)
+        assert 400 <= response.status_code < 500, response.text
+        return response.status_code, response.json()["error"]["message"]
+
+    # Not on the operator's allow-list: refused before anything connects (no packet leaves).
+    for url in (
+        "http://10.0.0.1/mcp",
+        "http://169.254.169.254/latest",
+        f"http://localhost:{free_port()}/mcp",
+        "http://[::1]/mcp",
+        "http://metadata.internal/mcp",
+    ):
+        status, message = refused(unique("bad"), {"transport": "http", "url": url})
+        assert status == 403 and "WONDER_MCP_ALLOWED_HOSTS" in message, message
+    assert refused(unique("bad"), {"transport": "http", "url": "file:///etc/passwd"})[0] == 400
+    creds = "http://user:pw@127.0.0.1:1/mcp"
+    assert refused(unique("bad"), {"transport": "http", "url": creds})[0] == 400
+    # Credentials only by secret reference, never in clear.
+    plain_auth = {"transport": "http", "url": "http://127.0.0.1:1/mcp"}
+    plain_auth["headers"] = {"Authorization": "Bearer sk-live"}  # type: ignore[assignment]
+    assert refused(unique("bad"), plain_auth)[0] == 422
+    # A stdio server is a program and its arguments (no url, no headers).
+    both = {"transport": "stdio", "command": ["x"], "url": "http://127.0.0.1:1/"}
+    assert refused(unique("bad"), both)[0] == 422
+    # Another client's server is not there; nothing is listed for it.
+    server_id = unique("mine")
+    register(api, server_id, {"transport": "stdio", "command": [NODE, EVERYTHING]})
+    with http_client(str(api.base_url), make_client(ray_cluster.store, "other")[1]) as other:
+        assert other.get(f"/v1/mcp-servers/{server_id}").status_code == 404
+        assert other.get("/v1/mcp-servers").json()["items"] == []
+    assert api.delete(f"/v1/mcp-servers/{server_id}").status_code == 204
+    assert api.get(f"/v1/mcp-servers/{server_id}").status_code == 404
