@@ -233,6 +233,27 @@ async def _close(events: AsyncIterator[JsonObject]) -> None:
         await closer()
 
 
+class Reconciler:
+    """Token deltas as they come; at each of the agent's stored messages, whatever of it the
+    deltas did not already carry (tokens are not stored and a late subscriber may miss some)."""
+
+    def __init__(self) -> None:
+        self.pending = ""
+
+    def token(self, text: str) -> str:
+        self.pending += text
+        return text
+
+    def said(self, content: str) -> str:
+        streamed, self.pending = self.pending, ""
+        if content.startswith(streamed):
+            return content[len(streamed) :]
+        return "" if streamed.strip() == content.strip() else "\n" + content
+
+    def boundary(self) -> None:
+        self.pending = ""
+
+
 @dataclass
 class Answer:
     """What a whole turn came to: the agent's messages joined, and how it ended."""

@@ -20,6 +20,7 @@ from serving.gateway import (
     hooks,
     keys,
     library,
+    mcp,
     mcp_servers,
     member_access,
     members,
@@ -109,6 +110,7 @@ def create_api(context: GatewayContext) -> FastAPI:
         hooks.router,
         openai_agents.router,
         mcp_servers.router,
+        mcp.router,
     ):
         # member_access.MemberAccess: with an acting user (X-Wonder-User), every route checks
         # the user's level in the conversation it reaches (serving/gateway/member_access.py).

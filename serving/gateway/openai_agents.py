@@ -24,6 +24,7 @@ from core.errors import NotFound, RetryableError, Timeout, WonderError
 from serving.gateway.agent_turns import (
     AgentSaid,
     Asker,
+    Reconciler,
     StartedTurn,
     TokenDelta,
     ToolMove,
@@ -136,27 +137,6 @@ def _raise_unless_completed(ended: TurnEnded) -> None:
     raise RetryableError(f"the agent's turn failed: {reason}")
 
 
-class _Reconciler:
-    """Token deltas as they come; at each of the agent's stored messages, whatever of it the
-    deltas did not already carry (tokens are not stored and a late subscriber may miss some)."""
-
-    def __init__(self) -> None:
-        self.pending = ""
-
-    def token(self, text: str) -> str:
-        self.pending += text
-        return text
-
-    def said(self, content: str) -> str:
-        streamed, self.pending = self.pending, ""
-        if content.startswith(streamed):
-            return content[len(streamed) :]
-        return "" if streamed.strip() == content.strip() else "\n" + content
-
-    def boundary(self) -> None:
-        self.pending = ""
-
-
 @dataclass(frozen=True, slots=True)
 class _ChunkWriter:
     """One ``chat.completion.chunk`` server-sent event of this answer."""
@@ -186,7 +166,7 @@ async def _chunks(
 ) -> AsyncIterator[str]:
     chunk = _ChunkWriter(_completion_id(started), int(time.time()), model, started.conversation.id)
     yield chunk(ChunkDelta(role="assistant", content=""))
-    reconciler = _Reconciler()
+    reconciler = Reconciler()
     async for progress in follow_turn(asker.context, started, ANSWER_TIMEOUT_S):
         match progress:
             case TokenDelta(text=text):
