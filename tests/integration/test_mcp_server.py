@@ -45,13 +45,15 @@ def key(ray_cluster: Cluster) -> str:
 @pytest.fixture
 def api(gateway_url: str, key: str) -> Iterator[httpx.Client]:
     with http_client(gateway_url, key) as client:
+        client.timeout = httpx.Timeout(120)  # a first conversation's actor starts cold
         yield client
 
 
-def mcp_client(gateway_url: str, key: str, query: str = "") -> Client:
-    http = httpx2.AsyncClient(
-        headers={"Authorization": f"Bearer {key}"}, trust_env=False, timeout=120
-    )
+def mcp_client(gateway_url: str, key: str, query: str = "", user: str | None = None) -> Client:
+    headers = {"Authorization": f"Bearer {key}"}
+    if user is not None:
+        headers["X-Wonder-User"] = user
+    http = httpx2.AsyncClient(headers=headers, trust_env=False, timeout=120)
     return Client(streamable_http_client(f"{gateway_url}/mcp{query}", http_client=http))
 
 
@@ -116,6 +118,21 @@ async def test_mcp_access_rules(gateway_url: str, api: httpx.Client, ray_cluster
         with pytest.raises(MCPError):
             await client.read_resource(f"wonder://conversations/{conversation}")
         assert (await client.list_resources()).resources == []
+    # Inside the client, an acting user reaches only the conversations it is a member of.
+    private = api.post(
+        "/v1/conversations", json={"agent_id": agent_id}, headers={"X-Wonder-User": "owner-u"}
+    ).json()["id"]
+    key = str(api.headers["Authorization"]).removeprefix("Bearer ")
+    async with mcp_client(gateway_url, key, user="someone-else") as client:
+        with pytest.raises(MCPError):
+            await client.read_resource(f"wonder://conversations/{private}")
+        resources = {str(r.uri) for r in (await client.list_resources()).resources}
+        assert f"wonder://conversations/{private}" not in resources
+        answer = await client.call_tool(agent_id, {"message": "hi", "conversation_id": private})
+        assert answer.is_error and "NOT_FOUND" in answer.content[0].text  # type: ignore[union-attr]
+    async with mcp_client(gateway_url, key, user="owner-u") as client:
+        read = await client.read_resource(f"wonder://conversations/{private}")
+        assert json.loads(read.contents[0].text)["conversation"]["id"] == private  # type: ignore[union-attr]
 
 
 def test_conformance_suite(gateway_url: str, api: httpx.Client, key: str, tmp_path: Path) -> None:

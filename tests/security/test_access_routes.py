@@ -171,6 +171,15 @@ def _body(method: str, path: str, make: Callable[[str], Any], kind: str) -> Buil
     return build
 
 
+def _chat(agent_id: str, conversation_id: str) -> dict[str, Any]:
+    """An OpenAI chat-completions body continuing ``conversation_id`` with the agent."""
+    return {
+        "model": f"agent:{agent_id}",
+        "messages": [{"role": "user", "content": "let me in"}],
+        "metadata": {"conversation_id": conversation_id},
+    }
+
+
 def _fresh_label(ids: dict[str, str]) -> Probe:
     path = f"/v1/sessions/new-{new_id().lower()}"
     return Probe(
@@ -251,6 +260,23 @@ PROBES: dict[tuple[str, str], Build] = {
     ("POST", "/v1/stream-tickets"): _body(
         "POST", "/v1/stream-tickets", lambda c: {"conversation_id": c}, "conv"
     ),
+    # OpenAI chat completions for agents: continuing a conversation posts to it.
+    ("POST", "/v1/agents/{agent_id}/chat/completions"): _body(
+        "POST",
+        "/v1/agents/{agent}/chat/completions",
+        lambda c: {
+            "messages": [{"role": "user", "content": "hi"}],
+            "metadata": {"conversation_id": c},
+        },
+        "conv",
+    ),
+    ("POST", "/v1/chat/completions"): lambda ids: Probe(
+        "POST",
+        "/v1/chat/completions",
+        "/v1/chat/completions",
+        _chat(ids["agent"], ids["conv"]),
+        _chat(ids["agent"], MISSING["conv"]),
+    ),
 }
 
 # Listings: (path, the ids of the private conversation's things it must not show a stranger).
@@ -277,6 +303,24 @@ CONVERSATION_FREE: dict[tuple[str, str], str] = {
         )
     },
     ("GET", "/v1/library/callables"): "the operator's registered callables",
+    **{
+        (method, path): "the client's MCP servers (tool sources of its library): "
+        + NOT_A_CONVERSATION
+        for method, path in (
+            ("PUT", "/v1/mcp-servers/{server_id}"),
+            ("GET", "/v1/mcp-servers/{server_id}"),
+            ("DELETE", "/v1/mcp-servers/{server_id}"),
+            ("GET", "/v1/mcp-servers"),
+            ("POST", "/v1/mcp-servers/{server_id}/refresh"),
+        )
+    },
+    **{
+        (method, "/mcp"): "MCP's own protocol (JSON-RPC answers, not route statuses): each tool "
+        "call and resource read is checked with the REST rules by serving.gateway.agent_turns "
+        "(a non-member's call or read gets what a missing conversation gets: "
+        "tests/integration/test_mcp_server.py::test_mcp_access_rules)"
+        for method in ("GET", "POST", "DELETE")
+    },
     ("POST", "/v1/agents"): "agents are the client's, shared by its users",
     ("GET", "/v1/agents"): "agents are the client's, shared by its users",
     ("GET", "/v1/agents/{agent_id}"): "agents are the client's, shared by its users",
