@@ -313,7 +313,8 @@ AgentsQuery = Annotated[
 
 @router.api_route(
     "/mcp",
-    methods=["GET", "POST", "DELETE"],
+    # Stateless: no standalone GET stream and no session to DELETE (both answer 405).
+    methods=["POST"],
     summary="Wonder as an MCP server (streamable HTTP): your agents as tools, your "
     "conversations as resources",
     response_class=Response,

@@ -319,7 +319,7 @@ CONVERSATION_FREE: dict[tuple[str, str], str] = {
         "call and resource read is checked with the REST rules by serving.gateway.agent_turns "
         "(a non-member's call or read gets what a missing conversation gets: "
         "tests/integration/test_mcp_server.py::test_mcp_access_rules)"
-        for method in ("GET", "POST", "DELETE")
+        for method in ("POST",)
     },
     ("POST", "/v1/agents"): "agents are the client's, shared by its users",
     ("GET", "/v1/agents"): "agents are the client's, shared by its users",
