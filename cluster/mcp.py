@@ -11,8 +11,9 @@ from actors.mcp.actor import McpConnectionsActor, McpSetup
 from cluster import placement
 from cluster.naming import as_wonder_error, named_detached
 from core.jsontypes import JsonObject
-from core.mcp import ListedTool, McpServer, NoSecrets
+from core.mcp import ListedTool, McpServer
 from core.ports import TaskOutcome
+from core.secret_vault import SecretVault
 from core.settings import settings_from_env
 from core.store import store_for_settings
 
@@ -22,8 +23,9 @@ _handles: dict[tuple[tuple[str, str], ...], Any] = {}
 
 def _setup(settings_env: dict[str, str]) -> McpSetup:
     settings = settings_from_env(settings_env)
-    # Client secrets: none on this deployment yet (``NoSecrets`` refuses every reference).
-    return McpSetup(store=store_for_settings(settings), settings=settings, secrets=NoSecrets())
+    store = store_for_settings(settings)
+    # An HTTP server's secret_headers: the registering client's own secrets, by name.
+    return McpSetup(store=store, settings=settings, secrets=SecretVault(store, settings))
 
 
 def connections_handle(settings_env: dict[str, str]) -> Any:

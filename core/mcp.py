@@ -2,10 +2,10 @@
 tool listing into library tools and a tool call's result into a ``ToolResult``'s outcome.
 
 A client registers a server (``PUT /v1/mcp-servers/{id}``): streamable HTTP (``url``, checked
-against the operator's allow-list, ``core.mcp_egress``) or stdio (``command``, run in the same
-sandbox as ``shell.exec``, with no network). Its tools become tools of the client's library, one
-per tool the server lists (``mcp.<server>.<tool>``, ``target_type: mcp``), which a persona selects
-by id like any tool; the listing is taken again when the server says it changed.
+against the operator's ``WONDER_MCP_ALLOWED_HOSTS``, ``core.egress``) or stdio (``command``, run
+in the same sandbox as ``shell.exec``, with no network). Its tools become tools of the client's
+library, one per tool the server lists (``mcp.<server>.<tool>``, ``target_type: mcp``), which a
+persona selects by id like any tool; the listing is taken again when the server says it changed.
 
 Everything a server says is untrusted text: a description is cut to the library's limit and
 stripped of control characters; an input schema loses what would make validating it unsafe or
@@ -25,8 +25,9 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import Field, model_validator
 
+from core.client_secrets import SecretRef
 from core.domain import LibraryId, Model, Tool, ToolRetry
-from core.errors import ErrorCode, PermissionDenied
+from core.errors import ErrorCode
 from core.jsontypes import JsonObject
 from core.ports import TaskOutcome, failed_outcome
 
@@ -36,7 +37,6 @@ MAX_SCHEMA_BYTES = 64_000
 MAX_SCHEMA_DEPTH = 32
 MAX_RESULT_CHARS = 32_000
 MAX_TOOLS = 256
-SECRET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 HEADER_NAME_PATTERN = r"^[A-Za-z0-9-]{1,64}$"
 # Headers that carry credentials: only from a secret (``secret_headers``), never stored in clear.
 CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization", "x-api-key"})
@@ -46,14 +46,6 @@ TRANSPORT_HEADERS = frozenset(
 )
 _UNSAFE_SCHEMA_KEYS = frozenset({"pattern", "patternProperties", "$dynamicRef", "$id", "$anchor"})
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\u202a-\u202e\u2066-\u2069]")
-
-
-class SecretRef(Model):
-    """A value taken from one of the client's secrets, by name (``prefix`` goes before it, e.g.
-    ``"Bearer "``); the secret's value is never stored with the registration."""
-
-    secret: str = Field(pattern=SECRET_NAME_PATTERN)
-    prefix: str = Field("", max_length=40, pattern=r"^[\x20-\x7e]*$")
 
 
 class McpServer(Model):
@@ -279,18 +271,10 @@ class McpTools(Protocol):
         ...
 
 
-class SecretValues(Protocol):
-    """The client's secrets, read where a registration references one (``secret_headers``)."""
+class SecretResolver(Protocol):
+    """The client's secrets, read where a registration references one (``secret_headers``):
+    ``core.secret_vault.SecretVault`` (blocking: call it off an event loop)."""
 
-    def value(self, client_id: str, ref: SecretRef) -> str: ...
-
-
-class NoSecrets:
-    """``SecretValues`` of a deployment without a client secrets store: every reference is
-    refused, with a message saying so (nothing falls back to a plain value)."""
-
-    def value(self, client_id: str, ref: SecretRef) -> str:
-        raise PermissionDenied(
-            f"secret {ref.secret}: this deployment has no client secrets store, so "
-            "secret_headers cannot be resolved"
-        )
+    def resolve(self, client_id: str | None, name: str, where: str) -> str:
+        """The value of ``client_id``'s secret ``name`` (``NotFound`` when it has none)."""
+        ...

@@ -29,7 +29,6 @@ from cluster.models import ServedChatModels
 from cluster.wiring import executor_services
 from core.domain import Caller, ConcurrencyPolicy, TaskDef
 from core.jsontypes import JsonObject
-from core.mcp import NoSecrets
 from core.memory import open_memory_service
 from core.memory.embedding import HashingEmbedder
 from core.memory.service import MemoryService
@@ -201,7 +200,10 @@ class InProcessCluster:
             tasks=InProcessTasks(settings_env),
             conversations=self,
             workflows=self.workflows,
-            mcp=McpConnections(settings_from_env(settings_env), NoSecrets()),
+            mcp=McpConnections(
+                settings_from_env(settings_env),
+                SecretVault(self.store, settings_from_env(settings_env)),
+            ),
         )
         self.runner = AsyncOperationRunner(lambda: self.tools)
         self.intake = Intake(self.store)  # what the gateway's adapter acknowledges with

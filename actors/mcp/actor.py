@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from actors.mcp.connections import McpConnections
 from core.jsontypes import JsonObject
-from core.mcp import ListedTool, McpServer, SecretValues
+from core.mcp import ListedTool, McpServer, SecretResolver
 from core.mcp_sources import import_tools
 from core.ports import TaskOutcome
 from core.settings import Settings
@@ -28,7 +28,7 @@ class McpSetup:
 
     store: Store
     settings: Settings
-    secrets: SecretValues
+    secrets: SecretResolver
 
 
 class McpConnectionsActor:

@@ -7,12 +7,18 @@ A connection unused for ``WONDER_MCP_IDLE_S`` is closed; the next call opens a n
 
 - **stdio**: the command runs in ``shell.exec``'s sandbox (``actors.mcp.sandboxed``): no
   network, a cleared environment, a scratch directory of its own.
-- **HTTP**: the URL is checked against the operator's allow-list before each connection
-  (``core.mcp_egress``: no loopback or private address unless an address entry lists it), and an
-  http connection goes to the checked address itself; the SDK follows no redirect off the
-  endpoint's origin; the client's ``secret_headers`` are read from its secrets when connecting.
-- **Tool list changes**: a ``notifications/tools/list_changed`` makes the connection list the
-  tools again and store them in the client's library (``core.mcp_sources.import_tools``).
+- **HTTP**: the URL is checked against the operator's ``WONDER_MCP_ALLOWED_HOSTS`` before each
+  connection (``core.egress``, the rules ``http.request`` and model providers follow: no
+  loopback or private address unless an address entry lists it), and every request of the
+  connection goes to the checked address itself (https: the certificate still names the host);
+  no redirect is followed, and a request hook refuses any request to another destination. The
+  client's ``secret_headers`` are resolved from its own secrets (``SecretResolver``: the
+  vault) when connecting, and sent only on that connection.
+- **Tool list changes**: the connection lists the tools again and stores them in the client's
+  library (``core.mcp_sources.import_tools``) when the server says they changed: a
+  ``notifications/tools/list_changed`` on an initialize-era connection, a ``ToolsListChanged``
+  event of a ``subscriptions/listen`` stream (opened for it) on a current-protocol one.
+  Announcements that come while a listing is under way are folded into one more listing.
 
 Errors: a server that cannot be reached is a ``RetryableError`` (the tool's retry policy
 applies); a call past its time limit a ``Timeout``; a protocol error (unknown tool, invalid
@@ -35,14 +41,16 @@ import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.session import IncomingMessage, MessageHandlerFnT
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import SubscriptionLost, ToolsListChanged
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from actors.mcp.sandboxed import sandboxed_argv
-from core.errors import ErrorCode, RetryableError, Timeout, WonderError
+from core.egress import DEFAULT_PORTS, Pinned, checked, mcp_egress
+from core.errors import ErrorCode, PermissionDenied, RetryableError, Timeout, WonderError
 from core.ids import new_id
 from core.jsontypes import JsonObject
-from core.mcp import ListedTool, McpServer, SecretValues, outcome_of
-from core.mcp_egress import checked, policy_of
+from core.mcp import ListedTool, McpServer, SecretResolver, outcome_of
 from core.ports import TaskOutcome, failed_outcome
 from core.settings import Settings
 
@@ -51,6 +59,8 @@ log = logging.getLogger("wonder.mcp")
 CONNECT_TIMEOUT_S = 60.0
 LIST_PAGES = 20
 TOOLS_CHANGED = "notifications/tools/list_changed"
+LISTEN_ATTEMPTS = 5
+LISTEN_RETRY_S = 5.0
 # JSON-RPC errors a server answers for a bad call: the model's to fix (not retried).
 INVALID_CALL = {-32602: ErrorCode.INVALID_INPUT, -32601: ErrorCode.NOT_FOUND}
 
@@ -66,6 +76,7 @@ class _Connection:
     error: BaseException | None = None
     task: asyncio.Task[None] | None = None
     last_used: float = field(default_factory=time.monotonic)
+    modern: bool = False  # the protocol's current era: changes come on a listen stream
 
 
 class McpConnections:
@@ -74,7 +85,7 @@ class McpConnections:
     def __init__(
         self,
         settings: Settings,
-        secrets: SecretValues,
+        secrets: SecretResolver,
         on_tools_changed: ToolsChanged | None = None,
     ) -> None:
         self.settings = settings
@@ -82,7 +93,8 @@ class McpConnections:
         self.on_tools_changed = on_tools_changed
         self._open: dict[str, _Connection] = {}
         self._lock = asyncio.Lock()
-        self._refreshes: set[asyncio.Task[None]] = set()
+        self._refreshes: dict[str, asyncio.Task[None]] = {}
+        self._refresh_again: set[str] = set()
 
     # ------------------------------------------------------------------ McpTools
 
@@ -188,10 +200,14 @@ class McpConnections:
                     transport = await self._http_transport(server, stack)
                 client = Client(
                     transport,
-                    message_handler=self._notifications(server),
+                    message_handler=self._notifications(connection),
                     read_timeout_seconds=max(server.timeout_s, 30.0),
                 )
                 connection.client = await stack.enter_async_context(client)
+                connection.modern = client.protocol_version in MODERN_PROTOCOL_VERSIONS
+                if connection.modern and self.on_tools_changed is not None:
+                    listener = asyncio.create_task(self._listen(connection, client))
+                    stack.push_async_callback(_stop, listener)
                 connection.ready.set()
                 log.info("MCP server %s of %s connected", server.id, server.client_id)
                 await connection.closing.wait()
@@ -207,19 +223,25 @@ class McpConnections:
                 shutil.rmtree(scratch, ignore_errors=True)
 
     async def _http_transport(self, server: McpServer, stack: contextlib.AsyncExitStack) -> Any:
-        pinned = await checked(server.url or "", policy_of(self.settings.mcp_allowed_hosts))
+        pinned = await checked(server.url or "", mcp_egress(self.settings), "url")
         headers = dict(server.headers)
         for name, ref in server.secret_headers.items():
-            headers[name] = ref.prefix + self.secrets.value(server.client_id, ref)
-        headers.update(pinned.headers)
+            where = f"MCP server {server.id} header {name}"
+            value = await asyncio.to_thread(
+                self.secrets.resolve, server.client_id, ref.secret, where
+            )
+            headers[name] = ref.prefix + value
+        headers.update(pinned.headers())
         http = httpx2.AsyncClient(
             headers=headers,
             trust_env=False,
             follow_redirects=False,
+            max_redirects=0,  # the SDK follows same-origin redirects up to this: none
+            event_hooks={"request": [pinned_only(pinned)]},
             timeout=httpx2.Timeout(30.0, read=max(server.timeout_s, 30.0) + 30.0),
         )
         await stack.enter_async_context(http)
-        return streamable_http_client(pinned.url, http_client=http)
+        return streamable_http_client(pinned.url(), http_client=http)
 
     def _scratch(self, server: McpServer) -> Path:
         root = self.settings.data_dir.resolve() / "mcp-sandboxes"
@@ -227,22 +249,55 @@ class McpConnections:
         path.mkdir(parents=True, exist_ok=False)
         return path
 
-    def _notifications(self, server: McpServer) -> MessageHandlerFnT:
+    def _notifications(self, connection: _Connection) -> MessageHandlerFnT:
         async def handle(message: IncomingMessage) -> None:
             method = getattr(getattr(message, "root", message), "method", None)
-            if method == TOOLS_CHANGED and self.on_tools_changed is not None:
-                task = asyncio.create_task(self._refresh(server))
-                self._refreshes.add(task)
-                task.add_done_callback(self._refreshes.discard)
+            if method == TOOLS_CHANGED and not connection.modern:
+                self._tools_changed(connection.server)
 
         return handle
 
+    async def _listen(self, connection: _Connection, client: Client) -> None:
+        """A current-protocol connection's ``subscriptions/listen`` stream for tool-list changes,
+        opened again (and the tools listed again: changes may have been missed) when it drops."""
+        server = connection.server
+        for attempt in range(LISTEN_ATTEMPTS):
+            try:
+                async with client.listen(tools_list_changed=True) as subscription:
+                    if attempt:
+                        self._tools_changed(server)
+                    async for event in subscription:
+                        if isinstance(event, ToolsListChanged):
+                            self._tools_changed(server)
+                return  # the server closed the stream gracefully: it announces no more
+            except (SubscriptionLost, MCPError, OSError, httpx2.HTTPError) as exc:
+                log.info("MCP server %s: tool-list changes not followed: %r", server.id, exc)
+            if connection.closing.is_set():
+                return
+            await asyncio.sleep(LISTEN_RETRY_S)
+
+    def _tools_changed(self, server: McpServer) -> None:
+        """List the tools again (once more after a listing under way, if one is)."""
+        if self.on_tools_changed is None:
+            return
+        running = self._refreshes.get(server.key)
+        if running is not None and not running.done():
+            self._refresh_again.add(server.key)
+            return
+        task = asyncio.create_task(self._refresh(server))
+        self._refreshes[server.key] = task
+
     async def _refresh(self, server: McpServer) -> None:
         assert self.on_tools_changed is not None
-        try:
-            await self.on_tools_changed(server)
-        except WonderError as exc:
-            log.warning("MCP server %s: tools not listed again: %s", server.id, exc.message)
+        again = True
+        while again:
+            self._refresh_again.discard(server.key)
+            try:
+                await self.on_tools_changed(server)
+            except WonderError as exc:
+                log.warning("MCP server %s: tools not listed again: %s", server.id, exc.message)
+            again = server.key in self._refresh_again
+        self._refreshes.pop(server.key, None)
 
     async def _drop(self, server: McpServer) -> None:
         await self._close(server.key)
@@ -256,6 +311,31 @@ class McpConnections:
             await asyncio.wait_for(asyncio.shield(connection.task), 10.0)
         except TimeoutError:
             connection.task.cancel()
+
+
+async def _stop(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+
+
+def pinned_only(pinned: Pinned) -> Callable[[httpx2.Request], Awaitable[None]]:
+    """A request hook: every request of a connection goes to the checked address and port (a
+    ``PermissionDenied`` before anything is sent otherwise), with the host's name for TLS."""
+    address = str(pinned.address)
+    port = pinned.target.port
+    extensions = pinned.extensions()
+
+    async def hook(request: httpx2.Request) -> None:
+        url = request.url
+        if url.host != address or (url.port or DEFAULT_PORTS.get(url.scheme)) != port:
+            raise PermissionDenied(
+                f"MCP connection to {pinned.target.host}: a request to {url.host}:{url.port} "
+                "is not the checked destination"
+            )
+        request.extensions = {**request.extensions, **extensions}
+
+    return hook
 
 
 def _unreachable(server: McpServer, error: BaseException | None) -> WonderError:

@@ -4,8 +4,13 @@
 HTTP (``url``, on the operator's ``WONDER_MCP_ALLOWED_HOSTS``) or stdio (``command``, run in the
 sandbox) — connects to it, and stores each tool it lists as a tool of the client's library
 (``mcp.<server>.<tool>``): a persona selects them by id. Writes need an admin-scope key (they
-change the client's library). ``POST .../refresh`` lists the tools again (the server's own
-``tools/list_changed`` notifications do the same while a connection is open).
+change the client's library) and are recorded in the audit trail. ``POST .../refresh`` lists the
+tools again (the server's own ``tools/list_changed`` notifications do the same while a connection
+is open).
+
+Credentials: ``secret_headers`` name the client's own secrets (``PUT /v1/secrets/{name}``); a
+name the client has no secret under is refused when registering, and the values are read only
+by the process that connects, for that connection (never stored with the registration).
 """
 
 from __future__ import annotations
@@ -17,13 +22,15 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Path
 from pydantic import Field
 
+from core.client_secrets import SecretRef
 from core.domain import NAME_PATTERN
-from core.errors import Unavailable
+from core.egress import check_url, mcp_egress
+from core.errors import InvalidInput, NotFound, Unavailable
 from core.ids import utc_now
-from core.mcp import McpServer, McpTools, SecretRef
-from core.mcp_egress import check_url, policy_of
+from core.mcp import McpServer, McpTools
 from core.mcp_sources import import_tools
 from core.strict import StrictScalars
+from serving.gateway.audit_trail import Audit
 from serving.gateway.auth import ClientId, Context, KeyAdmin
 from serving.gateway.context import GatewayContext
 
@@ -63,7 +70,15 @@ def _registration(
     """The registration as it will be stored (validated; a URL checked against the allow-list
     now, and again before each connection)."""
     if body.url is not None:
-        check_url(body.url, policy_of(context.settings.mcp_allowed_hosts))
+        check_url(body.url, mcp_egress(context.settings), "url")
+    for header, ref in body.secret_headers.items():
+        try:
+            context.store.client_secrets.meta(client_id, ref.secret)
+        except NotFound:
+            raise InvalidInput(
+                f"secret_headers.{header}: you have no secret {ref.secret} "
+                f"(PUT /v1/secrets/{ref.secret} first)"
+            ) from None
     previous = context.store.mcp_servers.find(client_id, server_id)
     return McpServer.model_validate(
         {
@@ -82,13 +97,33 @@ def _registration(
     summary="Register an MCP server: its tools become tools of your library",
 )
 async def put_server(
-    server_id: ServerId, body: McpServerPut, context: Context, client_id: ClientId, key: KeyAdmin
+    server_id: ServerId,
+    body: McpServerPut,
+    context: Context,
+    client_id: ClientId,
+    key: KeyAdmin,
+    audit: Audit,
 ) -> McpServer:
     server = await asyncio.to_thread(_registration, context, client_id, server_id, body, utc_now())
     tools = _tools(context)
-    await asyncio.to_thread(context.store.mcp_servers.save, server)
     await tools.forget(client_id, server.id)
-    return await import_tools(context.store, tools, server)
+    saved = await import_tools(context.store, tools, server, register=True)
+    target = f"mcp_servers:{server_id}"
+    await asyncio.to_thread(audit.record, "mcp_server.put", target, _audited(saved))
+    return saved
+
+
+def _audited(server: McpServer) -> dict[str, object]:
+    """What the audit trail keeps of a registration: where it points and what it gave (secret
+    names, never values)."""
+    return {
+        "id": server.id,
+        "transport": server.transport,
+        "url": server.url,
+        "command": server.command,
+        "secret_headers": {name: ref.secret for name, ref in server.secret_headers.items()},
+        "tool_ids": server.tool_ids,
+    }
 
 
 @router.post(
@@ -97,10 +132,13 @@ async def put_server(
     summary="List the server's tools again into your library",
 )
 async def refresh_server(
-    server_id: ServerId, context: Context, client_id: ClientId, key: KeyAdmin
+    server_id: ServerId, context: Context, client_id: ClientId, key: KeyAdmin, audit: Audit
 ) -> McpServer:
     server = await asyncio.to_thread(context.store.mcp_servers.get, client_id, server_id)
-    return await import_tools(context.store, _tools(context), server)
+    saved = await import_tools(context.store, _tools(context), server)
+    target = f"mcp_servers:{server_id}"
+    await asyncio.to_thread(audit.record, "mcp_server.refresh", target, _audited(saved))
+    return saved
 
 
 @router.get("", response_model=McpServerList, summary="List your MCP servers")
@@ -119,8 +157,10 @@ def get_server(server_id: ServerId, context: Context, client_id: ClientId) -> Mc
     summary="Remove an MCP server (its tools stay in the library and answer NOT_FOUND)",
 )
 async def delete_server(
-    server_id: ServerId, context: Context, client_id: ClientId, key: KeyAdmin
+    server_id: ServerId, context: Context, client_id: ClientId, key: KeyAdmin, audit: Audit
 ) -> None:
-    await asyncio.to_thread(context.store.mcp_servers.get, client_id, server_id)
+    server = await asyncio.to_thread(context.store.mcp_servers.get, client_id, server_id)
     await asyncio.to_thread(context.store.mcp_servers.delete, client_id, server_id)
     await _tools(context).forget(client_id, server_id)
+    target = f"mcp_servers:{server_id}"
+    await asyncio.to_thread(audit.record, "mcp_server.delete", target, _audited(server))

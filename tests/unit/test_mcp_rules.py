@@ -1,15 +1,20 @@
 """The pure rules of MCP tool sources: library tools from a listing, results as outcomes, and the
-egress check of a server's URL (core.mcp, core.mcp_egress)."""
+egress check of a server's URL (core.mcp; core.egress under WONDER_MCP_ALLOWED_HOSTS)."""
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
 from datetime import UTC, datetime
 
+import httpx2
 import pytest
 
+from actors.mcp.connections import pinned_only
+from core.egress import EgressPolicy, check_url, mcp_egress, pin
 from core.errors import InvalidInput, PermissionDenied
 from core.mcp import ListedTool, McpServer, clean_schema, library_tool, outcome_of, tool_id_for
-from core.mcp_egress import check_url, pin, policy_of
+from core.settings import Settings
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 SERVER = McpServer(
@@ -74,6 +79,10 @@ def test_results_as_outcomes(result: dict[str, object], success: bool, content: 
         assert outcome.error is not None and outcome.error.message == "boom"
 
 
+def policy_of(entries: list[str]) -> EgressPolicy:
+    return mcp_egress(Settings(mcp_allowed_hosts=entries))
+
+
 @pytest.mark.parametrize(
     ("url", "entries", "error"),
     [
@@ -82,6 +91,7 @@ def test_results_as_outcomes(result: dict[str, object], success: bool, content: 
         ("http://10.1.2.3/mcp", [], PermissionDenied),
         ("http://169.254.169.254/", ["169.254.169.254.nip.io"], PermissionDenied),
         ("http://localhost:1/", ["127.0.0.1"], PermissionDenied),
+        ("http://[::ffff:127.0.0.1]:1/", ["mcp.example.com"], PermissionDenied),
         ("ftp://127.0.0.1/", ["127.0.0.1"], InvalidInput),
         ("http://u:p@127.0.0.1/", ["127.0.0.1"], InvalidInput),
         ("https://mcp.example.com/mcp", ["mcp.example.com"], None),
@@ -91,17 +101,40 @@ def test_urls_against_the_allow_list(url: str, entries: list[str], error: type |
     if error is None:
         check_url(url, policy_of(entries))
     else:
-        with pytest.raises(error):
+        with pytest.raises(error) as refused:
             check_url(url, policy_of(entries))
+        if error is PermissionDenied:
+            assert "WONDER_MCP_ALLOWED_HOSTS" in refused.value.message
+
+
+def test_the_mcp_list_is_its_own() -> None:
+    """A destination http.request may reach is not thereby an MCP server's, nor the reverse."""
+    settings = Settings(http_allowed_hosts=["api.example.com"], mcp_allowed_hosts=["127.0.0.1"])
+    with pytest.raises(PermissionDenied):
+        check_url("https://api.example.com/mcp", mcp_egress(settings))
 
 
 def test_a_listed_name_never_vouches_for_a_private_address() -> None:
-    import ipaddress
-
-    entries = policy_of(["mcp.example.com"])
-    target = check_url("http://mcp.example.com/mcp", entries)
+    policy = policy_of(["mcp.example.com"])
+    target = check_url("http://mcp.example.com/mcp", policy)
     with pytest.raises(PermissionDenied):
-        pin(target, [ipaddress.ip_address("127.0.0.1")], entries)
-    pinned = pin(target, [ipaddress.ip_address("93.184.216.34")], entries)
-    assert pinned.url == "http://93.184.216.34:80/mcp"
-    assert pinned.headers == {"Host": "mcp.example.com"}
+        pin(target, [ipaddress.ip_address("127.0.0.1")], policy)
+    pinned = pin(target, [ipaddress.ip_address("93.184.216.34")], policy)
+    assert pinned.url() == "http://93.184.216.34:80/mcp"
+    assert pinned.headers() == {"Host": "mcp.example.com"}
+
+
+def test_every_request_of_a_connection_goes_to_the_checked_address() -> None:
+    policy = policy_of(["mcp.example.com"])
+    target = check_url("https://mcp.example.com/mcp", policy)
+    hook = pinned_only(pin(target, [ipaddress.ip_address("93.184.216.34")], policy))
+    same = httpx2.Request("POST", "https://93.184.216.34:443/mcp")
+    asyncio.run(hook(same))
+    assert same.extensions["sni_hostname"] == "mcp.example.com"  # the certificate names the host
+    for elsewhere in (
+        "https://10.0.0.1:443/mcp",
+        "https://93.184.216.34:8443/mcp",
+        "https://mcp.example.com/mcp",  # by name: a second resolution could swap the address
+    ):
+        with pytest.raises(PermissionDenied):
+            asyncio.run(hook(httpx2.Request("POST", elsewhere)))
