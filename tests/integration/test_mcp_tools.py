@@ -2,7 +2,8 @@
 over stdio (run in the sandbox) and over streamable HTTP (on 127.0.0.1, listed in the session's
 ``WONDER_MCP_ALLOWED_HOSTS``), its tools imported into the client's library and called by a
 conversation through the real agent loop (a scripted model chooses them), over the gateway on the
-session's Ray."""
+session's Ray. A server of our own (``mcp_test_server.py``) shows what reached it (credentials
+from the client's secrets) and changes its tool list, which the library follows."""
 
 from __future__ import annotations
 
@@ -15,8 +16,16 @@ import pytest
 
 from tests.conftest import Cluster, free_port, wait_for
 from tests.factories import make_client
-from tests.integration.mcp_fixtures import EVERYTHING, NODE, NodeServer, start_everything_http
-from tests.integration.test_gateway import deploy_gateway, http_client, unique
+from tests.integration.mcp_fixtures import (
+    EVERYTHING,
+    NODE,
+    NodeServer,
+    OwnServer,
+    start_everything_http,
+    start_test_server,
+)
+from tests.integration.test_gateway import deploy_gateway, error_of, http_client, unique
+from tests.security.listener import Listening
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +43,15 @@ def api(gateway_url: str, ray_cluster: Cluster) -> Iterator[httpx.Client]:
 @pytest.fixture(scope="module")
 def everything_http() -> Iterator[NodeServer]:
     server = start_everything_http()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def own_server() -> Iterator[OwnServer]:
+    server = start_test_server()
     try:
         yield server
     finally:
@@ -167,3 +185,139 @@ def test_registration_refusals(api: httpx.Client, ray_cluster: Cluster) -> None:
         assert other.get("/v1/mcp-servers").json()["items"] == []
     assert api.delete(f"/v1/mcp-servers/{server_id}").status_code == 204
     assert api.get(f"/v1/mcp-servers/{server_id}").status_code == 404
+
+
+# --------------------------------------------------------------------------- credentials
+
+
+def put_secret(client: httpx.Client, name: str, value: str) -> None:
+    response = client.put(f"/v1/secrets/{name}", json={"value": value})
+    assert response.status_code == 200, response.text
+
+
+def bearer(name: str) -> dict[str, Any]:
+    return {"Authorization": {"secret": name, "prefix": "Bearer "}}
+
+
+def test_a_secret_header_reaches_the_registered_server_and_nothing_else(
+    api: httpx.Client, own_server: OwnServer
+) -> None:
+    name, value = unique("mcp-token"), unique("sk-mcp-value")
+    put_secret(api, name, value)
+    server_id = unique("creds")
+    body = {"transport": "http", "url": own_server.url, "secret_headers": bearer(name)}
+    registered = register(api, server_id, body)
+    assert f"mcp.{server_id}.alpha" in registered["tool_ids"]
+    assert registered["secret_headers"] == {"Authorization": {"secret": name, "prefix": "Bearer "}}
+
+    # The server got the value on every request of the connection (and the platform's own
+    # headers none of the caller's: no Wonder key).
+    seen = own_server.seen()
+    assert seen and all(r["headers"].get("authorization") == f"Bearer {value}" for r in seen)
+
+    # A tool call through the agent loop goes over the same connection with the same header.
+    script = [
+        {"tool_calls": [{"name": "echo_back", "arguments": {"text": "over a credential"}}]},
+        {"reply": "{{last_tool}}"},
+    ]
+    agent = agent_with_tools(api, [f"mcp.{server_id}.echo_back"], script)
+    turn = run_turn(api, agent, "call it")
+    assert turn["status"] == "completed", turn
+    assert "over a credential" in results_by_tool(turn)["echo_back"]["result"]["content"]
+    assert all(r["headers"].get("authorization") == f"Bearer {value}" for r in own_server.seen())
+
+    # The value is nowhere the client (or anyone reading the API or the audit trail) can read.
+    for path in (
+        f"/v1/mcp-servers/{server_id}",
+        "/v1/mcp-servers",
+        f"/v1/tools/mcp.{server_id}.echo_back",
+        f"/v1/audit?target=mcp_servers:{server_id}",
+    ):
+        response = api.get(path)
+        assert response.status_code == 200, (path, response.text)
+        assert value not in response.text, path
+    audit = api.get("/v1/audit", params={"target": f"mcp_servers:{server_id}"}).json()["items"]
+    assert [e["action"] for e in audit] == ["mcp_server.put"], audit
+    assert audit[0]["details"]["secret_headers"] == {"Authorization": name}
+    assert audit[0]["key_id"] is not None  # the request's key, through the request's Audit
+
+
+def test_a_redirect_takes_no_secret_anywhere(api: httpx.Client) -> None:
+    """A server that answers with a redirect (to another listed address) gets no connection
+    followed there: the registration fails, the other listener sees nothing at all."""
+    name, value = unique("mcp-token"), unique("sk-mcp-value")
+    put_secret(api, name, value)
+    with Listening() as elsewhere, Listening() as redirecting:
+        url = f"{redirecting.url}/redirect?to={elsewhere.url}/mcp"
+        server_id = unique("redirect")
+        response = api.put(
+            f"/v1/mcp-servers/{server_id}",
+            json={"transport": "http", "url": url, "secret_headers": bearer(name)},
+        )
+        assert response.status_code >= 400, response.text
+        assert value not in response.text
+        assert redirecting.requests, "the registered server was asked"
+        assert elsewhere.connections == 0 and elsewhere.requests == []
+    # Not reachable as registered: not registered.
+    assert api.get(f"/v1/mcp-servers/{server_id}").status_code == 404
+
+
+def test_a_client_cannot_name_another_clients_secret(
+    api: httpx.Client, ray_cluster: Cluster, own_server: OwnServer
+) -> None:
+    name = unique("shared-name")
+    theirs = unique("sk-of-the-first-client")
+    put_secret(api, name, theirs)
+    with http_client(str(api.base_url), make_client(ray_cluster.store, "intruder")[1]) as other:
+        other.timeout = httpx.Timeout(120)
+        asked_before = len(own_server.seen())
+        body = {"transport": "http", "url": own_server.url, "secret_headers": bearer(name)}
+        refused = other.put(f"/v1/mcp-servers/{unique('steal')}", json=body)
+        assert refused.status_code == 400, refused.text
+        assert name in error_of(refused)["message"]
+        assert len(own_server.seen()) == asked_before, "nothing connected for the refused one"
+        # Names are names, not paths to another client's secrets.
+        for crafted in ("../alice/token", "client:other/token", "*"):
+            body = {"transport": "http", "url": own_server.url, "secret_headers": bearer(crafted)}
+            assert other.put(f"/v1/mcp-servers/{unique('x')}", json=body).status_code == 422
+        # With a secret of its own under the same name, its own value goes, never the other's.
+        mine = unique("sk-of-the-intruder")
+        put_secret(other, name, mine)
+        register(other, unique("own"), {**body, "secret_headers": bearer(name)})
+        sent = [r["headers"].get("authorization") for r in own_server.seen()[asked_before:]]
+        assert sent and set(sent) == {f"Bearer {mine}"}, sent
+        assert not any(theirs in str(r) for r in own_server.seen())
+
+
+# --------------------------------------------------------------------------- tool-list changes
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["listen-stream", "initialize-era"])
+def test_the_library_follows_the_servers_tool_list(api: httpx.Client, legacy: bool) -> None:
+    """The server announces a changed tool list (a ``subscriptions/listen`` event on the current
+    protocol, ``notifications/tools/list_changed`` on the initialize-era one): the library
+    gets the new tool and the registration lists what the server now has."""
+    server = start_test_server(legacy=legacy)
+    try:
+        server_id = unique("changing")
+        registered = register(api, server_id, {"transport": "http", "url": server.url})
+        assert f"mcp.{server_id}.alpha" in registered["tool_ids"]
+        assert api.get(f"/v1/tools/mcp.{server_id}.beta").status_code == 404
+
+        server.change()
+
+        def followed() -> dict[str, Any] | None:
+            now = api.get(f"/v1/mcp-servers/{server_id}").json()
+            return now if f"mcp.{server_id}.beta" in now["tool_ids"] else None
+
+        now = wait_for(followed, timeout=60, interval=0.5)
+        assert f"mcp.{server_id}.alpha" not in now["tool_ids"]
+        beta = api.get(f"/v1/tools/mcp.{server_id}.beta")
+        assert beta.status_code == 200 and beta.json()["target_id"] == f"{server_id}/beta"
+        # The new tool is called like any other through the agent loop.
+        script = [{"tool_calls": [{"name": "beta", "arguments": {}}]}, {"reply": "{{last_tool}}"}]
+        turn = run_turn(api, agent_with_tools(api, [f"mcp.{server_id}.beta"], script), "beta?")
+        assert turn["status"] == "completed", turn
+        assert "beta" in results_by_tool(turn)["beta"]["result"]["content"]
+    finally:
+        server.stop()
