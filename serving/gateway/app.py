@@ -10,6 +10,7 @@ from fastapi import Depends, FastAPI
 
 from core.turn_quotas import default_quota
 from serving.gateway import (
+    a2a,
     admin,
     agents,
     api_docs,
@@ -114,6 +115,7 @@ def create_api(context: GatewayContext) -> FastAPI:
         openai_agents.router,
         mcp_servers.router,
         mcp.router,
+        a2a.router,
     ):
         # member_access.MemberAccess: with an acting user (X-Wonder-User), every route checks
         # the user's level in the conversation it reaches (serving/gateway/member_access.py).
