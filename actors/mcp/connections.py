@@ -47,7 +47,14 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from actors.mcp.sandboxed import sandboxed_argv
 from core.egress import DEFAULT_PORTS, Pinned, checked, mcp_egress
-from core.errors import ErrorCode, PermissionDenied, RetryableError, Timeout, WonderError
+from core.errors import (
+    ErrorCode,
+    InvalidInput,
+    PermissionDenied,
+    RetryableError,
+    Timeout,
+    WonderError,
+)
 from core.ids import new_id
 from core.jsontypes import JsonObject
 from core.mcp import ListedTool, McpServer, SecretResolver, outcome_of
@@ -213,9 +220,16 @@ class McpConnections:
                 await connection.closing.wait()
         except WonderError as exc:
             connection.error = exc
-        except Exception as exc:  # whatever the transport raised: the caller sees it, retried
+        except Exception as exc:  # whatever the transport raised: the caller sees it
             log.warning("MCP server %s: connection failed: %r", server.id, exc)
             connection.error = exc
+            if server.transport == "stdio" and not connection.ready.is_set():
+                # The command ran and did not answer as an MCP server: starting it again does
+                # the same (an HTTP server that cannot be reached may be back: retriable).
+                connection.error = InvalidInput(
+                    f"MCP server {server.id}: its command did not start an MCP server "
+                    f"({type(exc).__name__}: {exc})"
+                )
         finally:
             connection.client = None
             connection.ready.set()

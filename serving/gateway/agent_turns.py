@@ -71,11 +71,14 @@ class AgentSaid:
 
 @dataclass(frozen=True, slots=True)
 class TurnEnded:
-    """The turn completed or failed (its reason then)."""
+    """The turn completed or failed (its reason then, and what failed: its code, and whether
+    asking again may help; a failure that names nothing is taken as retriable)."""
 
     status: Literal["completed", "failed"]
     failure_reason: str | None = None
     usage: JsonObject = field(default_factory=dict)
+    failure_code: str | None = None
+    retriable: bool = True
 
 
 Progress = TokenDelta | ToolMove | AgentSaid | TurnEnded
@@ -158,10 +161,14 @@ def progress_of(event: JsonObject, turn_id: str) -> Progress | None:
         return TokenDelta(str(event.get("delta") or ""))
     if kind in ("turn.completed", "turn.failed") and event.get("turn_id") == turn_id:
         usage = event.get("usage")
+        error = event.get("error")
+        error = error if isinstance(error, dict) else {}
         return TurnEnded(
             status="completed" if kind == "turn.completed" else "failed",
             failure_reason=_text_or_none(event.get("reason") or event.get("failure_reason")),
             usage=usage if isinstance(usage, dict) else {},
+            failure_code=_text_or_none(error.get("code")),
+            retriable=error.get("retriable") is not False,
         )
     if kind == "message":
         message = event.get("message")

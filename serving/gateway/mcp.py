@@ -16,7 +16,6 @@ any gateway replica answers any request); no server-to-client requests (sampling
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import re
@@ -261,24 +260,17 @@ def _server() -> Server[Any]:
 
 
 class McpEndpoint:
-    """The SDK's streamable HTTP session manager for one gateway replica, started on first use
-    (its task group lives in a task of its own for the replica's life)."""
+    """The MCP server of one gateway replica, answering each request with a session manager of
+    its own (stateless: a request is its whole MCP session), whose task group lives exactly as
+    long as the request, on the request's own event loop."""
 
     def __init__(self) -> None:
-        self.manager = StreamableHTTPSessionManager(app=_server(), stateless=True)
-        self._running: asyncio.Task[None] | None = None
-        self._ready = asyncio.Event()
-
-    async def _run(self) -> None:
-        async with self.manager.run():
-            self._ready.set()
-            await asyncio.Event().wait()
+        self.server = _server()
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self._running is None:
-            self._running = asyncio.get_running_loop().create_task(self._run())
-        await self._ready.wait()
-        await self.manager.handle_request(scope, receive, send)
+        manager = StreamableHTTPSessionManager(app=self.server, stateless=True)
+        async with manager.run():
+            await manager.handle_request(scope, receive, send)
 
 
 class _Exchange(Response):

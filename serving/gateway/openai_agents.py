@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from fastapi import APIRouter, Response
 from fastapi.responses import StreamingResponse
 
-from core.errors import NotFound, RetryableError, Timeout, WonderError
+from core.errors import Conflict, NotFound, RetryableError, Timeout, WonderError
 from serving.gateway.agent_turns import (
     AgentSaid,
     Asker,
@@ -129,11 +129,16 @@ def _usage(ended: TurnEnded) -> CompletionUsage:
 
 
 def _raise_unless_completed(ended: TurnEnded) -> None:
+    """A failed turn as the answer's error: 409 when asking again cannot help (what the agent
+    is made of: a missing model profile, a refusal), 503 when it may or the wait ran out."""
     if ended.status == "completed":
         return
     reason = ended.failure_reason or "unknown"
     if reason.startswith("no answer within"):
         raise Timeout(reason)
+    if not ended.retriable:
+        code = f" ({ended.failure_code})" if ended.failure_code else ""
+        raise Conflict(f"the agent's turn failed{code}: {reason}")
     raise RetryableError(f"the agent's turn failed: {reason}")
 
 

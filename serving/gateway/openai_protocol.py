@@ -9,7 +9,7 @@ an agent answers with its own tools and in its own words.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -34,7 +34,10 @@ class ChatMessageIn(StrictScalars):
     model_config = ConfigDict(extra="forbid")
 
     role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart] = Field(max_length=MAX_CHAT_MESSAGES)
+    content: (
+        Annotated[str, Field(max_length=MAX_MESSAGE_CHARS)]
+        | Annotated[list[TextPart], Field(max_length=MAX_CHAT_MESSAGES)]
+    )
     name: str | None = Field(None, max_length=64)
 
     @property
@@ -100,6 +103,12 @@ class ChatCompletionRequest(StrictScalars):
             raise ValueError("messages: the last message must be the user's (it starts the turn)")
         if not self.messages[-1].text.strip():
             raise ValueError("messages: the last user message is empty")
+        total = len(turn_input(self, continuing=False))  # the longest the turn's input gets
+        if total > MAX_MESSAGE_CHARS:
+            raise ValueError(
+                f"messages: {total} characters in all (with the earlier ones quoted), at most "
+                f"{MAX_MESSAGE_CHARS}: they become one message of the conversation"
+            )
         return self
 
     @property

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import Cluster
 from tests.factories import make_client
-from tests.integration.test_gateway import deploy_gateway, http_client
+from tests.integration.test_gateway import deploy_gateway, http_client, unique
 from tests.integration.test_gateway_stream import scripted_agent
 
 
@@ -112,3 +112,21 @@ def test_agent_route_and_refusals(
         assert other.post(route, json=continuing).status_code == 404
     with http_client(gateway_url, None) as anonymous:
         assert anonymous.post(route, json=body).status_code == 401
+    # Long content (a message of the conversation may be 100,000 characters), but not more
+    # than one message may hold once the earlier ones are quoted.
+    long = {"messages": [{"role": "user", "content": "x" * 5000}]}
+    assert api.post(route, json=long).status_code == 200
+    too_long = {"messages": [{"role": "user", "content": "x" * 60_000}] * 2}
+    assert refused(route, too_long)["status"] == 422
+
+
+def test_a_failed_turn_is_409_when_asking_again_cannot_help(api: httpx.Client) -> None:
+    persona_id = unique("persona")
+    persona = {"system_prompt": "x", "model_profile_id": "no-such-profile"}
+    assert api.put(f"/v1/personas/{persona_id}", json=persona).status_code == 200
+    made = api.post("/v1/agents", json={"name": "broken", "persona_ref": {"id": persona_id}})
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    answer = api.post(f"/v1/agents/{made.json()['id']}/chat/completions", json=body)
+    assert answer.status_code == 409, answer.text
+    error = answer.json()["error"]
+    assert "no-such-profile" in error["message"] and error["retriable"] is False
