@@ -4,6 +4,7 @@ cancelled, and the refusals (no key, another client's agent, a non-member user).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 
@@ -20,6 +21,7 @@ from a2a.types.a2a_pb2 import (
     Role,
     SendMessageRequest,
     StreamResponse,
+    SubscribeToTaskRequest,
     TaskState,
 )
 from a2a.utils.errors import A2AError
@@ -173,17 +175,34 @@ async def test_message_send_without_streaming_and_the_0_3_method_names(
         assert answer["result"]["status"]["state"] == "completed", answer
 
 
-async def test_a_task_is_cancelled_like_its_turn(
+async def test_a_task_is_followed_and_cancelled_like_its_turn(
     gateway_url: str, api: httpx.Client, key: str
 ) -> None:
     agent_id = scripted_agent(api, [{"reply": "too late", "delay_s": 60}])
-    async with a2a(gateway_url, agent_id, key, streaming=False) as client:
-        request = user_message("take your time")
-        events = [e async for e in client.send_message(request)]
+    async with (
+        a2a(gateway_url, agent_id, key, streaming=False) as client,
+        a2a(gateway_url, agent_id, key) as streaming,
+    ):
+        events = [e async for e in client.send_message(user_message("take your time"))]
         task_id = events[0].task.id
         assert events[0].task.status.state == TaskState.TASK_STATE_WORKING
+
+        # Another client follows the running task; the cancel ends what it follows.
+        followed: list[StreamResponse] = []
+        subscribed = asyncio.Event()
+
+        async def follow() -> None:
+            async for event in streaming.subscribe(SubscribeToTaskRequest(id=task_id)):
+                followed.append(event)
+                subscribed.set()
+
+        follower = asyncio.create_task(follow())
+        await asyncio.wait_for(subscribed.wait(), 120)
         cancelled = await client.cancel_task(CancelTaskRequest(id=task_id))
         assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+        await asyncio.wait_for(follower, 120)
+        assert followed[0].task.status.state == TaskState.TASK_STATE_WORKING
+        assert followed[-1].status_update.status.state == TaskState.TASK_STATE_CANCELED
 
         # Read back: the turn is over, as cancelled (its conversation's log says so too).
         task = await client.get_task(GetTaskRequest(id=task_id))
@@ -192,6 +211,8 @@ async def test_a_task_is_cancelled_like_its_turn(
         assert turn["status"] == "failed", turn
         with pytest.raises((A2AError, A2AClientError)):
             await client.cancel_task(CancelTaskRequest(id=task_id))
+        with pytest.raises((A2AError, A2AClientError)):  # over: read it with GetTask
+            [e async for e in streaming.subscribe(SubscribeToTaskRequest(id=task_id))]
 
 
 async def test_refusals(
