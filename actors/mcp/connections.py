@@ -199,7 +199,9 @@ class McpConnections:
             async with contextlib.AsyncExitStack() as stack:
                 if server.transport == "stdio":
                     scratch = self._scratch(server)
-                    argv = sandboxed_argv(server.command or [], scratch, self.settings)
+                    argv = sandboxed_argv(
+                        server.command or [], scratch, self.settings, server.client_id
+                    )
                     transport: Any = StdioServerParameters(
                         command=argv[0], args=argv[1:], env={}, cwd=str(scratch)
                     )

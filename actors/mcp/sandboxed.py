@@ -22,10 +22,10 @@ from core.workspaces import SandboxPolicy
 ALWAYS_HIDDEN = (Path("/tmp"),)
 
 
-def sandbox_policy(settings: Settings) -> SandboxPolicy:
-    """``shell.exec``'s limits, without network, with a server's CPU time."""
-    policy = SandboxPolicy.of(settings, None)
-    return policy.model_copy(update={"network": False, "cpu_s": settings.mcp_stdio_cpu_s})
+def sandbox_policy(settings: Settings, client_id: str) -> SandboxPolicy:
+    """``shell.exec``'s limits, without network (no egress proxy), with a server's CPU time."""
+    policy = SandboxPolicy.of(settings, None, client_id)
+    return policy.model_copy(update={"egress": None, "cpu_s": settings.mcp_stdio_cpu_s})
 
 
 def scratch_layout(scratch: Path, settings: Settings) -> SandboxLayout:
@@ -37,8 +37,11 @@ def scratch_layout(scratch: Path, settings: Settings) -> SandboxLayout:
     return SandboxLayout(hidden=tuple(hidden), **directories)
 
 
-def sandboxed_argv(command: list[str], scratch: Path, settings: Settings) -> list[str]:
+def sandboxed_argv(
+    command: list[str], scratch: Path, settings: Settings, client_id: str
+) -> list[str]:
     """The argument vector that runs ``command`` (a program and its arguments, never a shell
-    line: each argument is quoted) in the sandbox."""
+    line: each argument is quoted) in the sandbox of ``client_id``'s commands."""
     layout = scratch_layout(scratch, settings)
-    return bwrap_argv(layout, sandbox_policy(settings), "exec " + shlex.join(command))
+    policy = sandbox_policy(settings, client_id)
+    return bwrap_argv(layout, policy, "exec " + shlex.join(command))
