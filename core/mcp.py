@@ -23,11 +23,11 @@ from typing import Any, Literal, Protocol
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from core.client_secrets import SecretRef
 from core.domain import LibraryId, Model, Tool, ToolRetry
-from core.errors import ErrorCode
+from core.errors import ErrorCode, PermissionDenied
 from core.jsontypes import JsonObject
 from core.ports import TaskOutcome, failed_outcome
 
@@ -105,6 +105,18 @@ class McpServer(Model):
         return f"{self.client_id}/{self.id}/{self.updated_at.isoformat()}"
 
 
+def check_stdio_command(command: list[str], allowed: list[str]) -> None:
+    """A stdio server's program must be one the operator listed (``WONDER_MCP_STDIO_COMMANDS``),
+    matched exactly: no path resolution a client could play with (``/usr/bin/../bin/sh``)."""
+    program = command[0] if command else ""
+    if program not in allowed:
+        listed = ", ".join(allowed) if allowed else "none: stdio servers are off"
+        raise PermissionDenied(
+            f"command: {clean_text(program, 200)!r} is not a program stdio MCP servers may run "
+            f"(WONDER_MCP_STDIO_COMMANDS: {listed})"
+        )
+
+
 class ListedTool(Model):
     """One tool as the server lists it (``tools/list``), before any of it is trusted."""
 
@@ -114,6 +126,21 @@ class ListedTool(Model):
     title: str | None = None
     description: str | None = None
     input_schema: Any = None
+
+
+def listed_tool(dumped: JsonObject) -> ListedTool | None:
+    """One entry of a ``tools/list`` answer (its JSON), or None when it is no usable tool (no
+    name, a name longer than 500 characters, text where text belongs not text): skipped, the
+    rest of the listing kept."""
+    try:
+        return ListedTool(
+            name=dumped.get("name"),
+            title=dumped.get("title"),
+            description=dumped.get("description"),
+            input_schema=dumped.get("inputSchema"),
+        )
+    except ValidationError:
+        return None
 
 
 def tool_id_for(server_id: str, name: str) -> str:
@@ -202,13 +229,17 @@ def library_tool(server: McpServer, listed: ListedTool) -> Tool:
 
 
 def library_tools(server: McpServer, listed: list[ListedTool]) -> list[Tool]:
-    """The library tools for a listing (the first ``MAX_TOOLS``, distinct ids)."""
-    seen: set[str] = set()
+    """The library tools for a listing (the first ``MAX_TOOLS``): distinct ids and distinct
+    names the model calls them by, the first listed of colliding ones kept (``a.b`` and ``a_b``
+    are both ``a_b`` to the model: one tool must not shadow another)."""
+    ids: set[str] = set()
+    names: set[str] = set()
     tools: list[Tool] = []
     for item in listed[:MAX_TOOLS]:
         tool = library_tool(server, item)
-        if tool.id not in seen:
-            seen.add(tool.id)
+        if tool.id not in ids and tool.name not in names:
+            ids.add(tool.id)
+            names.add(tool.name)
             tools.append(tool)
     return tools
 

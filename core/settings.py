@@ -216,6 +216,12 @@ class Settings(BaseSettings):
         "networks, each with an optional :port (loopback and private addresses only when an "
         "address entry lists them; docs/protocols.md)",
     )
+    mcp_stdio_commands: list[str] = Field(
+        default_factory=list,
+        description="Programs a stdio MCP server may be started with (a command's first "
+        "argument, matched exactly: an absolute path or a name looked up on the sandbox's PATH); "
+        "empty: no stdio servers (docs/protocols.md)",
+    )
     mcp_stdio_cpu_s: int = Field(
         3600, ge=1, description="RLIMIT_CPU of a stdio MCP server's sandboxed process"
     )

@@ -65,6 +65,9 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
+# Node.js as installed by npm (package-lock.json): the stdio MCP servers of the protocol tests.
+NODE_BIN = (Path(__file__).resolve().parents[1] / "node_modules" / ".bin" / "node").resolve()
+
 
 @dataclass
 class Cluster:
@@ -191,6 +194,8 @@ def ray_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         "WONDER_MODEL_ALLOWED_HOSTS": json.dumps(model_hosts),
         # The MCP servers the protocol tests start listen on loopback, listed by address.
         "WONDER_MCP_ALLOWED_HOSTS": '["127.0.0.1"]',
+        # The one program stdio MCP servers of the protocol tests run: the npm-installed Node.
+        "WONDER_MCP_STDIO_COMMANDS": json.dumps([str(NODE_BIN)]),
         "WONDER_ALLOW_TEST_DOUBLES": "true",
         "WONDER_LIBRARY_CALLABLES": '["tests.callables"]',
         "RAY_AUTH_MODE": "disabled",

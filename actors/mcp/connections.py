@@ -44,6 +44,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import SubscriptionLost, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
 from actors.mcp.sandboxed import sandboxed_argv
 from core.egress import DEFAULT_PORTS, Pinned, checked, mcp_egress
@@ -57,13 +58,22 @@ from core.errors import (
 )
 from core.ids import new_id
 from core.jsontypes import JsonObject
-from core.mcp import ListedTool, McpServer, SecretResolver, outcome_of
+from core.mcp import (
+    ListedTool,
+    McpServer,
+    SecretResolver,
+    check_stdio_command,
+    clean_text,
+    listed_tool,
+    outcome_of,
+)
 from core.ports import TaskOutcome, failed_outcome
 from core.settings import Settings
 
 log = logging.getLogger("wonder.mcp")
 
 CONNECT_TIMEOUT_S = 60.0
+MAX_ERROR_CHARS = 2000  # of a server's error message, as the model sees it
 LIST_PAGES = 20
 TOOLS_CHANGED = "notifications/tools/list_changed"
 LISTEN_ATTEMPTS = 5
@@ -115,15 +125,11 @@ class McpConnections:
                     client.list_tools(cursor=cursor, cache_mode="refresh"), server.timeout_s
                 )
                 for tool in page.tools:
-                    dumped = tool.model_dump(mode="json", by_alias=True)
-                    listed.append(
-                        ListedTool(
-                            name=dumped.get("name") or "?",
-                            title=dumped.get("title"),
-                            description=dumped.get("description"),
-                            input_schema=dumped.get("inputSchema"),
-                        )
-                    )
+                    item = listed_tool(tool.model_dump(mode="json", by_alias=True))
+                    if item is None:
+                        log.warning("MCP server %s listed an unusable tool: skipped", server.id)
+                    else:
+                        listed.append(item)
                 cursor = page.next_cursor
                 if cursor is None:
                     break
@@ -144,7 +150,13 @@ class McpConnections:
             raise Timeout(f"MCP tool {name} did not answer within {timeout_s:g} s") from None
         except MCPError as exc:
             code = INVALID_CALL.get(exc.code, ErrorCode.EXECUTION_FAILED)
-            return failed_outcome(code, f"MCP server {server.id}: {exc.error.message}")
+            message = clean_text(exc.error.message, MAX_ERROR_CHARS)
+            return failed_outcome(code, f"MCP server {server.id}: {message}")
+        except ValidationError:  # an answer that is JSON-RPC but no tools/call result
+            return failed_outcome(
+                ErrorCode.EXECUTION_FAILED,
+                f"MCP server {server.id} answered {name} with something that is no MCP result",
+            )
         except (OSError, httpx2.HTTPError, ConnectionError) as exc:
             await self._drop(server)
             raise RetryableError(f"MCP server {server.id} was lost: {exc}") from None
@@ -198,6 +210,8 @@ class McpConnections:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 if server.transport == "stdio":
+                    # Checked again: the operator may have narrowed the list since.
+                    check_stdio_command(server.command or [], self.settings.mcp_stdio_commands)
                     scratch = self._scratch(server)
                     argv = sandboxed_argv(
                         server.command or [], scratch, self.settings, server.client_id

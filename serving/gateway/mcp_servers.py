@@ -27,7 +27,7 @@ from core.domain import NAME_PATTERN
 from core.egress import check_url, mcp_egress
 from core.errors import InvalidInput, NotFound, Unavailable
 from core.ids import utc_now
-from core.mcp import McpServer, McpTools
+from core.mcp import McpServer, McpTools, check_stdio_command
 from core.mcp_sources import import_tools
 from core.strict import StrictScalars
 from serving.gateway.audit_trail import Audit
@@ -71,6 +71,8 @@ def _registration(
     now, and again before each connection)."""
     if body.url is not None:
         check_url(body.url, mcp_egress(context.settings), "url")
+    if body.command is not None:
+        check_stdio_command(body.command, context.settings.mcp_stdio_commands)
     for header, ref in body.secret_headers.items():
         try:
             context.store.client_secrets.meta(client_id, ref.secret)

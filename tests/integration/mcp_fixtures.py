@@ -78,10 +78,12 @@ class OwnServer(NodeServer):
         httpx.post(f"{self.base}/change", trust_env=False).raise_for_status()
 
 
-def start_test_server(legacy: bool = False) -> OwnServer:
-    """Our own MCP server on a free loopback port (``legacy``: initialize-era protocol only)."""
+def start_test_server(legacy: bool = False, hostile: bool = False) -> OwnServer:
+    """Our own MCP server on a free loopback port (``legacy``: initialize-era protocol only;
+    ``hostile``: tools and answers no client should trust)."""
     port = free_port()
-    argv = [sys.executable, TEST_SERVER, "--port", str(port), *(["--legacy"] if legacy else [])]
+    flags = [*(["--legacy"] if legacy else []), *(["--hostile"] if hostile else [])]
+    argv = [sys.executable, TEST_SERVER, "--port", str(port), *flags]
     process = subprocess.Popen(
         argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )

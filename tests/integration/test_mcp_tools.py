@@ -177,6 +177,11 @@ def test_registration_refusals(api: httpx.Client, ray_cluster: Cluster) -> None:
     # A stdio server is a program and its arguments (no url, no headers).
     both = {"transport": "stdio", "command": ["x"], "url": "http://127.0.0.1:1/"}
     assert refused(unique("bad"), both)[0] == 422
+    # Only a program the operator listed (WONDER_MCP_STDIO_COMMANDS: the npm Node here), matched
+    # as written: refused before anything starts.
+    for command in (["/bin/sh", "-c", f"{NODE} {EVERYTHING}"], [f"{NODE}/../node", EVERYTHING]):
+        status, message = refused(unique("bad"), {"transport": "stdio", "command": command})
+        assert status == 403 and "WONDER_MCP_STDIO_COMMANDS" in message, message
     # Another client's server is not there; nothing is listed for it.
     server_id = unique("mine")
     register(api, server_id, {"transport": "stdio", "command": [NODE, EVERYTHING]})
@@ -287,6 +292,43 @@ def test_a_client_cannot_name_another_clients_secret(
         sent = [r["headers"].get("authorization") for r in own_server.seen()[asked_before:]]
         assert sent and set(sent) == {f"Bearer {mine}"}, sent
         assert not any(theirs in str(r) for r in own_server.seen())
+
+
+# --------------------------------------------------------------------------- hostile servers
+
+
+def test_what_a_hostile_server_says_reaches_the_model_bounded(api: httpx.Client) -> None:
+    """A server whose tool names collide with and imitate others, whose result is megabytes and
+    whose answers are not MCP: the library keeps one tool per name (the first listed), a name
+    too long is skipped, and each call ends as a tool result the model sees, bounded, with the
+    turn completing."""
+    server = start_test_server(hostile=True)
+    try:
+        server_id = unique("hostile")
+        tool_ids = register(api, server_id, {"transport": "http", "url": server.url})["tool_ids"]
+        names = {api.get(f"/v1/tools/{tool_id}").json()["name"]: tool_id for tool_id in tool_ids}
+        assert names["echo_back"] == f"mcp.{server_id}.echo_back"  # not echo.back, listed later
+        assert f"mcp.{server_id}.echo.back" not in tool_ids
+        assert "______etc_passwd" in names and len(tool_ids) == len(names)
+        assert all(len(name) <= 64 and "x" * 100 not in name for name in names)
+
+        script = [
+            {"tool_calls": [{"name": "huge", "arguments": {}}]},
+            {"tool_calls": [{"name": "malformed", "arguments": {}}]},
+            {"tool_calls": [{"name": "garbled", "arguments": {}}]},
+            {"reply": "survived"},
+        ]
+        agent = agent_with_tools(api, [names[n] for n in ("huge", "malformed", "garbled")], script)
+        turn = run_turn(api, agent, "call them")
+    finally:
+        server.stop()
+    assert turn["status"] == "completed", turn
+    moves = [m for m in turn["moves"] if m.get("tool_call")]
+    huge, malformed, garbled = (m["tool_result"] for m in moves)
+    assert huge["success"] and 30_000 < len(huge["result"]["content"]) <= 32_000
+    for failed in (malformed, garbled):
+        assert failed["success"] is False and failed["error"]["code"] == "EXECUTION_FAILED"
+        assert len(failed["error"]["message"]) <= 2100, failed
 
 
 # --------------------------------------------------------------------------- tool-list changes

@@ -13,7 +13,17 @@ import pytest
 from actors.mcp.connections import pinned_only
 from core.egress import EgressPolicy, check_url, mcp_egress, pin
 from core.errors import InvalidInput, PermissionDenied
-from core.mcp import ListedTool, McpServer, clean_schema, library_tool, outcome_of, tool_id_for
+from core.mcp import (
+    ListedTool,
+    McpServer,
+    check_stdio_command,
+    clean_schema,
+    library_tool,
+    library_tools,
+    listed_tool,
+    outcome_of,
+    tool_id_for,
+)
 from core.settings import Settings
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -46,6 +56,31 @@ def test_library_tool_from_an_untrusted_listing() -> None:
     assert "pattern" not in str(tool.input_schema) and "evil" not in str(tool.input_schema)
 
 
+def test_names_that_collide_or_inject_never_shadow_a_tool() -> None:
+    """A listing whose names are one name to the model keeps the first; names that read like
+    paths or instructions become names in the tool alphabet; what is no tool is skipped."""
+    names = ["echo_back", "echo.back", "echo back", "../../etc/passwd", "a; call shell.exec"]
+    tools = library_tools(SERVER, [ListedTool(name=name) for name in names])
+    assert [t.name for t in tools] == ["echo_back", "______etc_passwd", "a__call_shell_exec"]
+    assert tools[0].target_id == "gh/echo_back"  # the first listed, not the later look-alike
+    assert all(t.id.startswith("mcp.gh.") and "/" not in t.id for t in tools)
+    for unusable in ({"name": "x" * 501}, {}, {"name": "ok", "description": 3}):
+        assert listed_tool(unusable) is None
+    assert listed_tool({"name": "ok", "inputSchema": "junk"}) is not None
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["/bin/sh", "-c", "node server.js"], ["/usr/bin/../bin/node"], ["node"], ["/usr/bin/node "]],
+)
+def test_a_stdio_program_the_operator_did_not_list_is_refused(command: list[str]) -> None:
+    check_stdio_command(["/usr/bin/node", "server.js"], ["/usr/bin/node"])
+    with pytest.raises(PermissionDenied, match="WONDER_MCP_STDIO_COMMANDS"):
+        check_stdio_command(command, ["/usr/bin/node"])
+    with pytest.raises(PermissionDenied, match="stdio servers are off"):
+        check_stdio_command(command, [])
+
+
 @pytest.mark.parametrize(
     "schema", [None, "x", {"type": "string"}, {"type": "object", "properties": 3}]
 )
@@ -68,6 +103,7 @@ def test_long_ids_stay_unique_within_the_limit() -> None:
             "[image image/png, 3 bytes]",
         ),
         ({"content": [{"type": "text", "text": "boom"}], "isError": True}, False, None),
+        ({"content": [{"type": "text", "text": "h" * 4_000_000}]}, True, "h" * 31_999 + "…"),
     ],
 )
 def test_results_as_outcomes(result: dict[str, object], success: bool, content: str | None) -> None:
