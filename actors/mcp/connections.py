@@ -137,7 +137,13 @@ class McpConnections:
             await self._drop(server)
             raise Timeout(f"MCP server {server.id} did not list its tools in time") from None
         except MCPError as exc:
-            raise RetryableError(f"MCP server {server.id}: {exc.error.message}") from None
+            message = clean_text(exc.error.message, MAX_ERROR_CHARS)
+            raise RetryableError(f"MCP server {server.id}: {message}") from None
+        except ValidationError:  # JSON-RPC, but no tools/list result
+            raise InvalidInput(
+                f"MCP server {server.id} answered tools/list with something that is no MCP "
+                "tool listing"
+            ) from None
         return listed
 
     async def call_tool(

@@ -12,7 +12,8 @@ protocol tests as a process of its own: what the reference server cannot show.
   made into names a model calls (``echo.back``/``echo_back``) or that read like paths or
   instructions, a name too long for a tool, a result of megabytes (``huge``), and answers to
   ``tools/call`` that are not what MCP says (``malformed``: content that is not a list;
-  ``garbled``: a body that is not JSON), sent raw past the SDK.
+  ``garbled``: a body that is not JSON), sent raw past the SDK; with the request header
+  ``X-Hostile-List``, a ``tools/list`` answer that is no listing.
 
     python tests/integration/mcp_test_server.py --port 8123 [--legacy] [--hostile]
 """
@@ -107,7 +108,7 @@ class RawAnswers:
             message = await receive()
             body += message.get("body", b"")
             more = message.get("more_body", False)
-        raw = _raw_answer(body)
+        raw = _raw_answer(body, any(k == b"x-hostile-list" for k, _v in scope["headers"]))
         if raw is not None:
             await Response(raw, media_type="application/json")(scope, receive, send)
             return
@@ -123,12 +124,17 @@ class RawAnswers:
         await self.app(scope, replay, send)
 
 
-def _raw_answer(body: bytes) -> bytes | None:
+def _raw_answer(body: bytes, hostile_list: bool) -> bytes | None:
     try:
         message = json.loads(body)
     except ValueError:
         return None
-    if not isinstance(message, dict) or message.get("method") != "tools/call":
+    if not isinstance(message, dict):
+        return None
+    if hostile_list and message.get("method") == "tools/list":
+        listing = {"tools": "none of your business", "resultType": "complete"}
+        return json.dumps({"jsonrpc": "2.0", "id": message.get("id"), "result": listing}).encode()
+    if message.get("method") != "tools/call":
         return None
     answer = RAW_ANSWERS.get(str((message.get("params") or {}).get("name")))
     return answer(message.get("id")) if answer is not None else None

@@ -216,6 +216,7 @@ def owner(
 ) -> Iterator[Owner]:
     client_id, key = make_client(ray_cluster.store, "sweep-owner")
     with http_client(gateway_url, key) as api:
+        api.timeout = httpx.Timeout(120)  # longer than the workflow run's wait_s (60)
         made = Owner(api, client_id)
         _library(made)
         _conversation(made)

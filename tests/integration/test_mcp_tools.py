@@ -311,6 +311,10 @@ def test_what_a_hostile_server_says_reaches_the_model_bounded(api: httpx.Client)
         assert f"mcp.{server_id}.echo.back" not in tool_ids
         assert "______etc_passwd" in names and len(tool_ids) == len(names)
         assert all(len(name) <= 64 and "x" * 100 not in name for name in names)
+        # A listing that is no MCP listing: refused, nothing registered.
+        body = {"transport": "http", "url": server.url, "headers": {"X-Hostile-List": "1"}}
+        refused = api.put(f"/v1/mcp-servers/{unique('no-listing')}", json=body)
+        assert refused.status_code == 400 and "tools/list" in error_of(refused)["message"]
 
         script = [
             {"tool_calls": [{"name": "huge", "arguments": {}}]},
