@@ -361,6 +361,8 @@ def _body(
         return owner.library_bodies[_library_kind(template)]
     if method == "PUT" and template == "/v1/mcp-servers/{server_id}":
         return owner.mcp_body
+    if template.endswith("/chat/completions"):  # the last message must be the user's
+        return {"model": "agent", "messages": [{"role": "user", "content": "hi"}]}
     request_body = operation.get("requestBody")
     if request_body is None:
         return None
