@@ -67,22 +67,11 @@ def _tools(context: GatewayContext) -> McpTools:
 def _registration(
     context: GatewayContext, client_id: str, server_id: str, body: McpServerPut, at: datetime
 ) -> McpServer:
-    """The registration as it will be stored (validated; a URL checked against the allow-list
-    now, and again before each connection)."""
-    if body.url is not None:
-        check_url(body.url, mcp_egress(context.settings), "url")
-    if body.command is not None:
-        check_stdio_command(body.command, context.settings.mcp_stdio_commands)
-    for header, ref in body.secret_headers.items():
-        try:
-            context.store.client_secrets.meta(client_id, ref.secret)
-        except NotFound:
-            raise InvalidInput(
-                f"secret_headers.{header}: you have no secret {ref.secret} "
-                f"(PUT /v1/secrets/{ref.secret} first)"
-            ) from None
+    """The registration as it will be stored (validated: its fields for its transport first,
+    then a URL against the allow-list, now and again before each connection, a command against
+    the operator's programs, and the secrets it names)."""
     previous = context.store.mcp_servers.find(client_id, server_id)
-    return McpServer.model_validate(
+    server = McpServer.model_validate(
         {
             **body.model_dump(exclude_none=True),
             "id": server_id,
@@ -91,6 +80,19 @@ def _registration(
             "updated_at": at,
         }
     )
+    if server.url is not None:
+        check_url(server.url, mcp_egress(context.settings), "url")
+    if server.command is not None:
+        check_stdio_command(server.command, context.settings.mcp_stdio_commands)
+    for header, ref in server.secret_headers.items():
+        try:
+            context.store.client_secrets.meta(client_id, ref.secret)
+        except NotFound:
+            raise InvalidInput(
+                f"secret_headers.{header}: you have no secret {ref.secret} "
+                f"(PUT /v1/secrets/{ref.secret} first)"
+            ) from None
+    return server
 
 
 @router.put(
