@@ -50,9 +50,11 @@ test-system-packages:
 	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; fi
 
 # npm packages for the tests (package.json, pinned by package-lock.json): axe-core, which the
-# browser tests (tests/browser) inject into the console's pages. The console has no build step.
+# browser tests (tests/browser) inject into the console's pages (the console has no build step);
+# the reference MCP server and the MCP conformance suite (tests/integration/test_mcp_*.py), with
+# the Node 22 they need as a package. Nothing is fetched at run time.
 $(NODE_STAMP): package.json package-lock.json | test-system-packages
-	npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+	npm ci --no-audit --no-fund --loglevel=error
 	@touch $(NODE_STAMP)
 
 # torch comes first from the pinned CPU build (a bare torch requirement would pull a CUDA build);

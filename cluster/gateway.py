@@ -16,6 +16,7 @@ from ray import serve
 from ray.serve import Application
 
 from cluster import niceness, placement, wiring
+from cluster.mcp import RayMcpTools
 from cluster.models import ProcessMemory, ServedEmbedders
 from cluster.scheduler import scheduler_handle
 from core.settings import Settings, settings_from_env, wonder_env
@@ -79,6 +80,7 @@ class Gateway:
             workspaces=wiring.workspaces(settings_env),
             node=ray.get_runtime_context().get_node_id(),
             models=DeployedModelNames(),
+            mcp=RayMcpTools(settings_env),
         )
         scheduler_handle(settings_env)  # cron triggers fire while a gateway is up (idempotent)
 

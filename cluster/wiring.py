@@ -22,6 +22,7 @@ from cluster import placement
 from cluster.async_operations import RayAsyncOperations, runner_handle
 from cluster.conversations import RayConversations, directory_handle
 from cluster.executor import RayTaskRunner
+from cluster.mcp import RayMcpTools
 from cluster.metrics import ray_metrics
 from cluster.models import ProcessMemory, ServedChatModels, ServedEmbedders
 from cluster.workflows import RayCoordinators
@@ -98,6 +99,7 @@ def _tool_ports(key: EnvKey) -> ToolPorts:
         tasks=task_runner(env),
         conversations=conversations(env),
         workflows=workflows(env),
+        mcp=RayMcpTools(env),
     )
 
 
@@ -118,6 +120,7 @@ def conversation_ports(settings_env: dict[str, str]) -> ConversationPorts:
         tasks=tools.tasks,
         conversations=conversations_port,
         workflows=tools.workflows,
+        mcp=tools.mcp,
         residency=conversations_port,
         operations=RayAsyncOperations(lambda: runner_handle(settings_env, runner_ports)),
         models=ServedChatModels(tools.settings, SecretVault(tools.store, tools.settings)),

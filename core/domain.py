@@ -123,14 +123,15 @@ class ToolShortcut(Model):
 
 
 class Tool(Model):
-    """The LLM-facing interface to a task, workflow or agent."""
+    """The LLM-facing interface to a task, workflow, agent, or a tool of an MCP server
+    (``mcp``: ``target_id`` is ``<server id>/<the server's tool name>``, ``core.mcp``)."""
 
     id: LibraryId
     version: int = 0
     name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
     description: str = Field(max_length=2000)
     input_schema: JsonObject = Field(default_factory=lambda: {"type": "object"})
-    target_type: Literal["task", "workflow", "agent"]
+    target_type: Literal["task", "workflow", "agent", "mcp"]
     target_id: str = Field(min_length=1, max_length=200)
     is_async: bool = Field(False, alias="async")
     invocation_mode: Literal["delegate", "loop_in"] = "delegate"

@@ -217,6 +217,25 @@ class Settings(BaseSettings):
     secrets_key_file: Path | None = Field(
         None, description="Key file used when secrets_key is unset; default data_dir/secrets.key"
     )
+    # MCP servers as tool sources (docs/protocols.md).
+    mcp_allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Where MCP servers registered over HTTP may be: host names, addresses or "
+        "networks, each with an optional :port (loopback and private addresses only when an "
+        "address entry lists them; docs/protocols.md)",
+    )
+    mcp_stdio_commands: list[str] = Field(
+        default_factory=list,
+        description="Programs a stdio MCP server may be started with (a command's first "
+        "argument, matched exactly: an absolute path or a name looked up on the sandbox's PATH); "
+        "empty: no stdio servers (docs/protocols.md)",
+    )
+    mcp_stdio_cpu_s: int = Field(
+        3600, ge=1, description="RLIMIT_CPU of a stdio MCP server's sandboxed process"
+    )
+    mcp_idle_s: float = Field(
+        600.0, gt=0, description="An MCP server connection unused this long is closed"
+    )
 
     # What library code may run (docs/security.md).
     library_callables: list[str] = Field(
@@ -415,7 +434,7 @@ class Settings(BaseSettings):
     def trusted_networks(self) -> tuple[Network, ...]:
         return parse_networks(self.trusted_proxies)
 
-    @field_validator("http_allowed_hosts", "model_allowed_hosts")
+    @field_validator("http_allowed_hosts", "model_allowed_hosts", "mcp_allowed_hosts")
     @classmethod
     def _destinations(cls, entries: list[str]) -> list[str]:
         for entry in entries:

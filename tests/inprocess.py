@@ -21,6 +21,7 @@ from actors.conversation.actor import ConversationActor
 from actors.conversation.intake import Intake
 from actors.conversation.ports import ConversationPorts, ToolPorts
 from actors.executor import run_task
+from actors.mcp.connections import McpConnections
 from actors.workflow_coordinator.actor import WorkflowCoordinator
 from actors.workflow_coordinator.ports import CoordinatorPorts
 from actors.workflow_coordinator.runs import RunLimits, WorkflowRunService
@@ -199,6 +200,10 @@ class InProcessCluster:
             tasks=InProcessTasks(settings_env),
             conversations=self,
             workflows=self.workflows,
+            mcp=McpConnections(
+                settings_from_env(settings_env),
+                SecretVault(self.store, settings_from_env(settings_env)),
+            ),
         )
         self.runner = AsyncOperationRunner(lambda: self.tools)
         self.intake = Intake(self.store)  # what the gateway's adapter acknowledges with
@@ -215,6 +220,7 @@ class InProcessCluster:
             tasks=tools.tasks,
             conversations=self,
             workflows=tools.workflows,
+            mcp=tools.mcp,
             residency=self,
             operations=self,
             models=ServedChatModels(tools.settings, SecretVault(tools.store, tools.settings)),

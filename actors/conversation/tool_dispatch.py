@@ -42,6 +42,7 @@ from core.errors import (
 )
 from core.ids import new_id, utc_now
 from core.jsontypes import JsonObject
+from core.mcp import target_of as mcp_target
 from core.ports import AgentAnswer, InvocationMode, TaskContext, TaskOutcome, failed_outcome
 from core.projects import child_workplace
 from core.retry import RetryPolicy, with_retries
@@ -139,6 +140,20 @@ class ToolDispatcher:
                 return await self.ports.workflows.run_to_end(
                     tool.target_id, decision.input, parent=parent
                 )
+            case "mcp":
+                return await self._call_mcp(decision)
+
+    async def _call_mcp(self, decision: DispatchTool) -> TaskOutcome:
+        """A tool of one of the client's MCP servers (``core.mcp``): the registration as it is
+        now (a server deleted since the tool was imported answers ``NOT_FOUND``)."""
+        tool = decision.tool
+        server_id, name = mcp_target(tool)
+        client_id = self.conversation.client_id
+        server = await asyncio.to_thread(self.ports.store.mcp_servers.find, client_id, server_id)
+        if server is None:
+            return failed_outcome(ErrorCode.NOT_FOUND, f"MCP server {server_id} is not registered")
+        timeout_s = tool.retry.timeout_ms / 1000
+        return await self.ports.mcp.call_tool(server, name, decision.input, timeout_s)
 
     async def _loop_in(self, turn_id: str, agent_id: str, decision: DispatchTool) -> TaskOutcome:
         """Loop in (seed 001): the target agent joins this conversation as a participant,

@@ -42,6 +42,7 @@ from core.store.forks import ForkOps
 from core.store.hooks import HookOps
 from core.store.keys import KeyOps
 from core.store.library import LibraryOps, LibraryVersions
+from core.store.mcp_servers import McpServerOps
 from core.store.members import MemberOps
 from core.store.projects import ProjectOps, WorkspaceOps
 from core.store.quotas import AdminKeyOps, QuotaOps
@@ -546,6 +547,7 @@ class Store:
         self.keys = KeyOps(db)
         self.members = MemberOps(db)
         self.stream_tickets = StreamTicketOps(db)
+        self.mcp_servers = McpServerOps(db)
 
     @classmethod
     def open(cls, url: str, pool: PoolLimits | None = None) -> Store:

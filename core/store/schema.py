@@ -366,3 +366,12 @@ client_secrets = Table(
     Column("sealed", Text, nullable=False),
     Column("data", Text, nullable=False),
 )
+
+# A client's registered MCP servers (docs/protocols.md): the registration as JSON in ``data``.
+mcp_servers = Table(
+    "mcp_servers",
+    metadata,
+    Column("client_id", String(64), primary_key=True),
+    Column("id", String(128), primary_key=True),
+    Column("data", Text, nullable=False),
+)

@@ -10,6 +10,7 @@ from fastapi import Depends, FastAPI
 
 from core.turn_quotas import default_quota
 from serving.gateway import (
+    a2a,
     admin,
     agents,
     api_docs,
@@ -22,10 +23,13 @@ from serving.gateway import (
     hooks,
     keys,
     library,
+    mcp,
+    mcp_servers,
     member_access,
     members,
     memories,
     messages,
+    openai_agents,
     projects,
     secrets,
     sessions,
@@ -109,6 +113,10 @@ def create_api(context: GatewayContext) -> FastAPI:
         members.router,
         stream_tickets.router,
         hooks.router,
+        openai_agents.router,
+        mcp_servers.router,
+        mcp.router,
+        a2a.router,
     ):
         # member_access.MemberAccess: with an acting user (X-Wonder-User), every route checks
         # the user's level in the conversation it reaches (serving/gateway/member_access.py).

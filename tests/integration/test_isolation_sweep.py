@@ -30,6 +30,7 @@ from websockets.exceptions import ConnectionClosed
 from core.ids import utc_now
 from tests.conftest import Cluster, wait_for
 from tests.factories import make_client
+from tests.integration.mcp_fixtures import OwnServer, start_test_server
 from tests.integration.test_gateway import deploy_gateway, http_client, unique
 from tests.integration.test_gateway_stream import open_stream
 
@@ -76,6 +77,11 @@ EXEMPT: dict[tuple[str, str], tuple[int, str]] = {
         "secret names are per client: a second client's PUT stores a secret of its own under "
         "that name; the first client's secret is checked unchanged (its version)",
     ),
+    ("PUT", "/v1/mcp-servers/{server_id}"): (
+        200,
+        "MCP server ids are per client: a second client's PUT (the first client's body) registers "
+        "a server of its own under that id; the first client's registration is checked unchanged",
+    ),
     ("POST", "/v1/hooks/{hook_id}"): (
         401,
         "webhook deliveries authenticate by the hook's HMAC signature, not by an API key: a "
@@ -92,6 +98,7 @@ class Owner:
     client_id: str
     ids: dict[str, str] = field(default_factory=dict)
     library_bodies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    mcp_body: dict[str, Any] = field(default_factory=dict)
 
 
 @pytest.fixture(scope="module")
@@ -188,14 +195,33 @@ def _others(owner: Owner) -> None:
     owner.ids["secret"] = "sweep-token"
 
 
+def _mcp_server(owner: Owner, server: OwnServer) -> None:
+    owner.mcp_body = {"transport": "http", "url": server.url}
+    owner.ids["server_id"] = "sweep-mcp"
+    ok(owner.api.put("/v1/mcp-servers/sweep-mcp", json=owner.mcp_body))
+
+
 @pytest.fixture(scope="module")
-def owner(gateway_url: str, ray_cluster: Cluster, embedder_app: str) -> Iterator[Owner]:
+def mcp_server() -> Iterator[OwnServer]:
+    server = start_test_server()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def owner(
+    gateway_url: str, ray_cluster: Cluster, embedder_app: str, mcp_server: OwnServer
+) -> Iterator[Owner]:
     client_id, key = make_client(ray_cluster.store, "sweep-owner")
     with http_client(gateway_url, key) as api:
+        api.timeout = httpx.Timeout(120)  # longer than the workflow run's wait_s (60)
         made = Owner(api, client_id)
         _library(made)
         _conversation(made)
         _others(made)
+        _mcp_server(made, mcp_server)
         yield made
 
 
@@ -234,6 +260,7 @@ FACTORIES: dict[str, Callable[[Owner, str], str]] = {
     "hook_id": lambda o, _path: o.ids["hook_id"],
     "trigger_id": lambda o, _path: o.ids["trigger_id"],
     "name": lambda o, path: _secret_name(o, path),
+    "server_id": lambda o, _path: o.ids["server_id"],
 }
 
 
@@ -332,6 +359,10 @@ def _body(
 ) -> Any:
     if method == "PUT" and template.split("/")[2] in LIBRARY_KINDS:
         return owner.library_bodies[_library_kind(template)]
+    if method == "PUT" and template == "/v1/mcp-servers/{server_id}":
+        return owner.mcp_body
+    if template.endswith("/chat/completions"):  # the last message must be the user's
+        return {"model": "agent", "messages": [{"role": "user", "content": "hi"}]}
     request_body = operation.get("requestBody")
     if request_body is None:
         return None
@@ -393,6 +424,7 @@ def _snapshot(owner: Owner) -> dict[str, Any]:
         "trigger": ok(api.get(f"/v1/triggers/{ids['trigger_id']}")),
         "user_quota": ok(api.get(f"/v1/users/{ids['user_id']}/quota")),
         "secret": ok(api.get(f"/v1/secrets/{ids['secret']}")),
+        "mcp_server": ok(api.get(f"/v1/mcp-servers/{ids['server_id']}")),
         "library": {
             kind: ok(api.get(f"/v1/{kind}/{ids[kind]}/versions")) for kind in LIBRARY_KINDS
         },
