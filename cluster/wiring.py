@@ -20,6 +20,7 @@ from actors.workflow_coordinator.ports import CoordinatorPorts
 from actors.workflow_coordinator.runs import WorkflowRunService
 from cluster import placement
 from cluster.async_operations import RayAsyncOperations, runner_handle
+from cluster.conversation_events import RayEventPublisher, event_listener
 from cluster.conversations import RayConversations, directory_handle
 from cluster.executor import RayTaskRunner
 from cluster.metrics import ray_metrics
@@ -49,13 +50,21 @@ class ActorLifecycle:
 # --------------------------------------------------------------------------- shared pieces
 
 
+@functools.lru_cache(maxsize=1)
+def event_publisher() -> RayEventPublisher:
+    """This process's way to publish conversation events (to the events hub)."""
+    return RayEventPublisher()
+
+
 @functools.lru_cache(maxsize=8)
 def _conversations(key: EnvKey) -> RayConversations:
     env = dict(key)
     settings = settings_from_env(env)
+    store = store_for_settings(settings)
     return RayConversations(
         lambda: directory_handle(env, settings.max_resident_conversations, conversation_ports),
-        Intake(store_for_settings(settings)),
+        Intake(store, event_publisher()),
+        lambda: event_listener(store, str(key)).feed,
     )
 
 
@@ -96,6 +105,7 @@ def _tool_ports(key: EnvKey) -> ToolPorts:
         tasks=task_runner(env),
         conversations=conversations(env),
         workflows=workflows(env),
+        listeners=event_publisher(),
     )
 
 
@@ -116,6 +126,7 @@ def conversation_ports(settings_env: dict[str, str]) -> ConversationPorts:
         tasks=tools.tasks,
         conversations=conversations_port,
         workflows=tools.workflows,
+        listeners=tools.listeners,
         residency=conversations_port,
         operations=RayAsyncOperations(lambda: runner_handle(settings_env, runner_ports)),
         models=ServedChatModels(tools.settings.allow_test_doubles),

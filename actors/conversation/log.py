@@ -34,6 +34,7 @@ from core.domain import (
     Turn,
 )
 from core.errors import ErrorCode, RetryableError
+from core.event_order import event_frame, token_frame
 from core.ids import new_id
 from core.jsontypes import JsonObject
 from core.store import Store
@@ -99,24 +100,12 @@ class PendingWrite:
 
 def event_dict(event: Event) -> JsonObject:
     """The wire form of an event: ``{seq, type, at, conversation_id, **payload}``."""
-    return {
-        "seq": event.seq,
-        "type": event.type,
-        "at": event.at.isoformat(),
-        "conversation_id": event.conversation_id,
-        **event.payload,
-    }
+    return event_frame(event)
 
 
 def token_event(conversation_id: str, turn_id: str, delta: str) -> JsonObject:
     """A streamed token delta (not stored: ``seq`` None)."""
-    return {
-        "seq": None,
-        "type": "token",
-        "conversation_id": conversation_id,
-        "turn_id": turn_id,
-        "delta": delta,
-    }
+    return token_frame(conversation_id, turn_id, delta)
 
 
 def turn_payload(turn: Turn) -> JsonObject:

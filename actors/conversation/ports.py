@@ -15,6 +15,7 @@ from core.ports import (
     AsyncOperations,
     ChatModels,
     Conversations,
+    EventListeners,
     Residency,
     TaskRunner,
     TurnQuotas,
@@ -34,6 +35,7 @@ class ToolPorts:
     tasks: TaskRunner
     conversations: Conversations
     workflows: WorkflowRuns
+    listeners: EventListeners  # where the conversation's events are published (not the actor)
 
 
 @dataclass(frozen=True, slots=True)

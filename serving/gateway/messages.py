@@ -67,13 +67,9 @@ async def accept_message(
     conversation_id: str,
     body: MessageCreate,
     user: str | None = None,
-    *,
-    actor_ready: bool | None = None,
 ) -> MessageAccepted:
     """Post an admitted message to the conversation (its model override checked and recorded
-    first), authored by ``body.user_id``, else the acting ``user``, else the client.
-    ``actor_ready``: what the caller knows of the conversation's actor (a stream's subscription;
-    None: ask), as ``Conversations.post_message`` takes it."""
+    first), authored by ``body.user_id``, else the acting ``user``, else the client."""
     check_author(body, user)
     message_id = None
     if body.model is not None:  # recorded before the message, so its turn finds it
@@ -88,7 +84,6 @@ async def accept_message(
         source=body.source,
         reply_to_message_id=body.reply_to_message_id,
         message_id=message_id,
-        actor_ready=actor_ready,
     )
     return MessageAccepted(
         turn_id=accepted.turn_id, message_id=accepted.message_id, seq=accepted.seq

@@ -148,13 +148,9 @@ async def send_routed(
     to: Route,
     message: MessageCreate,
     user: str | None = None,
-    *,
-    live: str | None = None,
 ) -> MessageRouted:
     """Resolve the target (forking, or making a main session, as needed: counted against the
-    client's conversations quota) and post the message as ``user`` (``core.sessions.route``).
-    ``live``: a conversation whose actor the caller knows is running (a stream's subscription),
-    acknowledged without asking."""
+    client's conversations quota) and post the message as ``user`` (``core.sessions.route``)."""
     check_author(message, user)  # before routing makes anything
     if await run_in_threadpool(makes_conversation, context.store, client_id, to):
         await run_in_threadpool(guard.admit_conversation, client_id)
@@ -164,10 +160,7 @@ async def send_routed(
     )
     if conversation.status == ConversationStatus.COMPLETED:
         raise Conflict(f"conversation {conversation.id} is completed")
-    ready = True if conversation.id == live else None
-    accepted = await accept_message(
-        context, client_id, conversation.id, message, user, actor_ready=ready
-    )
+    accepted = await accept_message(context, client_id, conversation.id, message, user)
     return MessageRouted(
         conversation_id=conversation.id,
         turn_id=accepted.turn_id,
