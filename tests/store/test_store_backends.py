@@ -115,6 +115,18 @@ def test_one_writer_at_a_time_by_the_lease(store: Store) -> None:
     assert store.events.last_seqs([conversation.id, "conv_other"]) == {conversation.id: 5}
 
 
+def test_opening_a_migrated_database_waits_for_no_writer(store_url: str, store: Store) -> None:
+    """Every process opens the store (each conversation actor's start): once the database is
+    migrated to this schema, opening it only reads, so it does not queue behind a writer."""
+    opened: list[Store] = []
+    with store.db.begin():  # a writer holds the database (SQLite: its write lock)
+        opener = threading.Thread(target=lambda: opened.append(Store.open(store_url)))
+        opener.start()
+        opener.join(timeout=20)
+        assert opened, "opening the store waited for the writer"
+    opened[0].db.dispose()
+
+
 def test_a_failed_transaction_gives_back_its_rows_and_numbers(store: Store) -> None:
     conversation = create_conversation(store, client_id="c")
     log = ConversationLog(store, conversation.id, publish=lambda _event: None)
