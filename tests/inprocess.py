@@ -24,8 +24,8 @@ from actors.executor import run_task
 from actors.workflow_coordinator.actor import WorkflowCoordinator
 from actors.workflow_coordinator.ports import CoordinatorPorts
 from actors.workflow_coordinator.runs import WorkflowRunService
+from cluster.executor_wiring import executor_services
 from cluster.models import ServedChatModels
-from cluster.wiring import executor_services
 from core.domain import Caller, ConcurrencyPolicy, TaskDef
 from core.event_feed import EventFeed
 from core.event_order import PartialReplies

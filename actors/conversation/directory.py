@@ -34,7 +34,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections import OrderedDict
+import statistics
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +94,7 @@ class ConversationDirectory:
         self._lock = asyncio.Lock()
         self._start_slots = asyncio.Semaphore(max_starting)
         self._starting: set[str] = set()
+        self._start_times: deque[float] = deque(maxlen=200)  # created → ready, seconds
         self._side: set[asyncio.Task[None]] = set()
         self.peak_resident = 0
         self.evictions = 0
@@ -273,8 +275,11 @@ class ConversationDirectory:
 
     async def _started(self, conversation_id: str, handle: Any) -> None:
         """Hold the start slot until the actor is ready (or failed, or took too long)."""
+        loop = asyncio.get_running_loop()
+        began = loop.time()
         try:
             await asyncio.wait_for(self._host.ready(handle), READY_WAIT_S)
+            self._start_times.append(loop.time() - began)
         except Exception:  # a failed start is the caller's to see; the slot goes back either way
             log.warning("conversation %s did not start cleanly", conversation_id, exc_info=True)
         finally:
@@ -403,6 +408,12 @@ class ConversationDirectory:
             self._room.set()
         return self.stats()
 
+    def _start_p50_ms(self) -> float | None:
+        """The median time of the recent starts, created → ready (what a start slot is held)."""
+        if not self._start_times:
+            return None
+        return round(statistics.median(self._start_times) * 1000, 1)
+
     def stats(self) -> dict[str, Any]:
         return {
             "resident": len(self._resident),
@@ -416,6 +427,7 @@ class ConversationDirectory:
             "activations": self.activations,
             "refused": self.refused,
             "at_capacity": self.at_capacity,
+            "start_ms_p50": self._start_p50_ms(),
             "max_starting": self.max_starting,
             "reserved": len(self._reserve),
             "reserved_taken": self.reserved_taken,
