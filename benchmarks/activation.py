@@ -4,7 +4,8 @@ Starts its own local Ray and the gateway (``benchmarks.harness``); the agent is 
 scripted echo without hooks, so what is measured is Wonder's own cost. In one run:
 
 - ``bare_actor``: a bare named detached Ray actor created and called once (the floor), and its
-  RSS once started;
+  RSS once started; started ``max_starting`` at a time (the directory's start slots), their rate
+  (starts per second) is the start slots' capacity the burst's activations are held against;
 - ``burst``: B new conversations (default 200), each driven by its own WebSocket client that
   connects, sends one message and waits for ``turn.completed``, all at once: ack latency
   (message frame → ``ack`` frame) p50/p99, first-turn completion (message frame →
@@ -22,7 +23,10 @@ scripted echo without hooks, so what is measured is Wonder's own cost. In one ru
   their own, nothing else running: the Python cost of the burst's durable writes alone;
 - ``cpu_ms_per_client`` of both bursts: CPU milliseconds per client (from ``/proc``) of the
   Serve proxy, the gateway's and the floor's replicas, the conversation directory, the clients
-  (this process) and the whole machine, from the burst's start until its last client left.
+  (this process) and the whole machine, from the burst's start until its last client left;
+- ``conversation_start``: the directory's median start (created → ready: what a start slot is
+  held for) against the bare actor's, and the ratios the targets are stated in: activations/s
+  over the bare start rate, burst acknowledgement p99 over the Serve floor's.
 
 ``--ack-only``: the burst's clients leave once acknowledged (the acknowledgement under the burst's
 starts, without waiting minutes for 200 first turns). ``--gateway-niceness 15``: the gateway
@@ -55,12 +59,16 @@ class Bare:
         return os.getpid()
 
 
-async def bare_actors(n: int) -> tuple[list[float], list[float]]:
-    """Create ``n`` bare named detached actors one after the other: start times and RSS."""
+async def bare_actors(n: int, at_once: int) -> tuple[list[float], list[float], float]:
+    """Create ``n`` bare named detached actors, ``at_once`` at a time (the directory's start
+    slots): each one's start time, RSS, and the starts per second."""
     import ray
 
-    starts, rss, handles = [], [], []
-    for i in range(n):
+    starts: list[float] = []
+    rss: list[float] = []
+    handles: list[Any] = []
+
+    async def one(i: int) -> int:
         t0 = time.perf_counter()
         handle = (
             ray.remote(Bare)
@@ -69,14 +77,21 @@ async def bare_actors(n: int) -> tuple[list[float], list[float]]:
             )
             .remote()
         )
-        pid = await handle.pid.remote()
+        pid: int = await handle.pid.remote()
         starts.append(time.perf_counter() - t0)
         handles.append(handle)
-        await asyncio.sleep(0.5)  # let it settle before reading its RSS
-        rss.append(rss_mib(pid))
+        return pid
+
+    began = time.perf_counter()
+    pids: list[int] = []
+    for first in range(0, n, at_once):
+        pids += await asyncio.gather(*(one(i) for i in range(first, min(n, first + at_once))))
+    rate = n / (time.perf_counter() - began)
+    await asyncio.sleep(0.5)  # let them settle before reading their RSS
+    rss = [rss_mib(pid) for pid in pids]
     for handle in handles:
         ray.kill(handle)
-    return starts, rss
+    return starts, rss, rate
 
 
 def alive_actors(dashboard_url: str) -> list[Any]:
@@ -331,9 +346,12 @@ async def reactivation(system: System, setup: dict[str, Any], n: int) -> dict[st
 
 async def main_async(args: argparse.Namespace, system: System) -> dict[str, Any]:
     setup = setup_store(system.store)
-    starts, bare_rss = await bare_actors(args.bare)
+    slots = int((await conversations(system.env).directory_stats())["max_starting"])
+    starts, bare_rss, bare_rate = await bare_actors(args.bare, slots)
     results: dict[str, Any] = {
+        "start_slots": slots,
         "bare_actor_start": ms(starts),
+        "bare_start_rate_per_s": round(bare_rate, 3),
         "bare_actor_rss_mib": round(statistics.median(bare_rss), 1),
     }
     progress(f"bare actor: start {results['bare_actor_start']}, RSS {bare_rss} MiB")
@@ -403,8 +421,20 @@ def main() -> None:
     load_after = os.getloadavg()[0]
 
     burst_result = results["burst"]
+    floor_p99 = (results["serve_floor"]["ack"] or {}).get("p99")
+    burst_p99 = (burst_result["ack"] or {}).get("p99")
+    rate = burst_result["activations_per_s"]
     summary: dict[str, Any] = {
+        "start_slots": results["start_slots"],
         "bare_actor_start_p50_ms": results["bare_actor_start"]["p50"],
+        "bare_start_rate_per_s": results["bare_start_rate_per_s"],
+        "conversation_start_p50_ms": burst_result["directory"].get("start_ms_p50"),
+        "activations_over_bare_rate": (
+            round(rate / results["bare_start_rate_per_s"], 2) if rate is not None else None
+        ),
+        "burst_ack_p99_over_floor": (
+            round(burst_p99 / floor_p99, 2) if burst_p99 and floor_p99 else None
+        ),
         "bare_actor_rss_mib": results["bare_actor_rss_mib"],
         "reactivation_ack_p50_ms": results["reactivation"]["ack"]["p50"],
         "reactivation_ack_p99_ms": results["reactivation"]["ack"]["p99"],

@@ -167,27 +167,33 @@ class ConversationDirectory:
         ``room_grace_s`` once every resident actor is busy."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.activation_wait_s
-        blocked_since: float | None = None
         while not pending.future.done():
-            now = loop.time()
-            if self._blocked.is_set():
-                blocked_since = now if blocked_since is None else blocked_since
-                if now - blocked_since >= self.room_grace_s:
-                    self.at_capacity += 1
-                    raise AtCapacity(
-                        f"all {self.max_resident} resident conversations are busy; "
-                        + ("this one starts when one is free" if pending.keep else "retry later"),
-                        retry_after_s=self._retry_after(),
-                    )
-            else:
-                blocked_since = None
-            if now >= deadline:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
                 raise Unavailable(
                     f"waited {self.activation_wait_s:.0f}s to start this conversation; retry later",
                     retry_after_s=self._retry_after(),
                 )
-            wait = min(deadline - now, 0.1 if self._blocked.is_set() else ROOM_CHECK_S)
-            await asyncio.wait({pending.future}, timeout=wait)
+            if not self._blocked.is_set():
+                blocked = loop.create_task(self._blocked.wait())
+                try:
+                    await asyncio.wait(
+                        {pending.future, blocked},
+                        timeout=remaining,
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                finally:
+                    blocked.cancel()
+                continue
+            # Every resident actor is busy: give them the grace to finish a turn, then say so.
+            await asyncio.wait({pending.future}, timeout=min(self.room_grace_s, remaining))
+            if not pending.future.done() and self._blocked.is_set():
+                self.at_capacity += 1
+                raise AtCapacity(
+                    f"all {self.max_resident} resident conversations are busy; "
+                    + ("this one starts when one is free" if pending.keep else "retry later"),
+                    retry_after_s=self._retry_after(),
+                )
         return pending.future.result()
 
     def _retry_after(self) -> float:
