@@ -134,6 +134,7 @@ class ConversationActor:
     steps: TurnSteps
 
     def __init__(self, conversation_id: str, ports: ConversationPortsFactory) -> None:
+        began = time.perf_counter()
         self.id = conversation_id
         self.ports: ConversationPorts = ports()
         self.store = self.ports.store
@@ -152,6 +153,7 @@ class ConversationActor:
         self._closing = False
         self._noted_idle = False
         self._started = False
+        self._init_s = time.perf_counter() - began  # ports and binding (reported by status)
         try:
             # Under Ray an async actor is constructed on its event loop: recover at once, so a
             # restart after a crash resumes (or settles) what was running without waiting for a
@@ -406,6 +408,7 @@ class ConversationActor:
             "queued_turns": list(self.state.queue),
             "live_turns": {t.turn_id: t.phase.value for t in self.state.turns.values()},
             "writer_epoch": self._epoch,
+            "init_ms": round(self._init_s * 1000, 1),
             "idle_s": time.monotonic() - self._last_activity,
             "pid": os.getpid(),
             "last_seq": self.log.last_seq(),
