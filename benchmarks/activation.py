@@ -106,7 +106,7 @@ async def start_breakdown(system: System, setup: dict[str, Any], n: int) -> dict
         bare.append((process_started(pid) - t0, ready - process_started(pid)))
         ray.kill(handle)
     actors = conversations(system.env)
-    conv: list[tuple[float, float, float]] = []
+    conv: list[tuple[float, float, float, float]] = []
     for _ in range(n):
         conv_id = create_conversation(
             system.store, client_id=setup["client_id"], agent_id=setup["agents"]["nohooks"].id
@@ -115,7 +115,8 @@ async def start_breakdown(system: System, setup: dict[str, Any], n: int) -> dict
         status = await actors.status(conv_id)  # activated through the directory, then asked
         ready = time.time()
         started = process_started(int(status["pid"]))
-        conv.append((started - t0, ready - started, float(status["init_ms"]) / 1000))
+        constructed = float(status["constructed_at"]) - started  # Ray's worker and our imports
+        conv.append((started - t0, ready - started, float(status["init_ms"]) / 1000, constructed))
     probe = ray.remote(ImportProbe).options(num_cpus=0).remote()  # type: ignore[attr-defined]
     await probe.__ray_ready__.remote()
     imports = await probe.imports.remote(["actors.conversation.actor", "cluster.wiring"])
@@ -129,6 +130,7 @@ async def start_breakdown(system: System, setup: dict[str, Any], n: int) -> dict
         "bare_spawned_to_ready_ms": p50([b[1] for b in bare]),
         "conversation_spawn_ms": p50([c[0] for c in conv]),
         "conversation_spawned_to_ready_ms": p50([c[1] for c in conv]),
+        "conversation_spawned_to_constructed_ms": p50([c[3] for c in conv]),
         "conversation_init_ms": p50([c[2] for c in conv]),
         "conversation_imports_in_a_fresh_worker_ms": round(imports * 1000, 1),
     }

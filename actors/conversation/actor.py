@@ -135,6 +135,7 @@ class ConversationActor:
 
     def __init__(self, conversation_id: str, ports: ConversationPortsFactory) -> None:
         began = time.perf_counter()
+        self._constructed_at = time.time()  # when this process began constructing the actor
         self.id = conversation_id
         self.ports: ConversationPorts = ports()
         self.store = self.ports.store
@@ -409,6 +410,7 @@ class ConversationActor:
             "live_turns": {t.turn_id: t.phase.value for t in self.state.turns.values()},
             "writer_epoch": self._epoch,
             "init_ms": round(self._init_s * 1000, 1),
+            "constructed_at": self._constructed_at,
             "idle_s": time.monotonic() - self._last_activity,
             "pid": os.getpid(),
             "last_seq": self.log.last_seq(),
