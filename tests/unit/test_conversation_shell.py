@@ -401,7 +401,7 @@ async def test_while_its_actor_holds_the_log_no_one_else_appends(
     assert cluster.store.messages.list(conv) == []
     ack = await cluster.post_message(conv, "one", "user-1")
     assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
-    assert cluster.idle_noted == [conv]  # its turn ended: it told the directory
+    await async_wait_for(lambda: cluster.idle_noted == [conv])  # told the directory it is idle
     assert await actor.try_hibernate()
     later = cluster.intake.acknowledge(conv, "two", "user-1", message_id=new_id("msg"))
     assert later is not None
