@@ -92,8 +92,8 @@ class CronScheduler:
             return Fired(trigger.id, due, None, None, f"quota: {over.message}")
         try:
             kind, target = trigger.route.kind, trigger.route.target
-            destination = await asyncio.to_thread(
-                route, self.store, trigger.client_id, kind, target
+            destination = await asyncio.to_thread(  # as the user who made it, if one did
+                route, self.store, trigger.client_id, kind, target, trigger.user_id
             )
             ack = await self.ports.conversations.post_message(
                 destination.conversation_id,

@@ -28,6 +28,10 @@ from dataclasses import asdict, dataclass
 from hashlib import sha256
 from pathlib import Path
 
+import ray
+
+from cluster import processes
+from cluster.ray_environment import auth_mode
 from core.settings import Settings
 
 Report = Callable[[str], None]
@@ -37,7 +41,11 @@ TOKEN_FILE = "ray-auth-token"
 # Ray puts unix sockets under its temp dir; their paths must stay under ~107 bytes.
 MAX_TEMP_DIR_CHARS = 40
 HEAD_START_TIMEOUT_S = 120.0
-HEAD_STOP_TIMEOUT_S = 20.0
+# SIGTERM's grace: the workers that act on it exit within a second or two, while the GCS, the
+# `ray start` process and Serve's controller and proxy wait 10 s or more. Nothing needs the wait
+# (every step of a turn is durable before it is acknowledged), so the rest get SIGKILL after it.
+HEAD_STOP_TIMEOUT_S = 3.0
+HEAD_KILL_TIMEOUT_S = 5.0
 # How soon the GCS declares a lost node dead (Ray reads these RAY_* variables at start; only the
 # head's GCS uses them, every node may carry them). Ray's defaults check each raylet every 3 s and
 # give up after 5 failures: a killed node is noticed after about 15 s, and its conversations wait
@@ -67,11 +75,6 @@ class HeadInfo:
     log_file: str
     started_at: float
     token_path: str | None = None
-
-
-def auth_mode() -> str:
-    """The Ray auth mode to run with: the environment's explicit choice, else ``token``."""
-    return os.environ.get("RAY_AUTH_MODE") or "token"
 
 
 def ray_process_env(token_path: str | None = None) -> dict[str, str]:
@@ -117,21 +120,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, exited but not yet reaped, counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rpartition(")")[2].split()[:1] != ["Z"]
-
-
 def head_file(settings: Settings) -> Path:
     return settings.data_dir.resolve() / HEAD_FILE
 
@@ -143,7 +131,7 @@ def read_head(settings: Settings) -> HeadInfo | None:
         info = HeadInfo(**json.loads(path.read_text()))
     except (OSError, ValueError, TypeError):
         return None
-    return info if pid_alive(info.pid) else None
+    return info if processes.pid_alive(info.pid) else None
 
 
 def ray_temp_dir(settings: Settings) -> Path:
@@ -173,6 +161,7 @@ def start_local_head(settings: Settings, report: Report) -> HeadInfo:
     data_dir.mkdir(parents=True, exist_ok=True)
     temp_dir = ray_temp_dir(settings)
     temp_dir.mkdir(parents=True, exist_ok=True)
+    _forget_stopped_session(temp_dir)
     gcs_port = free_port()
     dashboard_port = settings.dashboard_port
     if not port_is_free(dashboard_port):
@@ -229,55 +218,59 @@ def _wait_for_head(process: subprocess.Popen[bytes], info: HeadInfo) -> None:
 
 
 def _session_ready(temp_dir: Path) -> bool:
-    # `ray start` writes the session's node info last; the raylet socket means workers can start.
-    latest = temp_dir / "session_latest"
-    return (latest / "sockets" / "raylet").exists()
+    """Whether the session's raylet accepts connections: workers and drivers can start.
+
+    A socket file alone proves nothing: a head stopped by SIGKILL leaves its sockets behind, and
+    ``session_latest`` points at that session until the new head replaces the link."""
+    raylet = temp_dir / "session_latest" / "sockets" / "raylet"
+    with socket.socket(socket.AF_UNIX) as probe:
+        try:
+            probe.connect(str(raylet))
+        except OSError:
+            return False
+    return True
+
+
+def _forget_stopped_session(temp_dir: Path) -> None:
+    """Remove ``session_latest`` when no head runs: it names a dead session's sockets."""
+    (temp_dir / "session_latest").unlink(missing_ok=True)
 
 
 def stop_local_head(settings: Settings, report: Report) -> bool:
-    """Stop the head this data dir started (its whole process group); False if none was running."""
+    """Stop the head this data dir started and every process it started (its process group and
+    their descendants: Ray's workers, Serve's proxy among them, live in groups of their own) and
+    return once they are gone, their ports free; False if none was running."""
     path = head_file(settings)
     info = read_head(settings)
     if info is None:
         path.unlink(missing_ok=True)
         return False
-    report(f"stopping the Ray head (pid {info.pid}) and its processes")
-    # SIGTERM lets the raylet and GCS shut down cleanly; `ray start --block` itself and the
-    # autoscaler monitor keep running after it, so once the core processes are gone the whole
-    # group gets SIGKILL (workers are in the group too).
-    _signal_group(info.pid, signal.SIGTERM)
-    deadline = time.monotonic() + HEAD_STOP_TIMEOUT_S
-    while _core_processes_alive(info.pid) and time.monotonic() < deadline:
-        time.sleep(0.3)
-    if _core_processes_alive(info.pid):
-        report("the raylet/GCS did not stop in time; killing them")
-    _signal_group(info.pid, signal.SIGKILL)
+    tree = processes.group_and_descendants(info.pid, processes.process_table())
+    report(f"stopping the Ray head (pid {info.pid}) and its {len(tree) - 1} processes")
+    # SIGTERM lets the raylet, the GCS and the workers shut down cleanly; what is left when the
+    # time is up gets SIGKILL (the store survives it: every step is durable before it is acked).
+    _signal_all(tree, signal.SIGTERM)
+    if not _wait_gone(tree, HEAD_STOP_TIMEOUT_S):
+        tree |= processes.group_and_descendants(info.pid, processes.process_table())
+        _signal_all(tree, signal.SIGKILL)
+        _wait_gone(tree, HEAD_KILL_TIMEOUT_S)
     path.unlink(missing_ok=True)
     return True
 
 
-def group_members(pgid: int) -> dict[int, str]:
-    """Live (not zombie) processes of process group ``pgid``: pid → command name."""
-    members: dict[int, str] = {}
-    for stat_path in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            stat = stat_path.read_text()
-        except OSError:
-            continue
-        name, _, rest = stat.partition(" (")[2].rpartition(") ")
-        fields = rest.split()
-        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
-            members[int(stat_path.parent.name)] = name
-    return members
+def _signal_all(pids: set[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
 
 
-def _core_processes_alive(pgid: int) -> bool:
-    return bool({"raylet", "gcs_server"} & set(group_members(pgid).values()))
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
+def _wait_gone(pids: set[int], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while any(processes.pid_alive(pid) for pid in pids):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def cluster_address(settings: Settings) -> str | None:
@@ -290,14 +283,12 @@ def cluster_address(settings: Settings) -> str | None:
 
 def connect(settings: Settings, address: str) -> None:
     """Attach this process to Ray at ``address`` in Wonder's namespace, with its settings."""
-    # Ray reads its auth settings when it is first imported: set them before that.
-    os.environ["RAY_AUTH_MODE"] = auth_mode()
+    # The auth mode was set when this package was imported (ray_environment); the token
+    # file is read at ray.init.
     os.environ.pop("RAY_ADDRESS", None)
     head = read_head(settings)
     if head is not None and head.address == address and head.token_path:
         os.environ.setdefault("RAY_AUTH_TOKEN_PATH", head.token_path)
-    import ray
-
     if ray.is_initialized():
         return
     ray.init(
@@ -314,3 +305,9 @@ def connect(settings: Settings, address: str) -> None:
     )
     # The config also applies to this (CLI) process: keep its terminal to what `say` prints.
     logging.getLogger().setLevel(logging.WARNING)
+
+
+def disconnect() -> None:
+    """Detach this process from Ray, if it is attached."""
+    if ray.is_initialized():
+        ray.shutdown()

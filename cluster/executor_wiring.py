@@ -13,6 +13,7 @@ from actors.actions.registry import ActionServices
 from cluster.memory_access import ProcessMemory, ServedEmbedders
 from cluster.models import ServedChatModels
 from cluster.wiring import EnvKey, key_of, workspaces
+from core.secret_vault import SecretVault
 from core.settings import Settings, settings_from_env
 from core.store import store_for_settings
 
@@ -21,10 +22,11 @@ from core.store import store_for_settings
 def _executor_services(key: EnvKey) -> ActionServices:
     env = dict(key)
     settings: Settings = settings_from_env(env)
+    store = store_for_settings(settings)
     return ActionServices(
-        store=store_for_settings(settings),
+        store=store,
         settings=settings,
-        chat_models=ServedChatModels(settings.allow_test_doubles),
+        chat_models=ServedChatModels(settings, SecretVault(store, settings)),
         memory=ProcessMemory(settings, ServedEmbedders(env)),
         workspaces=workspaces(env),
     )

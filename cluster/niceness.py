@@ -33,9 +33,18 @@ def raised_env(settings: Settings) -> dict[str, str]:
     return {RAY_WORKER_NICENESS: str(settings.gateway_niceness)}
 
 
+# Uvicorn (Serve's HTTP proxy) rewrites a request's client address from X-Forwarded-For when the
+# peer is one it trusts (loopback by default), so anything on the host could forge the address
+# the audit trail records. The proxies trust no one; the gateway itself believes the header only
+# from the proxies the operator lists (WONDER_TRUSTED_PROXIES, ``core.client_address``).
+PROXY_TRUSTS_NO_FORWARDED_FOR = {"FORWARDED_ALLOW_IPS": ""}
+
+
 def serve_controller_options(settings: Settings) -> dict[str, Any]:
-    """``serve.start(controller_options=...)``: the controller and its proxies run raised."""
-    return {"runtime_env": {"env_vars": raised_env(settings)}}
+    """``serve.start(controller_options=...)``: the controller and its proxies run raised (and
+    the proxies believe no X-Forwarded-For)."""
+    env_vars = {**raised_env(settings), **PROXY_TRUSTS_NO_FORWARDED_FOR}
+    return {"runtime_env": {"env_vars": env_vars}}
 
 
 def worker_env() -> dict[str, str]:

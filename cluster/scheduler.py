@@ -12,14 +12,16 @@ from cluster import placement, wiring
 from cluster.naming import SCHEDULER_NAME, named_detached
 from core.settings import settings_from_env
 from core.store import store_for_settings
-from core.turn_quotas import StoredQuotas
+from core.turn_quotas import StoredQuotas, default_quota
 
 
 def scheduler_ports(settings_env: dict[str, str]) -> SchedulerPorts:
     settings = settings_from_env(settings_env)
     store = store_for_settings(settings)
     return SchedulerPorts(
-        store=store, conversations=wiring.conversations(settings_env), quotas=StoredQuotas(store)
+        store=store,
+        conversations=wiring.conversations(settings_env),
+        quotas=StoredQuotas(store, defaults=default_quota(settings)),
     )
 
 

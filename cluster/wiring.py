@@ -16,7 +16,7 @@ import ray
 from actors.conversation.intake import Intake
 from actors.conversation.ports import ConversationPorts, ToolPorts
 from actors.workflow_coordinator.ports import CoordinatorPorts
-from actors.workflow_coordinator.runs import WorkflowRunService
+from actors.workflow_coordinator.runs import RunLimits, WorkflowRunService
 from cluster import placement
 from cluster.async_operations import RayAsyncOperations, runner_handle
 from cluster.conversation_events import RayEventPublisher, event_listener
@@ -26,9 +26,10 @@ from cluster.metrics import ray_metrics
 from cluster.models import ServedChatModels
 from cluster.workflows import RayCoordinators
 from cluster.workspaces import RayWorkspaces
+from core.secret_vault import SecretVault
 from core.settings import settings_from_env, wonder_env
 from core.store import store_for_settings
-from core.turn_quotas import StoredQuotas
+from core.turn_quotas import StoredQuotas, default_quota
 
 EnvKey = tuple[tuple[str, str], ...]
 
@@ -72,7 +73,8 @@ def _workflows(key: EnvKey) -> WorkflowRunService:
     env = dict(key)
     settings = settings_from_env(env)
     coordinators = RayCoordinators(env, functools.partial(coordinator_ports, env))
-    return WorkflowRunService(store_for_settings(settings), coordinators)
+    store = store_for_settings(settings)
+    return WorkflowRunService(store, coordinators, RunLimits.of(store, settings))
 
 
 def conversations(settings_env: dict[str, str]) -> RayConversations:
@@ -133,8 +135,8 @@ def conversation_ports(settings_env: dict[str, str]) -> ConversationPorts:
         listeners=tools.listeners,
         residency=conversations_port,
         operations=RayAsyncOperations(lambda: runner_handle(settings_env, runner_ports)),
-        models=ServedChatModels(tools.settings.allow_test_doubles),
-        quotas=StoredQuotas(tools.store),
+        models=ServedChatModels(tools.settings, SecretVault(tools.store, tools.settings)),
+        quotas=StoredQuotas(tools.store, defaults=default_quota(tools.settings)),
         metrics=ray_metrics(),
     )
 

@@ -13,10 +13,13 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from core.errors import ErrorCode, WonderError
+from core.json_schemas import check_schema
 from core.jsontypes import JsonObject
 from core.strict import StrictScalars
+from core.tool_shortcuts import ShortcutError, check_pattern
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+SECRET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 LibraryId = Annotated[str, Field(pattern=NAME_PATTERN, description="Library object id")]
 
 
@@ -59,8 +62,18 @@ class ModelProfile(Model):
     version: int = 0
     provider: Literal["vllm", "openai", "scripted"] = "vllm"
     model: str = Field(DEFAULT_MODEL, max_length=200)
-    base_url: str | None = Field(None, max_length=500, description="For provider=openai")
-    api_key_env: str | None = Field(None, max_length=100, description="Env var with the API key")
+    base_url: str | None = Field(
+        None,
+        max_length=500,
+        description="For provider=openai; on the operator's allow-list "
+        "(WONDER_MODEL_ALLOWED_HOSTS)",
+    )
+    api_key_secret: str | None = Field(
+        None,
+        pattern=SECRET_NAME_PATTERN,
+        description="For provider=openai: the name of your secret holding the API key "
+        "(PUT /v1/secrets/{name}); sent as a bearer token",
+    )
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     max_tokens: int = Field(256, ge=1, le=32768)
     timeout_s: float = Field(120.0, gt=0, le=3600)
@@ -72,6 +85,20 @@ class ModelProfile(Model):
     script: list[ScriptStep] | None = Field(
         None, max_length=50, description="provider=scripted only: the model's steps, one per call"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_environment_names(cls, data: Any) -> Any:
+        # Profiles stored before secrets existed carry ``api_key_env: null``: dropped. A value
+        # would name a variable of the server's environment, which no client may do.
+        if isinstance(data, dict) and "api_key_env" in data:
+            data = dict(data)
+            if data.pop("api_key_env") is not None:
+                raise ValueError(
+                    "api_key_env is not accepted: store the key as a secret (PUT "
+                    "/v1/secrets/{name}) and name it with api_key_secret"
+                )
+        return data
 
 
 def resolved_tool_calling(profile: ModelProfile) -> Literal["native", "constrained"]:
@@ -85,6 +112,14 @@ class ToolRetry(Model):
     max_attempts: int = Field(1, ge=1, le=10)
     backoff_ms: int = Field(200, ge=0, le=60_000)
     timeout_ms: int = Field(30_000, ge=1, le=3_600_000)
+
+
+class ToolShortcut(Model):
+    """A deterministic route to the tool for models that cannot choose tools well
+    (``core.tool_shortcuts``): in ``constrained`` tool calling, a user message matching
+    ``pattern`` (RE2) calls the tool with the pattern's named groups as its arguments."""
+
+    pattern: str = Field(min_length=1, max_length=500)
 
 
 class Tool(Model):
@@ -107,18 +142,27 @@ class Tool(Model):
         "result was recorded is run again (otherwise the model is told it was interrupted)",
     )
 
+    shortcut: ToolShortcut | None = Field(
+        None,
+        description="For small models (constrained tool calling): a user message matching this "
+        "pattern calls the tool with its named groups as arguments, skipping the model's choice",
+    )
+
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _shortcut_names_arguments(self) -> Tool:
+        if self.shortcut is not None:
+            try:
+                check_pattern(self.shortcut.pattern, self.input_schema.get("properties") or {})
+            except ShortcutError as exc:
+                raise ValueError(str(exc)) from None
+        return self
 
     @field_validator("input_schema")
     @classmethod
     def _schema_is_valid(cls, value: JsonObject) -> JsonObject:
-        from jsonschema import Draft202012Validator
-        from jsonschema.exceptions import SchemaError
-
-        try:
-            Draft202012Validator.check_schema(value)
-        except SchemaError as exc:
-            raise ValueError(f"input_schema is not a valid JSON Schema: {exc.message}") from exc
+        check_schema(value)  # a valid schema whose patterns run in linear time
         if value.get("type", "object") != "object":
             raise ValueError("input_schema must describe an object")
         return value
@@ -168,8 +212,9 @@ class Constraints(Model):
     shell_hosts: list[str] = Field(
         default_factory=list,
         max_length=64,
-        description="Hosts shell.exec may reach; none = no network (any = the host's network, "
-        "not filtered per host)",
+        description="Hosts shell.exec may reach through Wonder's egress proxy (name, *.domain, "
+        "* for any, an IP; each optionally :port), of those the operator allows the client; "
+        "none = no network",
     )
 
 
@@ -288,6 +333,12 @@ class Project(Model):
     )
     artifacts_repository: str
     created_at: datetime
+    status: Literal["ready", "cloning", "failed"] = Field(
+        "ready",
+        description="cloning: the repository is being cloned (poll this project); failed: the "
+        "clone did not succeed (error says why; delete the project)",
+    )
+    error: str | None = Field(None, description="Why the clone failed")
 
 
 class ConversationStatus(StrEnum):

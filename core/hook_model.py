@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from pydantic import Field
+
 from core.domain import Model
 from core.routes import Route
 
@@ -15,3 +17,6 @@ class Hook(Model):
     route: Route
     title: str | None = None
     created_at: datetime
+    user_id: str | None = Field(
+        None, description="The user who made it: deliveries post as that user (None: the client)"
+    )

@@ -15,7 +15,10 @@ With an acting user (``X-Wonder-User``, ``core.access``), routing acts as that u
 destination is checked as if the user posted there (``writer``; a user who is not a member finds
 no such thread or conversation), forking at a thread needs what ``POST .../forks`` needs
 (``manager`` of the source), and a conversation routing makes (the fork, a main session on first
-use) is owned by that user, as a conversation or fork the user makes is.
+use) is owned by that user, as a conversation or fork the user makes is. A user who is not a
+member of a session's conversation finds no such session (the same ``NotFound`` as for a label
+that does not exist); a persona's main session that is not shared with the user is a
+``PermissionDenied`` (it exists either way: routing would otherwise make it).
 """
 
 from __future__ import annotations
@@ -24,10 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from core.access import Action, Level, check, require
+from core.access import Action, Level, check
 from core.conversations import create_conversation
 from core.domain import Agent, PersonaRef
-from core.errors import Conflict, InvalidInput, NotFound
+from core.errors import Conflict, InvalidInput, NotFound, PermissionDenied, WonderError
 from core.forks import fork_conversation, latest_turn_id
 from core.ids import new_id, utc_now
 from core.routes import Route, RouteKind
@@ -76,18 +79,28 @@ def create_session(
     *,
     conversation_id: str | None = None,
     agent_id: str | None = None,
+    user: str | None = None,
 ) -> Session:
-    """A new label naming ``conversation_id`` (the client's), or a new conversation with
-    ``agent_id``; ``Conflict`` when the label is taken."""
+    """A new label naming ``conversation_id`` (the client's; with ``user``, one that user
+    manages), or a new conversation with ``agent_id`` (owned by ``user``); ``Conflict`` when the
+    label is taken. The conversation is checked first, so a user who is not its member gets the
+    same answer whether or not the label exists."""
     if (conversation_id is None) == (agent_id is None):
         raise InvalidInput("give exactly one of conversation_id or agent_id")
-    if store.session_labels.get(client_id, label) is not None:
-        raise Conflict(f"session {label} exists")
     if conversation_id is not None:
+        missing = NotFound(f"conversation_id: conversation {conversation_id} not found")
         try:
             store.conversations.get(conversation_id, client_id=client_id)
         except NotFound:
-            raise NotFound(f"conversation_id: conversation {conversation_id} not found") from None
+            raise missing from None
+        if user is not None:
+            level = store.members.level(conversation_id, user)
+            if level is None:
+                raise missing
+            check(level, Action.MANAGE, user, conversation_id)
+    if store.session_labels.get(client_id, label) is not None:
+        raise Conflict(f"session {label} exists")
+    if conversation_id is not None:
         if not store.session_labels.create(client_id, label, conversation_id, _now()):
             raise Conflict(f"session {label} exists")
         return get_session(store, client_id, label)
@@ -96,7 +109,9 @@ def create_session(
         store.agents.get(agent_id, client_id=client_id)
     except NotFound:
         raise NotFound(f"agent_id: agent {agent_id} not found") from None
-    return _session_with_new_conversation(store, client_id, label, agent_id, exists_ok=False)
+    return _session_with_new_conversation(
+        store, client_id, label, agent_id, exists_ok=False, owner=user
+    )
 
 
 def persona_session(
@@ -126,11 +141,11 @@ def route(
             return _thread_destination(store, client_id, target, user)
         case "session":
             session = get_session(store, client_id, target)
-            _may_post(store, session.conversation_id, user)
+            _may_post(store, session.conversation_id, user, NotFound(f"session {target} not found"))
             return Destination(session.conversation_id, session=target)
         case "persona":
             session = persona_session(store, client_id, target, user)
-            _may_post(store, session.conversation_id, user)
+            _may_post(store, session.conversation_id, user, _not_shared(target, user))
             return Destination(session.conversation_id, session=session.label)
 
 
@@ -150,10 +165,11 @@ def makes_conversation(store: Store, client_id: str, to: Route) -> bool:
             return latest_turn_id(store, turn.conversation_id) != to.target
 
 
-def check_route(store: Store, client_id: str, to: Route) -> None:
+def check_route(store: Store, client_id: str, to: Route, user: str | None = None) -> None:
     """``NotFound`` unless ``to`` names something of the client's now: a library persona, one
     of its session labels, a turn of one of its conversations (for a hook or trigger's rule,
-    checked when it is made; where it goes is resolved each time it fires)."""
+    checked when it is made; where it goes is resolved each time it fires). With ``user``, the
+    user must be allowed to post there now (a ``writer``), as when it fires."""
     match to.kind:
         case "persona":
             found = _exists(lambda: store.personas.get(to.target, client_id=client_id))
@@ -170,6 +186,31 @@ def check_route(store: Store, client_id: str, to: Route) -> None:
             what = f"thread {to.target} not found"
     if not found:
         raise NotFound(f"route: {what}")
+    if user is not None:
+        _may_post_to(store, client_id, to, user, NotFound(f"route: {what}"))
+
+
+def _may_post_to(store: Store, client_id: str, to: Route, user: str, missing: NotFound) -> None:
+    """The acting user's right to post where ``to`` leads now (nothing is made)."""
+    match to.kind:
+        case "thread":
+            conversation_id = store.turns.get(to.target).conversation_id
+            _may_post(store, conversation_id, user, missing)
+        case "session":
+            row = store.session_labels.get(client_id, to.target)
+            assert row is not None  # checked by the caller
+            _may_post(store, row.conversation_id, user, missing)
+        case "persona":
+            row = store.session_labels.get(client_id, main_label(to.target))
+            if row is not None:  # not made yet: it will be the user's
+                _may_post(store, row.conversation_id, user, _not_shared(to.target, user))
+
+
+def _not_shared(persona_id: str, user: str | None) -> PermissionDenied:
+    return PermissionDenied(
+        f"the main session of persona {persona_id} ({main_label(persona_id)}) is not shared "
+        f"with user {user}"
+    )
 
 
 def _exists(read: Callable[[], object]) -> bool:
@@ -180,10 +221,14 @@ def _exists(read: Callable[[], object]) -> bool:
     return True
 
 
-def _may_post(store: Store, conversation_id: str, user: str | None) -> None:
+def _may_post(store: Store, conversation_id: str, user: str | None, missing: WonderError) -> None:
+    """``user`` may post to the conversation (a writer); ``missing`` for a user who is not a
+    member (what the route answers when its target is not there)."""
     if user is not None:
         level = store.members.level(conversation_id, user)
-        require(level, Action.WRITE, user, conversation_id)
+        if level is None:
+            raise missing
+        check(level, Action.WRITE, user, conversation_id)
 
 
 def _thread_destination(

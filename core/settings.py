@@ -6,16 +6,21 @@ the SQLite file, the LanceDB directory and the object-store directory.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from core.allow_list import parse_entry
+from core.client_address import Network, parse_networks
 from core.memory.tuning import VectorIndexKind, VectorTuning
+
+URL_SCHEMES = frozenset({"https", "http", "ssh", "git", "file"})
 
 
 class LlmModelSettings(BaseModel):
@@ -35,6 +40,29 @@ class LlmModelSettings(BaseModel):
     max_model_len: int | None = None
     lora_modules: dict[str, str] = Field(default_factory=dict, description="adapter name → dir")
     max_lora_rank: int = Field(16, ge=1)
+
+
+class ProjectSources(BaseModel):
+    """Where one client's projects may come from (``WONDER_PROJECT_CLIENT_SOURCES``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path_roots: list[str] = Field(default_factory=list)
+    url_schemes: list[str] = Field(default_factory=lambda: ["https"])
+    url_hosts: list[str] = Field(default_factory=list)
+
+    @field_validator("url_schemes")
+    @classmethod
+    def _schemes(cls, value: list[str]) -> list[str]:
+        return known_schemes(value)
+
+
+def known_schemes(value: list[str]) -> list[str]:
+    """``value`` when every scheme in it is one Wonder clones over (``ValueError`` otherwise)."""
+    unknown = sorted(set(value) - URL_SCHEMES)
+    if unknown:
+        raise ValueError(f"unknown URL schemes {unknown} (known: {sorted(URL_SCHEMES)})")
+    return value
 
 
 class Settings(BaseSettings):
@@ -104,6 +132,14 @@ class Settings(BaseSettings):
     hook_replay_window_s: float = Field(
         300.0, gt=0, description="How old (or early) a signed webhook delivery may be"
     )
+    trusted_proxies: str = Field(
+        "",
+        description="Reverse proxies whose X-Forwarded-For the audit trail believes: addresses "
+        "or networks, comma-separated (default: none; the TCP peer is the client)",
+    )
+    stream_ticket_ttl_s: float = Field(
+        30.0, gt=0, le=300, description="How long a stream ticket may wait to be used (once)"
+    )
     cursor_secret: SecretStr | None = Field(
         None, description="Signs page cursors; default: a secret the store makes once (shared)"
     )
@@ -125,7 +161,54 @@ class Settings(BaseSettings):
     )
     max_delegation_depth: int = Field(3, ge=0, le=20)
 
-    http_allowed_hosts: list[str] = Field(default_factory=list)
+    # Egress (docs/security.md "Egress"): where http.request and model providers may connect.
+    http_allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Where http.request may connect: host, host:port, an IP address or a "
+        "network (10.0.0.0/8), each optionally with :port; private, loopback and link-local "
+        "addresses only when listed as addresses",
+    )
+    model_allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Where an openai-provider model profile's base_url may point (same forms); "
+        "the local deployment (127.0.0.1 and localhost at gateway_port) is always allowed",
+    )
+    http_max_response_bytes: int = Field(
+        1_000_000, ge=1024, description="Bytes of a response body http.request reads at most"
+    )
+    http_max_redirects: int = Field(
+        5, ge=0, le=20, description="Redirects http.request follows (each hop checked)"
+    )
+    # Defaults that hold under abuse (docs/security.md "Quotas"): each default quota applies to
+    # every client whose stored quota leaves that field out (0: no default).
+    quota_default_concurrent_turns: int = Field(64, ge=0, description="Active turns per client")
+    quota_default_concurrent_websockets: int = Field(
+        256, ge=0, description="Open WebSockets per client (per gateway replica)"
+    )
+    quota_default_conversations: int = Field(
+        100_000, ge=0, description="Conversations stored per client"
+    )
+    quota_default_concurrent_runs: int = Field(
+        64, ge=0, description="Workflow runs (subworkflows included) pending or running per client"
+    )
+    quota_default_triggers: int = Field(100, ge=0, description="Cron triggers stored per client")
+    workflow_max_nodes_per_run: int = Field(
+        10_000, ge=1, le=1_000_000, description="The highest max_tokens a workflow may have"
+    )
+    workflow_max_depth: int = Field(8, ge=0, le=64, description="Subworkflow nesting per run")
+    trigger_min_interval_s: int = Field(
+        300, ge=60, description="The shortest time between two firings of one cron trigger"
+    )
+    list_max_items: int = Field(
+        1000, ge=1, description="Items an unpaged listing returns (library objects, triggers)"
+    )
+    # Client secrets (docs/security.md "Secrets").
+    secrets_key: SecretStr | None = Field(
+        None, description="Operator key sealing client secrets (32 bytes, URL-safe base64)"
+    )
+    secrets_key_file: Path | None = Field(
+        None, description="Key file used when secrets_key is unset; default data_dir/secrets.key"
+    )
 
     # What library code may run (docs/security.md).
     library_callables: list[str] = Field(
@@ -148,7 +231,31 @@ class Settings(BaseSettings):
     )
     project_path_roots: list[str] = Field(
         default_factory=list,
-        description="Local repository paths a project may name (empty: any outside data_dir)",
+        description="Directories whose repositories a project may name by path or file:// URL "
+        "(symlinks resolved; never inside data_dir); empty: no local repositories",
+    )
+    project_url_schemes: list[str] = Field(
+        default_factory=lambda: ["https"],
+        description="URL schemes a project may be cloned over: https, http, ssh, git, file",
+    )
+    project_url_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hosts a project may be cloned from (name, *.domain, or * for any public "
+        "host, each optionally :port); empty: no remote repositories",
+    )
+    project_client_sources: dict[str, ProjectSources] = Field(
+        default_factory=dict,
+        description="Per client id: the repository sources of that client (replaces the three "
+        "settings above for it)",
+    )
+    project_clone_timeout_s: float = Field(
+        600.0, gt=0, description="Longest a clone may take (then the project fails)"
+    )
+    project_clone_workers: int = Field(
+        2, ge=1, description="Clones a gateway replica runs at once (others wait their turn)"
+    )
+    project_clones_per_client: int = Field(
+        4, ge=1, description="Clones one client may have waiting or running at once"
     )
     workspace_idle_ttl_s: float = Field(600.0, gt=0, description="Idle workspace actors exit")
     workspaces_dir: Path | None = Field(
@@ -164,6 +271,40 @@ class Settings(BaseSettings):
     shell_hidden_paths: list[str] = Field(
         default_factory=lambda: ["/tmp", "/root", "/home", "/var/tmp", "/dev/shm", "/run"],
         description="Host directories a shell.exec sandbox sees empty (besides the data dir)",
+    )
+    shell_max_processes: int = Field(
+        256, ge=8, description="Processes and threads one shell.exec command may have at once"
+    )
+    shell_cgroup_dir: str | None = Field(
+        None,
+        description="A cgroup directory (v2 delegated with the pids controller, or v1 pids) for "
+        "per-command process limits; None: this process's v1 pids cgroup when writable",
+    )
+    shell_tmp_mb: int = Field(512, ge=1, description="Size of a shell.exec command's private /tmp")
+    shell_disk_mb: int = Field(
+        8192, ge=1, description="What a workspace's worktree may hold on disk (its quota)"
+    )
+    shell_max_files: int = Field(
+        500_000, ge=100, description="Files and directories a workspace's worktree may hold"
+    )
+    shell_allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hosts shell.exec may reach through the egress proxy, for personas that ask "
+        "(name, *.domain, *, an IP; each optionally :port); empty: no network",
+    )
+    shell_client_hosts: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Per client id: the hosts that client's commands may reach (replaces "
+        "shell_allowed_hosts for it)",
+    )
+    shell_egress_networks: list[str] = Field(
+        default_factory=list,
+        description="Non-public networks (CIDR) the egress proxy may connect to: loopback, "
+        "private, link-local... are refused unless listed here",
+    )
+    shell_egress_ports: list[int] = Field(
+        default_factory=lambda: [80, 443],
+        description="Ports a host pattern without :port allows",
     )
 
     llm_model_dir: str | None = Field(None, description="Model directory served by vLLM")
@@ -240,6 +381,36 @@ class Settings(BaseSettings):
         "cpu", description="cpu|accelerator|any: where embedder replicas go"
     )
 
+    @field_validator("shell_egress_networks")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for network in value:
+            ipaddress.ip_network(network, strict=False)  # a ValueError names the bad entry
+        return value
+
+    @field_validator("project_url_schemes")
+    @classmethod
+    def _schemes(cls, value: list[str]) -> list[str]:
+        return known_schemes(value)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies_parse(cls, value: str) -> str:
+        parse_networks(value)  # a ValueError names the bad entry
+        return value
+
+    @cached_property
+    def trusted_networks(self) -> tuple[Network, ...]:
+        return parse_networks(self.trusted_proxies)
+
+    @field_validator("http_allowed_hosts", "model_allowed_hosts")
+    @classmethod
+    def _destinations(cls, entries: list[str]) -> list[str]:
+        for entry in entries:
+            if entry.strip():
+                parse_entry(entry)  # a ValueError names the entry
+        return entries
+
     @cached_property
     def resolved_database_url(self) -> str:
         if self.database_url:
@@ -269,7 +440,9 @@ class Settings(BaseSettings):
     def env(self) -> dict[str, str]:
         """These settings as ``WONDER_*`` variables, for Ray runtime environments."""
         out: dict[str, str] = {}
-        for name, value in self.model_dump(exclude_none=True).items():
+        # The secrets key never travels in runtime environments (the Ray dashboard shows them):
+        # each process reads it from its own environment or the key file.
+        for name, value in self.model_dump(exclude_none=True, exclude={"secrets_key"}).items():
             if isinstance(value, list | dict):
                 out[f"WONDER_{name.upper()}"] = json.dumps(value)
             else:

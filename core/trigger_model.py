@@ -18,3 +18,6 @@ class CronTrigger(Model):
     route: Route
     next_due: datetime
     created_at: datetime
+    user_id: str | None = Field(
+        None, description="The user who made it: it posts as that user (None: the client)"
+    )

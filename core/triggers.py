@@ -21,11 +21,17 @@ from core.trigger_model import CronTrigger
 
 
 def create_trigger(
-    store: Store, client_id: str, schedule: str, template: str, route: Route
+    store: Store,
+    client_id: str,
+    schedule: str,
+    template: str,
+    route: Route,
+    user: str | None = None,
 ) -> CronTrigger:
     """A new trigger, first due at the schedule's next time (``InvalidInput`` for a bad schedule,
-    ``NotFound`` for a route to nothing of the client's)."""
-    check_route(store, client_id, route)
+    ``NotFound`` for a route to nothing of the client's). Made by ``user``, it posts as that user
+    (checked now and each time it fires: a user who lost access makes it fail, not post)."""
+    check_route(store, client_id, route, user)
     now = utc_now()
     trigger = CronTrigger(
         id=new_id("trigger"),
@@ -35,6 +41,7 @@ def create_trigger(
         route=route,
         next_due=next_due(parse_cron(schedule), now),
         created_at=now,
+        user_id=user,
     )
     return store.triggers.save(trigger)
 

@@ -13,8 +13,10 @@ is, an ``s3://`` URI is copied into the cache (keyed by the URI and its objects'
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
+import io
 import json
 import os
 import posixpath
@@ -40,7 +42,7 @@ def ensure_local_model(progress: bool = True, settings: Settings | None = None) 
     """The model directory to serve, converting or downloading it first if needed.
 
     Args:
-        progress: print progress lines (and transformers' progress bars) to stderr.
+        progress: print progress lines to stderr (and, on a terminal, transformers' bars).
         settings: defaults to the environment's settings.
 
     Returns:
@@ -59,7 +61,8 @@ def ensure_local_model(progress: bool = True, settings: Settings | None = None) 
         return _checked_local_dir(Path(settings.llm_model_dir).expanduser())
     source = bundled_gguf_path()
     target = model_cache_root(settings) / file_digest(source)
-    return publish_once(target, lambda tmp: convert_gguf(source, tmp, report, progress), report)
+    bars = progress and sys.stderr.isatty()  # redrawn bars are noise in a log or a pipe
+    return publish_once(target, lambda tmp: convert_gguf(source, tmp, report, bars), report)
 
 
 def model_cache_root(settings: Settings) -> Path:
@@ -141,9 +144,14 @@ def convert_gguf(source: Path, out_dir: Path, report: Report, progress: bool) ->
     report("[2/4] reading the tokenizer and chat template")
     tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
     report("[3/4] dequantising the weights")
-    loaded = AutoModelForCausalLM.from_pretrained(
-        str(source.parent), gguf_file=source.name, quantization_config=GgufConfig(dequantize=True)
-    )
+    # The GGUF reader's own tqdm bar ignores transformers' switch: it writes to sys.stderr.
+    bars = contextlib.nullcontext() if progress else contextlib.redirect_stderr(io.StringIO())
+    with bars:
+        loaded = AutoModelForCausalLM.from_pretrained(
+            str(source.parent),
+            gguf_file=source.name,
+            quantization_config=GgufConfig(dequantize=True),
+        )
     # A fresh model: the loaded one carries GGUF quantizer state that must not reach config.json.
     config = loaded.config
     config.dtype = torch.bfloat16

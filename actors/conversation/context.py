@@ -149,7 +149,8 @@ def tool_spec(tool: Tool) -> ToolSpec:
         }
         properties = {**(parameters.get("properties") or {}), MODE_ARGUMENT: mode}
         parameters = {**parameters, "properties": properties}
-    return ToolSpec(name=tool.name, description=tool.description, parameters=parameters)
+    shortcut = tool.shortcut.pattern if tool.shortcut else None
+    return ToolSpec(tool.name, tool.description, parameters, shortcut=shortcut)
 
 
 def openai_body(request: ChatRequest) -> JsonObject:

@@ -36,6 +36,7 @@ from core.llm.protocol import (
     ToolCallRequested,
     ToolSpec,
 )
+from core.tool_shortcuts import shortcut_arguments
 
 REPLY = "reply"
 """The chooser's answer for "no tool: answer the user"."""
@@ -67,6 +68,11 @@ def stream_chat(backend: CompletionBackend, request: ChatRequest) -> AsyncIterat
 async def _choose_then_act(
     backend: CompletionBackend, request: ChatRequest
 ) -> AsyncIterator[ChatChunk]:
+    shortcut = shortcut_call(request)
+    if shortcut is not None:  # a tool's pattern chose: no model call for the choice or the fill
+        yield shortcut
+        yield ModelFinished(finish_reason="tool_calls")
+        return
     text, chosen_usage = await _collect_text(
         backend.stream_body(chooser_body(request), request.timeout_s)
     )
@@ -120,6 +126,20 @@ def first_call_for(name: str, calls: Sequence[ToolCallRequested], text: str) -> 
         if call.name == name or not call.name:
             return ToolCallRequested(id=call.id or "call_0", name=name, arguments=call.arguments)
     return ToolCallRequested(id="call_0", name=name, arguments=text.strip())
+
+
+def shortcut_call(request: ChatRequest) -> ToolCallRequested | None:
+    """The call a tool's shortcut makes for the user's latest message, if one matches
+    (``core.tool_shortcuts``); only when the user spoke last, so a tool's result goes back to
+    the model."""
+    if not request.messages or request.messages[-1].get("role") != "user":
+        return None
+    text = _text(request.messages[-1].get("content"))
+    for tool in request.tools:
+        arguments = shortcut_arguments(tool.shortcut, text) if tool.shortcut else None
+        if arguments is not None:
+            return ToolCallRequested(id="call_shortcut", name=tool.name, arguments=arguments)
+    return None
 
 
 # --------------------------------------------------------------------------- request bodies

@@ -20,6 +20,8 @@ class ToolSpec:
     name: str
     description: str
     parameters: JsonObject
+    shortcut: str | None = None
+    """The tool's shortcut pattern (``core.tool_shortcuts``); never sent to a model."""
 
     def to_openai(self) -> JsonObject:
         return {

@@ -21,6 +21,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from core.domain import Conversation, Event, Message, Turn
 from core.store import schema
 from core.store.database import Database
+from core.store.members import conversations_of
 
 
 class Segment(BaseModel):
@@ -113,8 +114,10 @@ class ForkOps:
         *,
         limit: int,
         after: tuple[str, str] | None = None,
+        member: str | None = None,
     ) -> list[Conversation]:
-        """Forks made from ``source_id``, ordered by (created_at, id), after an optional cursor."""
+        """Forks made from ``source_id``, ordered by (created_at, id), after an optional cursor;
+        with ``member``, only those that user is a member of."""
         f, c = schema.forks, schema.conversations
         query = (
             select(c.c.data)
@@ -126,6 +129,8 @@ class ForkOps:
             query = query.where(
                 or_(c.c.created_at > created, and_(c.c.created_at == created, c.c.id > last_id))
             )
+        if member is not None:
+            query = query.where(c.c.id.in_(conversations_of(member)))
         query = query.order_by(c.c.created_at, c.c.id).limit(limit)
         with self.db.connect() as conn:
             return [Conversation.model_validate_json(r) for r in conn.execute(query).scalars()]

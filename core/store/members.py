@@ -3,10 +3,11 @@ rules here: ``core.access`` says who may change what."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import Connection, delete, insert, select
+from sqlalchemy import Connection, Select, delete, insert, select, tuple_
 
 from core.access import Level
 from core.store import schema
@@ -23,6 +24,13 @@ class Member(BaseModel):
     level: str = Field(description="reader | writer | manager | owner")
     granted_at: datetime
     granted_by: str | None = Field(None, description="The user who granted it (None: the client)")
+
+
+def conversations_of(user_id: str) -> Select[tuple[str]]:
+    """The ids of the conversations ``user_id`` is a member of, as a subquery (listings filter
+    with ``column.in_(conversations_of(user))``)."""
+    t = schema.conversation_members
+    return select(t.c.conversation_id).where(t.c.user_id == user_id)
 
 
 def _member(row: object) -> Member:
@@ -46,6 +54,19 @@ class MemberOps:
             with self.db.connect() as c:
                 found = c.execute(query).scalar_one_or_none()
         return None if found is None else Level.parse(found)
+
+    def present(self, pairs: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Which of the (conversation, user) ``pairs`` are members now (one query: a replica
+        checks the members of all its open streams at once)."""
+        wanted = list(dict.fromkeys(pairs))
+        if not wanted:
+            return set()
+        t = schema.conversation_members
+        query = select(t.c.conversation_id, t.c.user_id).where(
+            tuple_(t.c.conversation_id, t.c.user_id).in_(wanted)
+        )
+        with self.db.connect() as c:
+            return {(r.conversation_id, r.user_id) for r in c.execute(query).all()}
 
     def grant(
         self,

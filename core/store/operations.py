@@ -35,6 +35,7 @@ from core.domain import (
 from core.errors import NotFound
 from core.store import schema
 from core.store.audit import AuditOps
+from core.store.client_secrets import ClientSecretOps
 from core.store.database import Database, PoolLimits
 from core.store.extractions import PendingExtractionOps
 from core.store.forks import ForkOps
@@ -46,6 +47,7 @@ from core.store.projects import ProjectOps, WorkspaceOps
 from core.store.quotas import AdminKeyOps, QuotaOps
 from core.store.secrets import SecretOps
 from core.store.session_labels import SessionLabelOps
+from core.store.stream_tickets import StreamTicketOps
 from core.store.triggers import TriggerOps
 from core.store.turn_models import TurnModelOps
 from core.store.workflow_runs import WorkflowRunOps
@@ -541,6 +543,7 @@ class Store:
         self.sessions = SessionOps(db)
         self.forks = ForkOps(db)
         self.secrets = SecretOps(db)
+        self.client_secrets = ClientSecretOps(db)
         self.session_labels = SessionLabelOps(db)
         self.hooks = HookOps(db)
         self.triggers = TriggerOps(db)
@@ -555,6 +558,7 @@ class Store:
         self.keys = KeyOps(db)
         self.members = MemberOps(db)
         self.writers = WriterLeaseOps(db)
+        self.stream_tickets = StreamTicketOps(db)
 
     @classmethod
     def open(cls, url: str, pool: PoolLimits | None = None) -> Store:

@@ -238,6 +238,25 @@ audit_log = Table(
     Column("client_id", String(64), nullable=True, index=True),
     Column("subject_client_id", String(64), nullable=True, index=True),
     Column("data", Text, nullable=False),
+    # Issue 25: the columns the audit route filters by (null in entries recorded before them).
+    Column("action", String(64), nullable=True, index=True),
+    Column("key_id", String(64), nullable=True, index=True),
+    Column("user_id", String(200), nullable=True, index=True),
+    Column("target", String(300), nullable=True),
+    Column("at", String(40), nullable=True),
+)
+
+# Issue 25: short-lived, single-use stream tickets (a browser opens a WebSocket with one instead of
+# its API key, so the key never lands in a URL). Stored by hash; redeeming one deletes its row.
+stream_tickets = Table(
+    "stream_tickets",
+    metadata,
+    Column("ticket_hash", String(128), primary_key=True),
+    Column("client_id", String(64), nullable=False),
+    Column("key_hash", String(128), nullable=False),
+    Column("user_id", String(200), nullable=True),
+    Column("conversation_id", String(64), nullable=False),
+    Column("expires_at", String(40), nullable=False, index=True),
 )
 
 # Issue 13: each client's own library objects (the ``library_objects`` table above is the system
@@ -344,4 +363,19 @@ trigger_fires = Table(
     metadata,
     Column("trigger_id", String(64), primary_key=True),
     Column("due_at", String(40), primary_key=True),
+)
+
+# Client secrets (docs/security.md "Secrets"): write-only values a client stores and references by
+# name from model profiles, http.request headers and shell commands. ``sealed`` is the value
+# encrypted with the operator's key (AES-GCM, nonce included; the client, name and version are
+# its associated data), ``key_id`` names that key; the metadata is ``data`` (never the value).
+client_secrets = Table(
+    "client_secrets",
+    metadata,
+    Column("client_id", String(64), primary_key=True),
+    Column("name", String(128), primary_key=True),
+    Column("version", Integer, nullable=False),
+    Column("key_id", String(32), nullable=False),
+    Column("sealed", Text, nullable=False),
+    Column("data", Text, nullable=False),
 )

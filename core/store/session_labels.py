@@ -10,6 +10,7 @@ from sqlalchemy.exc import IntegrityError
 
 from core.store import schema
 from core.store.database import Database
+from core.store.members import conversations_of
 
 
 @dataclass(frozen=True)
@@ -49,13 +50,19 @@ class SessionLabelOps:
             return False
         return True
 
-    def list(self, client_id: str, *, after: str | None, limit: int) -> list[SessionRow]:
+    def list(
+        self, client_id: str, *, after: str | None, limit: int, member: str | None = None
+    ) -> list[SessionRow]:
+        """Labels in order after ``after``; with ``member``, only those naming a conversation
+        that user is a member of."""
         t = schema.sessions
         query = select(t.c.label, t.c.conversation_id, t.c.created_at).where(
             t.c.client_id == client_id
         )
         if after is not None:
             query = query.where(t.c.label > after)
+        if member is not None:
+            query = query.where(t.c.conversation_id.in_(conversations_of(member)))
         with self.db.connect() as conn:
             rows = conn.execute(query.order_by(t.c.label).limit(limit)).all()
         return [SessionRow(r.label, r.conversation_id, r.created_at) for r in rows]

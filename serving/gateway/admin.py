@@ -3,49 +3,32 @@
 ``PUT``/``GET /v1/clients/{client_id}/quota`` need an operator (admin) key; ``GET /v1/quota``
 shows a client its own. ``GET /v1/audit`` lists recorded changes oldest first: an admin key
 sees every entry (``?client_id=`` narrows it), any other key the entries its client made or is
-the subject of.
+the subject of, and an acting user (``X-Wonder-User``) only the entries it made. Filters:
+``action`` (one, or a family ending in a dot), ``target``, ``key_id``, ``user_id``, ``since``,
+``until``. Entries are written through ``serving.gateway.audit_trail``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 from starlette.concurrency import run_in_threadpool
 
-from core.errors import PermissionDenied
-from core.ids import new_id, utc_now
+from core.errors import InvalidInput, PermissionDenied
+from core.ids import utc_now
 from core.quotas import Quota
-from core.store.audit import AuditEntry
-from serving.gateway.auth import AdminId, ClientId, Context, Guard, IsAdmin
+from core.store.audit import AuditEntry, AuditFilter
+from serving.gateway.audit_trail import Audit, record
+from serving.gateway.auth import USER_PATTERN, AdminId, ClientId, Context, Guard, IsAdmin, User
 from serving.gateway.protocol import Page
+
+__all__ = ["record", "router"]  # ``record``: the audit trail's older entry point, kept here
 
 router = APIRouter(tags=["quotas and audit"])
 
 ClientPath = Annotated[str, Path(min_length=1, max_length=64, description="A client id")]
-
-
-def record(
-    context: Context,
-    actor_client_id: str,
-    action: str,
-    target: str,
-    details: Mapping[str, object],
-    subject_client_id: str | None = None,
-) -> AuditEntry:
-    """Append one change to the audit trail, made by ``actor_client_id``'s key."""
-    entry = AuditEntry(
-        id=new_id("audit"),
-        at=utc_now(),
-        actor=f"client:{actor_client_id}",
-        client_id=actor_client_id,
-        action=action,
-        target=target,
-        subject_client_id=subject_client_id,
-        details=dict(details),
-    )
-    return context.store.audit.record(entry)
 
 
 @router.get(
@@ -73,7 +56,12 @@ def get_quota(client_id: ClientPath, context: Context, _admin: AdminId) -> Quota
     summary="Set a client's quota (admin key); omitted fields are unlimited",
 )
 async def put_quota(
-    client_id: ClientPath, body: Quota, context: Context, admin: AdminId, guard: Guard
+    client_id: ClientPath,
+    body: Quota,
+    context: Context,
+    _admin: AdminId,
+    guard: Guard,
+    audit: Audit,
 ) -> Quota:
     await run_in_threadpool(context.store.clients.get, client_id)
     before = await run_in_threadpool(context.store.quotas.get, client_id)
@@ -83,10 +71,11 @@ async def put_quota(
         "before": before.model_dump(exclude_none=True) if before else {},
         "after": stored.model_dump(exclude_none=True),
     }
-    await run_in_threadpool(
-        record, context, admin, "quota.set", f"client:{client_id}", details, client_id
-    )
+    await run_in_threadpool(audit.record, "quota.set", f"client:{client_id}", details, client_id)
     return stored
+
+
+ACTION_PATTERN = r"^[a-z][a-z_]*(\.[a-z_]+)*\.?$"
 
 
 @router.get("/v1/audit", response_model=Page[AuditEntry], summary="Recorded changes, oldest first")
@@ -94,10 +83,33 @@ def list_audit(
     context: Context,
     client_id: ClientId,
     is_admin: IsAdmin,
+    user: User,
     of_client: Annotated[
         str | None,
         Query(alias="client_id", max_length=64, description="Admin keys: one client's entries"),
     ] = None,
+    action: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            pattern=ACTION_PATTERN,
+            description="One action (key.revoke), or a family ending in a dot (key.)",
+        ),
+    ] = None,
+    target: Annotated[
+        str | None, Query(max_length=300, description="One object: hook:<id>, key:<id>, ...")
+    ] = None,
+    key_id: Annotated[
+        str | None, Query(max_length=64, description="Changes made with this API key")
+    ] = None,
+    user_id: Annotated[
+        str | None,
+        Query(max_length=200, pattern=USER_PATTERN, description="Changes made as this user"),
+    ] = None,
+    since: Annotated[
+        datetime | None, Query(description="At or after this time (with a time zone)")
+    ] = None,
+    until: Annotated[datetime | None, Query(description="Before this time")] = None,
     after_cursor: Annotated[str | None, Query(max_length=64, description="An entry id")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> Page[AuditEntry]:
@@ -105,6 +117,16 @@ def list_audit(
         if of_client not in (None, client_id):
             raise PermissionDenied("only an admin key reads another client's audit entries")
         of_client = client_id
-    found = context.store.audit.list(of_client, after=after_cursor, limit=limit + 1)
+    if user is not None:  # an acting user reads only the changes it made
+        if user_id not in (None, user):
+            raise PermissionDenied(f"user {user} reads only its own audit entries")
+        user_id = user
+    for name, moment in (("since", since), ("until", until)):
+        if moment is not None and moment.tzinfo is None:
+            raise InvalidInput(f"{name}: give a time zone (e.g. 2026-01-31T09:00:00Z)")
+    where = AuditFilter(
+        action=action, target=target, key_id=key_id, user_id=user_id, since=since, until=until
+    )
+    found = context.store.audit.list(of_client, after=after_cursor, limit=limit + 1, where=where)
     items = found[:limit]
     return Page[AuditEntry](items=items, next_cursor=items[-1].id if len(found) > limit else None)

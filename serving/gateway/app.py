@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from fastapi import Depends, FastAPI
 
+from core.turn_quotas import default_quota
 from serving.gateway import (
     admin,
     agents,
+    api_docs,
     callables,
     console,
     conversation_control,
@@ -19,12 +21,15 @@ from serving.gateway import (
     hooks,
     keys,
     library,
+    member_access,
     members,
     memories,
     messages,
     projects,
+    secrets,
     sessions,
     stream,
+    stream_tickets,
     threads,
     triggers,
     turns,
@@ -69,11 +74,14 @@ def create_api(context: GatewayContext) -> FastAPI:
         version="0.1.0",
         description=DESCRIPTION,
         dependencies=[Depends(refuse_unknown_query)],  # every route: unknown query → 422
+        docs_url=None,  # served by ``api_docs`` from a package, never from a CDN
+        redoc_url=None,  # ReDoc has no offline build here: /docs is the reference
     )
     api.state.gateway = context
-    api.state.quotas = QuotaGuard(context.store)
+    api.state.quotas = QuotaGuard(context.store, defaults=default_quota(context.settings))
     api.add_middleware(RequestLimits)
     install_error_handlers(api)
+    api_docs.install(api)
     api.include_router(console.router)
     api.include_router(stream.router)
     for router in (
@@ -96,12 +104,16 @@ def create_api(context: GatewayContext) -> FastAPI:
         admin.router,
         user_quotas.router,
         keys.router,
+        secrets.router,
         members.router,
+        stream_tickets.router,
+        hooks.router,
     ):
-        # members.MemberAccess: with an acting user (X-Wonder-User), a conversation's routes
-        # check that user's level there (core/access.py).
-        api.include_router(router, responses=ERROR_RESPONSES, dependencies=[members.MemberAccess])
-    # Webhook deliveries authenticate by the hook's signature, not by an API key (its management
-    # routes take the key themselves and name no conversation).
-    api.include_router(hooks.router, responses=ERROR_RESPONSES)
+        # member_access.MemberAccess: with an acting user (X-Wonder-User), every route checks
+        # the user's level in the conversation it reaches (serving/gateway/member_access.py).
+        dependencies = [member_access.MemberAccess]
+        api.include_router(router, responses=ERROR_RESPONSES, dependencies=dependencies)
+    # Webhook deliveries authenticate by the hook's signature, not by an API key; each posts as
+    # the user who made the hook, checked where it lands (serving/gateway/hooks.py).
+    api.include_router(hooks.delivery_router, responses=ERROR_RESPONSES)
     return api

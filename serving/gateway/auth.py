@@ -1,18 +1,20 @@
 """API-key authentication: ``Authorization: Bearer <key>`` → the client id that owns the key.
 
-Browsers cannot set headers on a WebSocket, so the stream also accepts ``?api_key=``. A revoked or
-expired key is refused with a 401 saying so; ``KeyAdmin`` routes (keys, library writes) need a key
-with the admin scope (403 for an app key). See ``core.keys``.
+A key never travels in a URL: the WebSocket takes the same header, or a one-use stream ticket
+(``serving.gateway.stream_tickets``) for browsers, which cannot set headers on a WebSocket. A
+revoked or expired key is refused with a 401 saying so; ``KeyAdmin`` routes (keys, library
+writes) need a key with the admin scope (403 for an app key). See ``core.keys``.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
-from fastapi import Depends, Request, WebSocket
+from fastapi import Depends, Header, Request, WebSocket
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from core.errors import PermissionDenied, Unauthorized
+from core.errors import InvalidInput, NotFound, PermissionDenied, Unauthorized
 from core.ids import utc_now
 from core.keys import ApiKey, KeyScope
 from serving.gateway.context import GatewayContext, get_context
@@ -22,6 +24,7 @@ bearer = HTTPBearer(auto_error=False, description="A Wonder API key (`wonder key
 
 MAX_KEY_CHARS = 512
 USER_HEADER = "X-Wonder-User"  # the acting user of the client's app (``serving.gateway.members``)
+USER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@+-]{0,199}$"
 
 
 def authenticate(context: GatewayContext, key: str | None) -> ApiKey:
@@ -34,6 +37,19 @@ def authenticate(context: GatewayContext, key: str | None) -> ApiKey:
     found = context.store.keys.find(key)
     if found is None:
         raise Unauthorized("invalid API key")
+    refusal = found.refusal(utc_now())
+    if refusal is not None:
+        raise Unauthorized(refusal)
+    return found
+
+
+def authenticate_hash(context: GatewayContext, key_hash: str) -> ApiKey:
+    """``authenticate`` for a key known by its hash (a stream opened with a ticket, or checked
+    again as its messages arrive)."""
+    try:
+        found = context.store.keys.by_hash(key_hash)
+    except NotFound:
+        raise Unauthorized("the API key no longer exists") from None
     refusal = found.refusal(utc_now())
     if refusal is not None:
         raise Unauthorized(refusal)
@@ -87,13 +103,29 @@ def require_admin(
     return client_id
 
 
+KEY_IN_URL = (
+    "API keys are refused in URLs (they end up in logs): send 'Authorization: Bearer <key>', "
+    "or open the stream with ?ticket= from POST /v1/stream-tickets"
+)
+
+
 def websocket_key(websocket: WebSocket) -> str | None:
-    """A WebSocket's API key: the ``Authorization`` header, else the ``api_key`` query param."""
+    """A WebSocket's API key: the ``Authorization`` header (None without one); a key in the
+    query string (``?api_key=``) is ``Unauthorized``."""
+    if "api_key" in websocket.query_params:
+        raise Unauthorized(KEY_IN_URL)
     header = websocket.headers.get("authorization", "")
     scheme, _, value = header.partition(" ")
     if scheme.lower() == "bearer" and value.strip():
         return value.strip()
-    return websocket.query_params.get("api_key") or None
+    return None
+
+
+def bearer_secret(
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> str | None:
+    """FastAPI dependency: the request's bearer secret, as sent (``require_key`` checks it)."""
+    return credentials.credentials if credentials else None
 
 
 def key_is_admin(
@@ -104,6 +136,26 @@ def key_is_admin(
     return credentials is not None and context.store.admin_keys.is_admin(credentials.credentials)
 
 
+def acting_user(
+    user: Annotated[
+        str | None,
+        Header(
+            alias=USER_HEADER,
+            pattern=USER_PATTERN,
+            description="The acting user of your app (docs/api.md, Access); "
+            "omit to act as the client",
+        ),
+    ] = None,
+) -> str | None:
+    """The user named by ``X-Wonder-User`` (None: the client itself); malformed: 422 (the
+    OpenAPI declares the pattern, FastAPI checks it; the check here guards direct callers)."""
+    if user is None:
+        return None
+    if not re.match(USER_PATTERN, user):
+        raise InvalidInput(f"{USER_HEADER}: a user id of 1-200 letters, digits and _.:@+-")
+    return user
+
+
 ClientId = Annotated[str, Depends(require_client)]
 RequestKey = Annotated[ApiKey, Depends(require_key)]
 KeyAdmin = Annotated[ApiKey, Depends(require_key_admin)]
@@ -111,3 +163,5 @@ IsAdmin = Annotated[bool, Depends(key_is_admin)]
 AdminId = Annotated[str, Depends(require_admin)]
 Guard = Annotated[QuotaGuard, Depends(get_guard)]
 Context = Annotated[GatewayContext, Depends(get_context)]
+User = Annotated[str | None, Depends(acting_user)]
+BearerSecret = Annotated[str | None, Depends(bearer_secret)]

@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from core.domain import ConcurrencyPolicy
 from core.errors import NotFound
-from serving.gateway.admin import record
+from serving.gateway.audit_trail import Audit
 from serving.gateway.auth import ClientId, Context
 from serving.gateway.conversations import owned_conversation
 from serving.gateway.protocol import WireModel
@@ -34,10 +34,13 @@ class CancelTurn(WireModel):
 
 @router.put("/policy", summary="Set what a message arriving mid-turn does")
 async def set_policy(
-    conversation_id: str, body: PolicyUpdate, context: Context, client_id: ClientId
+    conversation_id: str, body: PolicyUpdate, context: Context, client_id: ClientId, audit: Audit
 ) -> dict[str, Any]:
     await run_in_threadpool(owned_conversation, context, client_id, conversation_id)
     change = await context.conversations.set_policy(conversation_id, body.concurrency_policy)
+    details = {"concurrency_policy": change.concurrency_policy.value}
+    target = f"conversations:{conversation_id}"
+    await run_in_threadpool(audit.record, "conversation.policy", target, details)
     return {"concurrency_policy": change.concurrency_policy.value}
 
 
@@ -63,7 +66,7 @@ async def cancel_turn(
 
 @router.post("/participants", status_code=201, summary="Loop an agent into the conversation")
 async def add_participant(
-    conversation_id: str, body: ParticipantAdd, context: Context, client_id: ClientId
+    conversation_id: str, body: ParticipantAdd, context: Context, client_id: ClientId, audit: Audit
 ) -> dict[str, Any]:
     await run_in_threadpool(owned_conversation, context, client_id, conversation_id)
     await run_in_threadpool(context.store.agents.get, body.agent_id, client_id)
@@ -71,18 +74,18 @@ async def add_participant(
     if change.joined:
         details = {"conversation_id": conversation_id, "agent_id": body.agent_id}
         target = f"conversations:{conversation_id}"
-        await run_in_threadpool(record, context, client_id, "membership.add", target, details)
+        await run_in_threadpool(audit.record, "membership.add", target, details)
     return {"agent_id": change.agent_id, "joined": change.joined}
 
 
 @router.delete("/participants/{agent_id}", summary="Remove a looped-in agent")
 async def remove_participant(
-    conversation_id: str, agent_id: str, context: Context, client_id: ClientId
+    conversation_id: str, agent_id: str, context: Context, client_id: ClientId, audit: Audit
 ) -> dict[str, Any]:
     await run_in_threadpool(owned_conversation, context, client_id, conversation_id)
     change = await context.conversations.remove_participant(conversation_id, agent_id)
     if change.left:
         details = {"conversation_id": conversation_id, "agent_id": agent_id}
         target = f"conversations:{conversation_id}"
-        await run_in_threadpool(record, context, client_id, "membership.remove", target, details)
+        await run_in_threadpool(audit.record, "membership.remove", target, details)
     return {"agent_id": change.agent_id, "left": change.left}

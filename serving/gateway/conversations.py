@@ -17,10 +17,11 @@ from core.projects import (
     remove_conversation_workspaces,
     start_conversation_branch,
 )
-from serving.gateway.auth import ClientId, Context, Guard
+from serving.gateway.audit_trail import Audit
+from serving.gateway.auth import ClientId, Context, Guard, User
 from serving.gateway.context import GatewayContext
 from serving.gateway.cursors import cursor_key
-from serving.gateway.members import User, start_owner
+from serving.gateway.members import start_owner
 from serving.gateway.protocol import ConversationCreate, Deleted, Page
 from serving.gateway.translation import (
     CURSOR_PATTERN,
@@ -156,7 +157,9 @@ async def complete(conversation_id: str, context: Context, client_id: ClientId) 
     summary="Delete a conversation and every child conversation it started (409 while a fork "
     "inherits from any of them); their workspaces go, and their branches unless unmerged",
 )
-async def delete(conversation_id: str, context: Context, client_id: ClientId) -> Deleted:
+async def delete(
+    conversation_id: str, context: Context, client_id: ClientId, audit: Audit
+) -> Deleted:
     await run_in_threadpool(owned_conversation, context, client_id, conversation_id)
     # Live actors stop first (their turns are cancelled), so nothing writes rows for a deleted one.
     tree = await run_in_threadpool(context.store.conversation_tree, conversation_id)
@@ -169,4 +172,6 @@ async def delete(conversation_id: str, context: Context, client_id: ClientId) ->
             context.store, context.settings, context.workspaces, tree
         )
     deleted = await run_in_threadpool(context.store.delete_conversation_tree, conversation_id)
+    target = f"conversations:{conversation_id}"
+    await run_in_threadpool(audit.record, "conversation.delete", target, {"deleted": deleted})
     return Deleted(deleted=deleted)

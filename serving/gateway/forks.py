@@ -11,10 +11,9 @@ from starlette.concurrency import run_in_threadpool
 
 from core.domain import Conversation
 from core.forks import fork_conversation
-from serving.gateway.auth import ClientId, Context, Guard
+from serving.gateway.auth import ClientId, Context, Guard, User
 from serving.gateway.conversations import ConversationPage, Cursor, Limit, owned_conversation
 from serving.gateway.cursors import cursor_key
-from serving.gateway.members import User
 from serving.gateway.protocol import WireModel
 from serving.gateway.translation import decode_cursor, encode_cursor
 
@@ -61,13 +60,16 @@ def list_forks(
     conversation_id: str,
     context: Context,
     client_id: ClientId,
+    user: User,
     limit: Limit = 50,
     after_cursor: Cursor = None,
 ) -> ConversationPage:
     owned_conversation(context, client_id, conversation_id)
     key = cursor_key(context)
     after = decode_cursor(after_cursor, key) if after_cursor else None
-    found = context.store.forks.forks_of(conversation_id, client_id, limit=limit + 1, after=after)
+    found = context.store.forks.forks_of(  # with a user: only the forks it is a member of
+        conversation_id, client_id, limit=limit + 1, after=after, member=user
+    )
     items = found[:limit]
     more = len(found) > limit
     cursor = encode_cursor(items[-1], key) if more else None

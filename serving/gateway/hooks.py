@@ -1,5 +1,10 @@
-"""Webhooks: manage hooks (``/v1/hooks``, API key) and receive signed deliveries
-(``POST /v1/hooks/{id}``, no API key: the HMAC signature is the credential; ``core.hooks``)."""
+"""Webhooks: manage hooks (``/v1/hooks``, API key: ``router``) and receive signed deliveries
+(``POST /v1/hooks/{id}``, no API key: the HMAC signature is the credential; ``delivery_router``;
+``core.hooks``).
+
+A hook made by a user (``X-Wonder-User``) is that user's: other users do not see it (404), and
+each delivery posts as that user, checked where it lands as the user's own message would be (a
+user who lost access there makes the delivery fail, not post)."""
 
 from __future__ import annotations
 
@@ -17,7 +22,8 @@ from core.hooks import delivery_content, replay_expiry, verify_delivery
 from core.ids import new_id, utc_now
 from core.routes import Route
 from core.sessions import check_route
-from serving.gateway.auth import ClientId, Context, Guard
+from serving.gateway.audit_trail import Audit
+from serving.gateway.auth import ClientId, Context, Guard, User
 from serving.gateway.protocol import (
     MAX_MESSAGE_CHARS,
     Deleted,
@@ -30,6 +36,7 @@ from serving.gateway.quota_checks import admit_turn
 from serving.gateway.sessions import MessageRouted, send_routed
 
 router = APIRouter(prefix="/v1/hooks", tags=["hooks"])
+delivery_router = APIRouter(prefix="/v1/hooks", tags=["hooks"])
 
 
 class HookCreate(WireModel):
@@ -44,6 +51,7 @@ class HookOut(WireModel):
     route: Route
     title: str | None
     created_at: datetime
+    user_id: str | None = Field(None, description="The user who made it (deliveries post as it)")
 
 
 class HookCreated(HookOut):
@@ -51,13 +59,21 @@ class HookCreated(HookOut):
 
 
 def _out(hook: Hook) -> HookOut:
-    return HookOut(id=hook.id, route=hook.route, title=hook.title, created_at=hook.created_at)
+    return HookOut(
+        id=hook.id,
+        route=hook.route,
+        title=hook.title,
+        created_at=hook.created_at,
+        user_id=hook.user_id,
+    )
 
 
 @router.post("", status_code=201, response_model=HookCreated, summary="Create a webhook")
-def create_hook(body: HookCreate, context: Context, client_id: ClientId) -> HookCreated:
+def create_hook(
+    body: HookCreate, context: Context, client_id: ClientId, user: User, audit: Audit
+) -> HookCreated:
     route = body.route.as_route()
-    check_route(context.store, client_id, route)
+    check_route(context.store, client_id, route, user)
     hook = Hook(
         id=new_id("hook"),
         client_id=client_id,
@@ -65,14 +81,20 @@ def create_hook(body: HookCreate, context: Context, client_id: ClientId) -> Hook
         route=route,
         title=body.title,
         created_at=utc_now(),
+        user_id=user,
     )
     context.store.hooks.insert(hook)
+    audit.record(
+        "hook.create", f"hook:{hook.id}", {"route": route.model_dump(), "title": hook.title}
+    )
     return HookCreated(**_out(hook).model_dump(), secret=hook.secret)
 
 
 @router.get("", response_model=Items[HookOut], summary="List your webhooks (without secrets)")
-def list_hooks(context: Context, client_id: ClientId) -> Items[HookOut]:
-    return Items[HookOut](items=[_out(h) for h in context.store.hooks.for_client(client_id)])
+def list_hooks(context: Context, client_id: ClientId, user: User) -> Items[HookOut]:
+    hooks = context.store.hooks.for_client(client_id)
+    mine = [h for h in hooks if user is None or h.user_id == user]  # a user: its own
+    return Items[HookOut](items=[_out(h) for h in mine])
 
 
 @router.get("/{hook_id}", response_model=HookOut, summary="Get a webhook (without its secret)")
@@ -81,9 +103,10 @@ def get_hook(hook_id: str, context: Context, client_id: ClientId) -> HookOut:
 
 
 @router.delete("/{hook_id}", response_model=Deleted, summary="Delete a webhook")
-def delete_hook(hook_id: str, context: Context, client_id: ClientId) -> Deleted:
-    context.store.hooks.get(hook_id, client_id=client_id)
+def delete_hook(hook_id: str, context: Context, client_id: ClientId, audit: Audit) -> Deleted:
+    hook = context.store.hooks.get(hook_id, client_id=client_id)
     context.store.hooks.delete(hook_id, client_id)
+    audit.record("hook.delete", f"hook:{hook_id}", {"route": hook.route.model_dump()})
     return Deleted(deleted=[hook_id])
 
 
@@ -95,7 +118,7 @@ class HookDelivery(MessageRouted):
     )
 
 
-@router.post(
+@delivery_router.post(
     "/{hook_id}",
     status_code=202,
     response_model=HookDelivery,
@@ -137,9 +160,11 @@ async def deliver(
             raise Conflict("this delivery is being taken in now; it is not taken twice")
         response.status_code = 200
         return HookDelivery.model_validate_json(result).model_copy(update={"replayed": True})
-    message = MessageCreate(content=content, source="webhook", user_id=author)
-    try:
-        routed = await send_routed(context, guard, hook.client_id, hook.route, message)
+    message = MessageCreate(content=content, source="webhook")
+    try:  # as the user who made the hook, checked where it lands
+        routed = await send_routed(
+            context, guard, hook.client_id, hook.route, message, hook.user_id, author=author
+        )
     except Exception:  # not taken in (refused, failed): the sender's retry may be
         await run_in_threadpool(context.store.hooks.release_delivery, hook.id, signed)
         raise

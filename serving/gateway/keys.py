@@ -22,7 +22,7 @@ from core.errors import Conflict
 from core.ids import utc_now
 from core.keys import ApiKey, KeyScope, KeyStatus
 from core.store.keys import KEY_ID_PATTERN
-from serving.gateway.admin import record
+from serving.gateway.audit_trail import Audit
 from serving.gateway.auth import Context, KeyAdmin
 from serving.gateway.context import GatewayContext
 from serving.gateway.key_watch import get_key_watch
@@ -111,7 +111,7 @@ def list_keys(context: Context, admin: KeyAdmin) -> Items[KeyOut]:
 
 
 @router.post("", status_code=201, response_model=KeyCreated, summary="Create a key (admin scope)")
-def create_key(body: KeyCreate, context: Context, admin: KeyAdmin) -> KeyCreated:
+def create_key(body: KeyCreate, context: Context, admin: KeyAdmin, audit: Audit) -> KeyCreated:
     now = utc_now()
     secret = new_secret()
     stored = context.store.keys.add(
@@ -123,7 +123,7 @@ def create_key(body: KeyCreate, context: Context, admin: KeyAdmin) -> KeyCreated
         expires_at=_future(body.expires_at, now),
     )
     details = {"key_id": stored.id, "name": body.name, "scope": body.scope.value}
-    record(context, admin.client_id, "key.create", f"key:{stored.id}", details, admin.client_id)
+    audit.record("key.create", f"key:{stored.id}", details, admin.client_id)
     return KeyCreated(key=key_out(stored, now), api_key=secret)
 
 
@@ -138,7 +138,7 @@ def get_key(key_id: KeyIdPath, context: Context, admin: KeyAdmin) -> KeyOut:
     summary="Revoke a key: refused at once, on REST and on its open WebSockets",
 )
 async def revoke_key(
-    key_id: KeyIdPath, context: Context, admin: KeyAdmin, request: Request
+    key_id: KeyIdPath, context: Context, admin: KeyAdmin, request: Request, audit: Audit
 ) -> KeyOut:
     key = await run_in_threadpool(context.store.keys.get, key_id, admin.client_id)
     if key.revoked_at is not None:
@@ -147,9 +147,7 @@ async def revoke_key(
     revoked = await run_in_threadpool(context.store.keys.revoke, key_id, utc_now())
     await get_key_watch(request).refuse(key_id, f"API key {key_id} was revoked")
     details = {"key_id": key_id, "name": key.name}
-    await run_in_threadpool(
-        record, context, admin.client_id, "key.revoke", f"key:{key_id}", details, admin.client_id
-    )
+    await run_in_threadpool(audit.record, "key.revoke", f"key:{key_id}", details, admin.client_id)
     return key_out(revoked)
 
 
@@ -164,6 +162,7 @@ async def rotate_key(
     context: Context,
     admin: KeyAdmin,
     request: Request,
+    audit: Audit,
     body: KeyRotate | None = None,
 ) -> KeyCreated:
     rotation = body or KeyRotate()
@@ -195,7 +194,5 @@ async def rotate_key(
     if rotation.grace_s == 0:
         await get_key_watch(request).refuse(key_id, f"API key {key_id} was rotated")
     details = {"key_id": key_id, "new_key_id": new.id, "grace_s": rotation.grace_s}
-    await run_in_threadpool(
-        record, context, admin.client_id, "key.rotate", f"key:{key_id}", details, admin.client_id
-    )
+    await run_in_threadpool(audit.record, "key.rotate", f"key:{key_id}", details, admin.client_id)
     return KeyCreated(key=key_out(new, now), api_key=secret)

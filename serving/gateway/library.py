@@ -27,7 +27,7 @@ from core.library_policy import policy_problems, unserved_model
 from core.store.audit import changed_fields
 from core.store.library import SYSTEM, LibraryOps, Owned
 from core.workflows import WorkflowDef
-from serving.gateway.admin import record
+from serving.gateway.audit_trail import Audit
 from serving.gateway.auth import ClientId, Context, KeyAdmin
 from serving.gateway.context import GatewayContext
 from serving.gateway.protocol import (
@@ -151,6 +151,7 @@ def _routes_for(router: APIRouter, kind: LibraryKind) -> None:
         body: Annotated[body_model, Body()],  # type: ignore[valid-type]
         context: Context,
         key: KeyAdmin,
+        audit: Audit,
     ) -> Any:
         client_id = key.client_id
         writable(kind.label, obj_id, ops(context), client_id, getattr(body, "owner", None))
@@ -168,7 +169,7 @@ def _routes_for(router: APIRouter, kind: LibraryKind) -> None:
                 "version": stored.version,
                 "changed": changed_fields(before, stored),
             }
-            record(context, client_id, "library.put", f"{kind.store_attr}:{obj_id}", details)
+            audit.record("library.put", f"{kind.store_attr}:{obj_id}", details)
         return read_view(Owned(client_id, stored), read_model)
 
     def get_object(
@@ -184,7 +185,7 @@ def _routes_for(router: APIRouter, kind: LibraryKind) -> None:
         return read_view(found, read_model)
 
     def list_objects(context: Context, client_id: ClientId) -> Any:
-        found = ops(context).list_owned(client_id)
+        found = ops(context).list_owned(client_id, limit=context.settings.list_max_items)
         return Items[read_model](items=[read_view(o, read_model) for o in found])  # type: ignore[valid-type]
 
     def list_versions(

@@ -4,7 +4,9 @@ The client's app names the acting user with the header ``X-Wonder-User: <user id
 WebSocket also ``?user_id=``). Without it a request acts as the client itself (everything its key
 may do). With it, every route of a conversation checks the user's level there: a user who is not
 a member gets 404 (as if the conversation did not exist), a member below the level an action needs
-gets 403. Listings show only the conversations the user is a member of.
+gets 403 (``serving.gateway.member_access`` checks every route). Listings show only the
+conversations the user is a member of. Revoking a member closes its open streams of the
+conversation (``serving.gateway.member_watch``).
 
 ``GET /v1/conversations/{id}/members`` lists members (read); ``PUT .../members/{user_id}``
 ``{"level"}`` grants or changes one, ``DELETE .../members/{user_id}`` revokes one (manage; owner
@@ -14,26 +16,27 @@ copies its parent's members; ``start_owner`` makes a new conversation's user its
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Path, Request
+from fastapi import APIRouter, Path, Request
 from pydantic import Field
 from sqlalchemy import Connection
 from starlette.concurrency import run_in_threadpool
 
-from core.access import Action, Level, action_for_grant, check
-from core.errors import Conflict, InvalidInput, NotFound
+from core.access import Level, action_for_grant, check
+from core.errors import Conflict, NotFound
 from core.ids import utc_now
 from core.store import Store
 from core.store.members import Member
-from serving.gateway.admin import record
-from serving.gateway.auth import USER_HEADER, ClientId, Context
+from serving.gateway.audit_trail import Audit
+from serving.gateway.auth import USER_HEADER as USER_HEADER  # re-exported: its older home
+from serving.gateway.auth import USER_PATTERN as USER_PATTERN
+from serving.gateway.auth import ClientId, Context, User
 from serving.gateway.context import GatewayContext
+from serving.gateway.member_access import level_of
+from serving.gateway.member_watch import get_member_watch
 from serving.gateway.protocol import Items, WireModel
-
-USER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@+-]{0,199}$"
 
 router = APIRouter(prefix="/v1/conversations/{conversation_id}/members", tags=["members"])
 
@@ -47,26 +50,6 @@ class MemberGrant(WireModel):
     )
 
 
-def acting_user(
-    user: Annotated[
-        str | None,
-        Header(
-            alias=USER_HEADER,
-            pattern=USER_PATTERN,
-            description="The acting user of your app (docs/api.md, Access); "
-            "omit to act as the client",
-        ),
-    ] = None,
-) -> str | None:
-    """The user named by ``X-Wonder-User`` (None: the client itself); malformed: 422 (the
-    OpenAPI declares the pattern, FastAPI checks it; the check here guards direct callers)."""
-    if user is None:
-        return None
-    if not re.match(USER_PATTERN, user):
-        raise InvalidInput(f"{USER_HEADER}: a user id of 1-200 letters, digits and _.:@+-")
-    return user
-
-
 def start_owner(
     store: Store, conversation_id: str, user_id: str | None, at: datetime, conn: Connection
 ) -> None:
@@ -74,49 +57,6 @@ def start_owner(
     the caller's transaction. Nothing without a user (the client acts)."""
     if user_id is not None:
         store.members.grant(conversation_id, user_id, Level.OWNER, at, user_id, conn)
-
-
-def action_of(method: str, route_path: str) -> Action:
-    """What a request on a conversation route does, by method and route."""
-    if method in ("GET", "HEAD"):
-        return Action.READ
-    if route_path.endswith("/messages") or route_path.endswith("/cancel"):
-        return Action.WRITE
-    if method == "DELETE" and route_path == "/v1/conversations/{conversation_id}":
-        return Action.DELETE
-    return Action.MANAGE  # any other change: policy, participants, complete, merge, new routes
-
-
-def level_of(context: GatewayContext, client_id: str, conversation_id: str, user: str) -> Level:
-    """The user's level on the client's conversation; 404 when either is not there."""
-    context.store.conversations.get(conversation_id, client_id=client_id)
-    level = context.store.members.level(conversation_id, user)
-    if level is None:
-        raise NotFound(f"conversation {conversation_id} not found")
-    return level
-
-
-def member_access(
-    request: Request,
-    context: Context,
-    client_id: ClientId,
-    user: Annotated[str | None, Depends(acting_user)],
-) -> None:
-    """Dependency of every route: with an acting user, a conversation route checks its level."""
-    conversation_id = request.path_params.get("conversation_id")
-    if user is None or conversation_id is None:
-        return
-    route = request.scope.get("route")
-    route_path = getattr(route, "path", request.url.path)
-    if route_path.startswith("/v1/conversations/{conversation_id}/members"):
-        action = Action.READ  # changes are checked by the members routes themselves
-    else:
-        action = action_of(request.method, route_path)
-    check(level_of(context, client_id, conversation_id, user), action, user, conversation_id)
-
-
-MemberAccess = Depends(member_access)
-User = Annotated[str | None, Depends(acting_user)]
 
 
 @router.get("", response_model=Items[Member], summary="The conversation's members")
@@ -157,6 +97,7 @@ async def grant(
     context: Context,
     client_id: ClientId,
     user: User,
+    audit: Audit,
 ) -> Member:
     wanted = Level.parse(body.level)
     await run_in_threadpool(_change, context, client_id, user, conversation_id, user_id, wanted)
@@ -165,13 +106,19 @@ async def grant(
     )
     details = {"user_id": user_id, "level": wanted.label, "by": user}
     target = f"conversations:{conversation_id}"
-    await run_in_threadpool(record, context, client_id, "member.grant", target, details)
+    await run_in_threadpool(audit.record, "member.grant", target, details)
     return member
 
 
 @router.delete("/{user_id}", response_model=Items[Member], summary="Revoke a user's access")
 async def revoke(
-    conversation_id: str, user_id: UserPath, context: Context, client_id: ClientId, user: User
+    conversation_id: str,
+    user_id: UserPath,
+    request: Request,
+    context: Context,
+    client_id: ClientId,
+    user: User,
+    audit: Audit,
 ) -> Items[Member]:
     current = await run_in_threadpool(
         _change, context, client_id, user, conversation_id, user_id, None
@@ -179,7 +126,10 @@ async def revoke(
     if current is None:
         raise NotFound(f"user {user_id} is not a member of conversation {conversation_id}")
     await run_in_threadpool(context.store.members.revoke, conversation_id, user_id)
+    # The user's open streams of it close now on this replica (on others within a second).
+    reason = f"user {user_id} is no longer a member of conversation {conversation_id}"
+    await get_member_watch(request).refuse(conversation_id, user_id, reason)
     details = {"user_id": user_id, "by": user}
     target = f"conversations:{conversation_id}"
-    await run_in_threadpool(record, context, client_id, "member.revoke", target, details)
+    await run_in_threadpool(audit.record, "member.revoke", target, details)
     return Items[Member](items=await run_in_threadpool(context.store.members.list, conversation_id))

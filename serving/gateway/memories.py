@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 from core.memory.records import MAX_SEARCH_K, Memory, NewMemory, RankWeights, SearchMode
 from core.strict import StrictScalars
+from serving.gateway.audit_trail import Audit
 from serving.gateway.auth import ClientId, Context, Guard
 from serving.gateway.context import GatewayContext
 from serving.gateway.protocol import Deleted, Items, Page
@@ -174,8 +175,10 @@ async def read_memory(
 
 @router.delete("/{memory_id:memory_id}", response_model=Deleted, summary="Delete one memory")
 async def delete_memory(
-    agent_id: str, memory_id: MemoryId, context: Context, client_id: ClientId
+    agent_id: str, memory_id: MemoryId, context: Context, client_id: ClientId, audit: Audit
 ) -> Deleted:
     service = await owned_agent_memories(context, client_id, agent_id)
     deleted = await service.delete(agent_id, memory_id)
+    details = {"agent_id": agent_id, "type": deleted.type, "subject": deleted.subject}
+    await run_in_threadpool(audit.record, "memory.delete", f"memory:{deleted.id}", details)
     return Deleted(deleted=[deleted.id])

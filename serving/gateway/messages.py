@@ -12,7 +12,7 @@ from core.errors import Conflict
 from core.ids import new_id
 from core.model_override import check_override
 from core.turn_model import TurnModel
-from serving.gateway.auth import USER_HEADER, ClientId, Context, Guard
+from serving.gateway.auth import USER_HEADER, ClientId, Context, Guard, User
 from serving.gateway.context import GatewayContext
 from serving.gateway.conversations import owned_conversation
 from serving.gateway.history import (
@@ -24,7 +24,6 @@ from serving.gateway.history import (
     message_page,
     seq_window,
 )
-from serving.gateway.members import User
 from serving.gateway.protocol import MessageAccepted, MessageCreate
 from serving.gateway.quota_checks import admit_turn
 
@@ -67,10 +66,15 @@ async def accept_message(
     conversation_id: str,
     body: MessageCreate,
     user: str | None = None,
+    *,
+    author: str | None = None,
 ) -> MessageAccepted:
     """Post an admitted message to the conversation (its model override checked and recorded
-    first), authored by ``body.user_id``, else the acting ``user``, else the client."""
-    check_author(body, user)
+    first), authored by ``body.user_id``, else the acting ``user``, else the client.
+    ``author``: the platform posting on ``user``'s behalf (a webhook, ``hook:<id>``), in place of
+    a body's ``user_id``."""
+    if author is None:
+        check_author(body, user)
     message_id = None
     if body.model is not None:  # recorded before the message, so its turn finds it
         await run_in_threadpool(check_override, context.store, body.model, client_id)
@@ -80,7 +84,7 @@ async def accept_message(
     accepted = await context.conversations.post_message(
         conversation_id,
         body.content,
-        body.user_id or user or client_id,
+        author or body.user_id or user or client_id,
         source=body.source,
         reply_to_message_id=body.reply_to_message_id,
         message_id=message_id,

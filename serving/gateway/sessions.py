@@ -14,9 +14,9 @@ from core.domain import ConversationStatus
 from core.errors import Conflict
 from core.routes import Route
 from core.sessions import Session, create_session, get_session, makes_conversation, route
-from serving.gateway.auth import ClientId, Context, Guard
+from serving.gateway.audit_trail import Audit
+from serving.gateway.auth import ClientId, Context, Guard, User
 from serving.gateway.context import GatewayContext
-from serving.gateway.members import User
 from serving.gateway.messages import accept_message, check_author
 from serving.gateway.protocol import (
     LABEL_PATTERN,
@@ -86,17 +86,24 @@ def _out(session: Session) -> SessionOut:
     summary="Create a session: a label for an existing conversation, or a new one with an agent",
 )
 def put_session(
-    label: Label, body: SessionCreate, context: Context, client_id: ClientId
+    label: Label,
+    body: SessionCreate,
+    context: Context,
+    client_id: ClientId,
+    user: User,
+    audit: Audit,
 ) -> SessionOut:
-    return _out(
-        create_session(
-            context.store,
-            client_id,
-            label,
-            conversation_id=body.conversation_id,
-            agent_id=body.agent_id,
-        )
+    session = create_session(
+        context.store,
+        client_id,
+        label,
+        conversation_id=body.conversation_id,
+        agent_id=body.agent_id,
+        user=user,
     )
+    details = {"label": label, "conversation_id": session.conversation_id}
+    audit.record("session.create", f"session:{label}", details)
+    return _out(session)
 
 
 @router.get("/v1/sessions/{label}", response_model=SessionOut, summary="Get a session and its head")
@@ -108,10 +115,12 @@ def read_session(label: Label, context: Context, client_id: ClientId) -> Session
 def list_sessions(
     context: Context,
     client_id: ClientId,
+    user: User,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     after: Annotated[str | None, Query(pattern=LABEL_PATTERN)] = None,
 ) -> SessionPage:
-    rows = context.store.session_labels.list(client_id, after=after, limit=limit + 1)
+    # With a user, only the sessions of conversations it is a member of.
+    rows = context.store.session_labels.list(client_id, after=after, limit=limit + 1, member=user)
     items = [_out(get_session(context.store, client_id, r.label)) for r in rows[:limit]]
     return SessionPage(items=items, next_after=items[-1].label if len(rows) > limit else None)
 
@@ -121,9 +130,11 @@ def list_sessions(
     response_model=Deleted,
     summary="Delete a session label (its conversation stays)",
 )
-def delete_session(label: Label, context: Context, client_id: ClientId) -> Deleted:
-    get_session(context.store, client_id, label)
+def delete_session(label: Label, context: Context, client_id: ClientId, audit: Audit) -> Deleted:
+    session = get_session(context.store, client_id, label)
     context.store.session_labels.delete(client_id, label)
+    details = {"label": label, "conversation_id": session.conversation_id}
+    audit.record("session.delete", f"session:{label}", details)
     return Deleted(deleted=[label])
 
 
@@ -148,10 +159,14 @@ async def send_routed(
     to: Route,
     message: MessageCreate,
     user: str | None = None,
+    *,
+    author: str | None = None,
 ) -> MessageRouted:
     """Resolve the target (forking, or making a main session, as needed: counted against the
-    client's conversations quota) and post the message as ``user`` (``core.sessions.route``)."""
-    check_author(message, user)  # before routing makes anything
+    client's conversations quota) and post the message as ``user`` (``core.sessions.route``).
+    ``author``: the platform posting for ``user`` (a webhook)."""
+    if author is None:
+        check_author(message, user)  # before routing makes anything
     if await run_in_threadpool(makes_conversation, context.store, client_id, to):
         await run_in_threadpool(guard.admit_conversation, client_id)
     destination = await run_in_threadpool(route, context.store, client_id, to.kind, to.target, user)
@@ -160,7 +175,9 @@ async def send_routed(
     )
     if conversation.status == ConversationStatus.COMPLETED:
         raise Conflict(f"conversation {conversation.id} is completed")
-    accepted = await accept_message(context, client_id, conversation.id, message, user)
+    accepted = await accept_message(
+        context, client_id, conversation.id, message, user, author=author
+    )
     return MessageRouted(
         conversation_id=conversation.id,
         turn_id=accepted.turn_id,

@@ -13,11 +13,13 @@ persona as ``POST /v1/messages`` does), answered by an ``ack`` frame saying wher
 conversation, turn and message; ``forked``; ``streamed_here``: false when it went to another
 conversation, whose own stream carries that turn), or ``{"type": "ping"}``; a frame the server
 cannot use gets an ``error`` frame and the stream goes on. Authentication: the ``Authorization``
-header, or ``?api_key=`` for browsers. Refusals close the socket after an error frame: 4401 (bad
-key), 4404 (no such conversation), 4400 (bad query), 4429 (the client's concurrent-WebSocket
-quota is full); a message over the turn or token quota gets an error frame (QUOTA_EXCEEDED) and
-the stream goes on. A key revoked or expired while its stream is open closes the stream with 4401
-after an error frame (``key_watch``).
+header, or ``?ticket=`` (a one-use stream ticket, ``stream_tickets``) for browsers; a key in the
+URL (``?api_key=``) is refused. Refusals close the socket after an error frame, with the reason
+in the close frame too: 4401 (bad key or ticket), 4404 (no such conversation), 4400 (bad query),
+4429 (the client's concurrent-WebSocket quota is full); a message over the turn or token quota
+gets an error frame (QUOTA_EXCEEDED) and the stream goes on. A key revoked or expired while its
+stream is open closes the stream with 4401 after an error frame (``key_watch``); a user whose
+membership is revoked loses its streams of that conversation with 4404 (``member_watch``).
 """
 
 from __future__ import annotations
@@ -36,19 +38,27 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from core.access import Action, check
 from core.domain import Conversation
-from core.errors import InvalidInput, Unauthorized, WonderError
+from core.errors import InvalidInput, NotFound, Unauthorized, WonderError
 from core.keys import ApiKey, hash_key
-from serving.gateway.auth import USER_HEADER, authenticate, websocket_key
+from serving.gateway.auth import (
+    USER_HEADER,
+    USER_PATTERN,
+    authenticate,
+    authenticate_hash,
+    websocket_key,
+)
 from serving.gateway.context import GatewayContext, get_context
 from serving.gateway.conversations import owned_conversation
 from serving.gateway.errors import as_wonder_error
 from serving.gateway.key_watch import get_key_watch
 from serving.gateway.limits import MAX_FRAME_BYTES
-from serving.gateway.members import USER_PATTERN, level_of
+from serving.gateway.member_access import level_of
+from serving.gateway.member_watch import get_member_watch
 from serving.gateway.messages import accept_message
 from serving.gateway.protocol import ClientMessageFrame
 from serving.gateway.quota_checks import get_guard
 from serving.gateway.sessions import MessageRouted, send_routed
+from serving.gateway.stream_tickets import redeem
 from serving.gateway.translation import error_frame, frame_id, parse_client_frame
 
 logger = logging.getLogger("wonder.gateway")
@@ -94,14 +104,14 @@ class StreamSession:
         conversation: Conversation,
         client_id: str,
         after_seq: int,
-        secret: str = "",
+        key_hash: str = "",
         user: str | None = None,
     ) -> None:
         self.websocket = websocket
         self.context = context
         self.conversation = conversation
         self.client_id = client_id
-        self.secret = secret
+        self.key_hash = key_hash
         self.user = user
         self.after_seq = after_seq
         self.subscribed = asyncio.Event()
@@ -199,7 +209,7 @@ class StreamSession:
             await self.send(error_frame(error.to_dict(), request_id or frame_id(raw)))
 
     def admit_message(self, here: bool, author: str | None) -> None:
-        authenticate(self.context, self.secret)
+        authenticate_hash(self.context, self.key_hash)
         if self.user is not None and here:  # a routed message is checked where it goes
             level = level_of(self.context, self.client_id, self.conversation.id, self.user)
             check(level, Action.WRITE, self.user, self.conversation.id)
@@ -258,6 +268,9 @@ class StreamSession:
     async def key_refused(self, reason: str) -> None:
         await self.refuse(Unauthorized(reason))
 
+    async def member_refused(self, reason: str) -> None:
+        await self.refuse(NotFound(reason))
+
     async def close(self, code: int) -> None:
         if self.websocket.application_state == WebSocketState.CONNECTED:
             with contextlib.suppress(RuntimeError, WebSocketDisconnect):
@@ -277,16 +290,33 @@ async def refuse(
     with contextlib.suppress(RuntimeError, WebSocketDisconnect):
         async with lock or asyncio.Lock():
             await websocket.send_json(error_frame(error.to_dict()))
-            await websocket.close(close_code)
+            await websocket.close(close_code, reason=close_reason(error.message))
+
+
+def close_reason(message: str) -> str:
+    """A close frame's reason: at most 123 bytes of UTF-8 (RFC 6455)."""
+    return message.encode()[:123].decode(errors="ignore")
 
 
 def open_stream(
-    context: GatewayContext, secret: str | None, conversation_id: str
-) -> tuple[ApiKey, Conversation]:
-    """The key and the client's conversation, in one trip to the thread pool (a burst of new
-    streams queues there: each trip waits for a thread and the GIL)."""
-    key = authenticate(context, secret)
-    return key, owned_conversation(context, key.client_id, conversation_id)
+    context: GatewayContext, websocket: WebSocket, conversation_id: str
+) -> tuple[ApiKey, str, Conversation, str | None]:
+    """The key (and its hash), the client's conversation and the acting user, in one trip to
+    the thread pool (a burst of new streams queues there: each trip waits for a thread and the
+    GIL). A ticket brings its key and user; otherwise the header's key and the named user."""
+    secret = websocket_key(websocket)  # first: a key in the URL is refused, ticket or not
+    ticket = websocket.query_params.get("ticket")
+    if ticket is not None:
+        key, bound = redeem(context, ticket, conversation_id)
+        named = websocket_user(websocket)
+        if named is not None and named != bound.user_id:
+            raise Unauthorized(f"the stream ticket was issued for {bound.user_id or 'the client'}")
+        key_hash, user = bound.key_hash, bound.user_id
+    else:
+        key = authenticate(context, secret)
+        key_hash, user = hash_key(secret or ""), None
+    conversation = owned_conversation(context, key.client_id, conversation_id)
+    return key, key_hash, conversation, user
 
 
 @router.websocket("/v1/conversations/{conversation_id}/stream")
@@ -296,12 +326,13 @@ async def stream(websocket: WebSocket, conversation_id: str) -> None:
     await websocket.accept(
         headers=[(NODE_HEADER.encode(), context.node.encode())] if context.node else None
     )
-    secret = websocket_key(websocket)
     try:
-        key, conversation = await run_in_threadpool(open_stream, context, secret, conversation_id)
+        key, key_hash, conversation, user = await run_in_threadpool(
+            open_stream, context, websocket, conversation_id
+        )
         client_id = key.client_id
         after_seq = parse_after_seq(websocket.query_params.get("after_seq"))
-        user = websocket_user(websocket)
+        user = user or websocket_user(websocket)
         if user is not None:  # a user who is not a member: as if there were no conversation
             await run_in_threadpool(level_of, context, client_id, conversation_id, user)
     except WonderError as exc:
@@ -314,10 +345,12 @@ async def stream(websocket: WebSocket, conversation_id: str) -> None:
             await refuse(websocket, exc)
             return
         session = StreamSession(
-            websocket, context, conversation, client_id, after_seq, secret or "", user
+            websocket, context, conversation, client_id, after_seq, key_hash, user
         )
-        held.enter_context(
-            get_key_watch(websocket).watching(key, hash_key(secret or ""), session.key_refused)
-        )
+        held.enter_context(get_key_watch(websocket).watching(key, key_hash, session.key_refused))
+        if user is not None:  # its membership revoked: the stream closes (``member_watch``)
+            held.enter_context(
+                get_member_watch(websocket).watching(conversation.id, user, session.member_refused)
+            )
         with contextlib.suppress(WebSocketDisconnect):
             await session.run()

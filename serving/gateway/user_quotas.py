@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from core.ids import utc_now
 from core.quotas import UserQuota
-from serving.gateway.admin import record
+from serving.gateway.audit_trail import Audit, Auditor
 from serving.gateway.auth import ClientId, Context, Guard, KeyAdmin
 from serving.gateway.members import UserPath
 from serving.gateway.protocol import Items, WireModel
@@ -62,7 +62,12 @@ def get_user_quota(user_id: UserPath, context: Context, client_id: ClientId) -> 
     summary="Set a user's quota (a key with the admin scope); omitted fields are unlimited",
 )
 async def put_user_quota(
-    user_id: UserPath, body: UserQuota, context: Context, admin: KeyAdmin, guard: Guard
+    user_id: UserPath,
+    body: UserQuota,
+    context: Context,
+    admin: KeyAdmin,
+    guard: Guard,
+    audit: Audit,
 ) -> UserQuota:
     client_id = admin.client_id
     before = await run_in_threadpool(context.store.quotas.get_user, client_id, user_id)
@@ -70,7 +75,7 @@ async def put_user_quota(
         context.store.quotas.put_user, client_id, user_id, body, utc_now()
     )
     guard.forget(client_id)
-    await _audit(context, client_id, user_id, before, stored)
+    await _audit(audit, client_id, user_id, before, stored)
     return stored
 
 
@@ -81,18 +86,18 @@ async def put_user_quota(
     summary="Clear a user's quota (a key with the admin scope): only the client's applies",
 )
 async def delete_user_quota(
-    user_id: UserPath, context: Context, admin: KeyAdmin, guard: Guard
+    user_id: UserPath, context: Context, admin: KeyAdmin, guard: Guard, audit: Audit
 ) -> UserQuota:
     client_id = admin.client_id
     before = await run_in_threadpool(context.store.quotas.get_user, client_id, user_id)
     if await run_in_threadpool(context.store.quotas.delete_user, client_id, user_id):
         guard.forget(client_id)
-        await _audit(context, client_id, user_id, before, None)
+        await _audit(audit, client_id, user_id, before, None)
     return UserQuota()
 
 
 async def _audit(
-    context: Context,
+    audit: Auditor,
     client_id: str,
     user_id: str,
     before: UserQuota | None,
@@ -103,6 +108,4 @@ async def _audit(
         "before": before.model_dump(exclude_none=True) if before else {},
         "after": after.model_dump(exclude_none=True) if after else {},
     }
-    await run_in_threadpool(
-        record, context, client_id, "quota.set", f"user:{user_id}", details, client_id
-    )
+    await run_in_threadpool(audit.record, "quota.set", f"user:{user_id}", details, client_id)

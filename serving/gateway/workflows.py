@@ -1,7 +1,9 @@
 """Workflow runs: start one, read its status and node history, cancel it.
 
 The workflow definitions themselves are library objects (``PUT/GET /v1/workflows/{id}``, see
-``library.py``). A run belongs to the client that started it; another client gets a 404.
+``library.py``). A run belongs to the client that started it; another client gets a 404. A run
+that a conversation's agent started works for that conversation: an acting user reaches it only
+as a member there (``serving.gateway.member_access``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from core.domain import NAME_PATTERN
 from core.jsontypes import JsonObject
 from core.workflows import NodeRecord, WorkflowRun
-from serving.gateway.auth import ClientId, Context
+from serving.gateway.auth import ClientId, Context, User
 from serving.gateway.context import GatewayContext
 from serving.gateway.protocol import Items
 
@@ -23,6 +25,7 @@ router = APIRouter(tags=["workflow runs"])
 WorkflowId = Annotated[str, Path(pattern=NAME_PATTERN, description="Library workflow id")]
 RunId = Annotated[str, Path(max_length=64, description="Workflow run id")]
 MAX_WAIT_S = 300.0
+USER_SCAN = 2000  # with a user, the newest runs looked through for those it may see
 
 
 class RunStart(BaseModel):
@@ -96,12 +99,21 @@ RunList = Items[WorkflowRun]
 def list_runs(
     context: Context,
     client_id: ClientId,
+    user: User,
     workflow_id: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> RunList:
     runs = context.store.workflow_runs.list_runs(
-        workflow_id=workflow_id, client_id=client_id, limit=limit
+        workflow_id=workflow_id, client_id=client_id, limit=limit if user is None else USER_SCAN
     )
+    if user is not None:  # a run a conversation started shows only to that conversation's members
+        started = {r.context.conversation_id for r in runs if r.context.conversation_id}
+        member = context.store.members.present((c, user) for c in started)
+        runs = [
+            r
+            for r in runs
+            if r.context.conversation_id is None or (r.context.conversation_id, user) in member
+        ][:limit]
     return RunList(items=runs)
 
 

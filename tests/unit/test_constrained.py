@@ -6,11 +6,15 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
+import yaml
+from pydantic import ValidationError
 
+from core.domain import Tool
 from core.errors import InvalidInput, RetryableError
 from core.llm.constrained import (
     ARRAY_MAX_ITEMS,
@@ -36,7 +40,9 @@ from core.llm.protocol import (
     ToolCallRequested,
     ToolSpec,
 )
+from core.tool_shortcuts import shortcut_arguments
 
+LIBRARY = Path(__file__).resolve().parents[2] / "library"
 WEATHER = ToolSpec(
     "get_weather",
     "Get the current weather for a city.",
@@ -331,3 +337,100 @@ def test_translator_raises_error_payloads_by_retryability() -> None:
         StreamTranslator().feed({"error": {"message": "bad", "code": 400}})
     assert isinstance(error_from_payload({"message": "boom", "code": 500}), RetryableError)
     assert isinstance(error_from_payload({"message": "busy", "code": 429}), RetryableError)
+
+
+def test_a_rejection_names_the_model_asked_for_never_the_providers_text() -> None:
+    payload = {"error": {"message": "key sk-secret is not valid", "code": 404, "type": "NotFound"}}
+    with pytest.raises(InvalidInput) as rejected:
+        StreamTranslator(model="no-such-model").feed(payload)
+    assert str(rejected.value) == (
+        "model endpoint rejected the request for model 'no-such-model' (404, NotFound)"
+    )
+    assert "sk-secret" not in str(error_from_payload(payload["error"], "m"))
+
+
+# --------------------------------------------------------------------------- shortcuts
+
+CALC = ToolSpec(
+    "calculator",
+    "Evaluate an expression.",
+    {"type": "object", "properties": {"expression": {"type": "string"}}},
+    shortcut=r"(?i)^what is (?P<expression>[0-9][0-9 +*/-]*)\??$",
+)
+
+
+@pytest.mark.parametrize(
+    ("messages", "expected_calls"),
+    [
+        ([{"role": "user", "content": "What is 12*7?"}], 0),  # the pattern chose: no model call
+        ([{"role": "user", "content": "What is the time?"}], 2),  # no match: choose and reply
+        (
+            [
+                {"role": "user", "content": "What is 12*7?"},
+                {"role": "tool", "tool_call_id": "call_shortcut", "content": "84"},
+            ],
+            2,  # the tool's result goes back to the model
+        ),
+    ],
+)
+async def test_a_shortcut_calls_its_tool_only_for_a_matching_user_message(
+    messages: list[dict[str, Any]], expected_calls: int
+) -> None:
+    backend = FakeBackend([[TextDelta('{"action": "reply"}')], [TextDelta("84"), ModelFinished()]])
+    chunks = await collect(backend, ChatRequest(messages=messages, tools=[WEATHER, CALC]))
+    assert len(backend.bodies) == expected_calls
+    if expected_calls == 0:
+        assert chunks == [
+            ToolCallRequested("call_shortcut", "calculator", '{"expression": "12*7"}'),
+            ModelFinished(finish_reason="tool_calls"),
+        ]
+
+
+def test_the_shortcut_is_never_sent_to_a_model() -> None:
+    assert "shortcut" not in json.dumps(native_body(ChatRequest(messages=HISTORY, tools=[CALC])))
+
+
+@pytest.mark.parametrize(
+    ("pattern", "problem"),
+    [
+        ("(?P<expression>\\d+", "does not compile"),
+        ("\\d+", "no named group"),
+        ("(?P<city>\\w+)", "not in input_schema"),
+        ("(?P<expression>a)\\1", "does not compile"),  # backreferences: not linear, refused
+    ],
+)
+def test_a_tool_with_an_unusable_shortcut_is_refused(pattern: str, problem: str) -> None:
+    with pytest.raises(ValidationError, match=problem):
+        Tool.model_validate(
+            {
+                "id": "calc",
+                "name": "calc",
+                "description": "",
+                "target_type": "task",
+                "target_id": "calculator",
+                "input_schema": {"type": "object", "properties": {"expression": {}}},
+                "shortcut": {"pattern": pattern},
+            }
+        )
+
+
+def test_a_catastrophic_shortcut_pattern_runs_in_linear_time() -> None:
+    # (a+)+$ backtracks exponentially in Python's re on "aaaa…b"; RE2 answers at once.
+    assert shortcut_arguments("^(?P<expression>(a+)+)$", "a" * 1_500 + "b") is None
+
+
+def test_the_shipped_calculator_shortcut_takes_arithmetic_questions_only() -> None:
+    tool = Tool.model_validate(yaml.safe_load((LIBRARY / "tools" / "calculator.yaml").read_text()))
+    pattern = tool.shortcut
+    assert pattern is not None
+    asked = {
+        "What is 12*7?": {"expression": "12*7"},
+        "calculate (3 + 4) * 2": {"expression": "(3 + 4) * 2"},
+        "How much is 100 / 7 ?": {"expression": "100 / 7"},
+        "What is the capital of France?": None,
+        "call 555-1234": None,
+        "What is 12*7? And also tell me a joke": None,
+    }
+    for text, arguments in asked.items():
+        found = shortcut_arguments(pattern.pattern, text)
+        assert (json.loads(found) if found else None) == arguments, text

@@ -93,6 +93,10 @@ def connect(
     return client, access, key, conv.id
 
 
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
 def receive(ws: Any, count: int) -> list[dict[str, Any]]:
     """The next ``count`` frames, leaving out ``subscribed`` markers."""
     frames: list[dict[str, Any]] = []
@@ -105,7 +109,7 @@ def receive(ws: Any, count: int) -> list[dict[str, Any]]:
 
 def test_forwards_tokens_and_acks(store: Store) -> None:
     client, access, key, conv = connect(store, [[event(1), event(None, "token", delta="hi")]])
-    with client.websocket_connect(f"/v1/conversations/{conv}/stream?api_key={key}") as ws:
+    with client.websocket_connect(f"/v1/conversations/{conv}/stream", headers=bearer(key)) as ws:
         assert ws.receive_json() == {"seq": None, "type": "subscribed", "after_seq": 0}
         assert [(e["seq"], e["type"]) for e in receive(ws, 2)] == [(1, "message"), (None, "token")]
         ws.send_json({"type": "message", "content": "hello", "id": "r1"})
@@ -130,7 +134,7 @@ def test_a_message_before_the_subscription_is_posted_at_once(store: Store) -> No
     """No wait for the subscription: the message is posted at once; its events reach the
     stream whenever it subscribes (they are stored, and replayed after ``after_seq``)."""
     client, access, key, conv = connect(store, [[1.0, event(1)]])
-    with client.websocket_connect(f"/v1/conversations/{conv}/stream?api_key={key}") as ws:
+    with client.websocket_connect(f"/v1/conversations/{conv}/stream", headers=bearer(key)) as ws:
         ws.send_json({"type": "message", "content": "early"})
         frames = receive(ws, 2)
     assert [f["type"] for f in frames] == ["ack", "message"]
@@ -142,7 +146,7 @@ def test_a_stream_that_breaks_for_good_is_reported_then_closed(store: Store) -> 
     # still breaks reaches the client as an error frame, and it reconnects with its last seq.
     client, access, key, conv = connect(store, [[event(1), event(2), Unavailable("actor died")]])
     with client.websocket_connect(
-        f"/v1/conversations/{conv}/stream?api_key={key}&after_seq=0"
+        f"/v1/conversations/{conv}/stream?after_seq=0", headers=bearer(key)
     ) as ws:
         assert [e["seq"] for e in receive(ws, 2)] == [1, 2]
         error = ws.receive_json()
@@ -157,7 +161,7 @@ def test_a_stream_that_breaks_for_good_is_reported_then_closed(store: Store) -> 
 def test_reconnect_resumes_after_seq(store: Store) -> None:
     client, access, key, conv = connect(store, [[event(6)]])
     with client.websocket_connect(
-        f"/v1/conversations/{conv}/stream?api_key={key}&after_seq=5"
+        f"/v1/conversations/{conv}/stream?after_seq=5", headers=bearer(key)
     ) as ws:
         assert ws.receive_json() == {"seq": None, "type": "subscribed", "after_seq": 5}
         assert receive(ws, 1)[0]["seq"] == 6
@@ -182,7 +186,7 @@ def test_bad_frames_get_error_frames_and_the_stream_goes_on(
     store: Store, frame: str, fragment: str, echoed: str | None
 ) -> None:
     client, _access, key, conv = connect(store, [[]])
-    with client.websocket_connect(f"/v1/conversations/{conv}/stream?api_key={key}") as ws:
+    with client.websocket_connect(f"/v1/conversations/{conv}/stream", headers=bearer(key)) as ws:
         ws.send_text(frame)
         error = receive(ws, 1)[0]
         assert error["type"] == "error" and error["seq"] is None
@@ -195,7 +199,7 @@ def test_bad_frames_get_error_frames_and_the_stream_goes_on(
 
 def test_failed_post_is_an_error_frame(store: Store) -> None:
     client, _access, key, conv = connect(store, [[]])
-    with client.websocket_connect(f"/v1/conversations/{conv}/stream?api_key={key}") as ws:
+    with client.websocket_connect(f"/v1/conversations/{conv}/stream", headers=bearer(key)) as ws:
         ws.send_json({"type": "message", "content": "boom", "id": "r9"})
         error = receive(ws, 1)[0]
     assert error["id"] == "r9"
@@ -207,17 +211,23 @@ def test_failed_post_is_an_error_frame(store: Store) -> None:
 
 
 @pytest.mark.parametrize(
-    ("query", "code", "error_code"),
+    ("query", "header", "code", "error_code"),
     [
-        ("", 4401, "UNAUTHORIZED"),
-        ("?api_key=wrong", 4401, "UNAUTHORIZED"),
-        ("?api_key={key}&after_seq=-1", 4400, "INVALID_INPUT"),
-        ("?api_key={key}&after_seq=abc", 4400, "INVALID_INPUT"),
+        ("", None, 4401, "UNAUTHORIZED"),
+        ("", "wrong", 4401, "UNAUTHORIZED"),
+        ("?api_key={key}", None, 4401, "UNAUTHORIZED"),  # a key in a URL: refused, even a good one
+        ("?ticket=wst_unknown", None, 4401, "UNAUTHORIZED"),
+        ("?after_seq=-1", "{key}", 4400, "INVALID_INPUT"),
+        ("?after_seq=abc", "{key}", 4400, "INVALID_INPUT"),
     ],
 )
-def test_refusals_close_with_a_reason(store: Store, query: str, code: int, error_code: str) -> None:
+def test_refusals_close_with_a_reason(
+    store: Store, query: str, header: str | None, code: int, error_code: str
+) -> None:
     client, _access, key, conv = connect(store, [[]])
-    with client.websocket_connect(f"/v1/conversations/{conv}/stream{query.format(key=key)}") as ws:
+    headers = bearer(header.format(key=key)) if header else {}
+    url = f"/v1/conversations/{conv}/stream{query.format(key=key)}"
+    with client.websocket_connect(url, headers=headers) as ws:
         assert ws.receive_json()["error"]["code"] == error_code
         with pytest.raises(WebSocketDisconnect) as closed:
             ws.receive_json()
@@ -227,7 +237,8 @@ def test_refusals_close_with_a_reason(store: Store, query: str, code: int, error
 def test_other_clients_conversation_is_not_found(store: Store) -> None:
     client, _access, _key, conv = connect(store, [[]])
     stranger = add_client(store, "mallory")
-    with client.websocket_connect(f"/v1/conversations/{conv}/stream?api_key={stranger}") as ws:
+    url = f"/v1/conversations/{conv}/stream"
+    with client.websocket_connect(url, headers=bearer(stranger)) as ws:
         assert ws.receive_json()["error"]["code"] == "NOT_FOUND"
         with pytest.raises(WebSocketDisconnect) as closed:
             ws.receive_json()
