@@ -83,9 +83,10 @@ class System:
 
 def agent_ports_given() -> None:
     """Name the node agents' ports up front (free ones) instead of letting them report the ports
-    they bound: the raylet waits only a fixed while for a reported port, and on a loaded machine
-    the dashboard agent's imports alone outlast it (the raylet then aborts the node's start).
-    The default dashboard agent port (52365) is fixed too: another Ray here holds it."""
+    they bound: the raylet waits a fixed 15 s for a reported port (not configurable), which the
+    agents' imports outlast on a loaded machine (the raylet then aborts the node's start). It
+    still waits for the dashboard agent's, so a very loaded machine may need another try. The
+    default dashboard agent port (52365) is fixed too: another Ray here holds it."""
     from ray._private import parameter
 
     original = parameter.RayParams.__init__
@@ -121,9 +122,6 @@ def local_system(progress: Callable[[str], None], **settings: str) -> Iterator[S
         "WONDER_MAX_RESIDENT_CONVERSATIONS": "64",
         "WONDER_ALLOW_TEST_DOUBLES": "true",  # the scripted echo model is a test double
         "RAY_AUTH_MODE": "disabled",
-        # How long the raylet waits for its agents to report their ports: its default (60 s)
-        # is too short for their imports on a loaded machine (the node's start is aborted).
-        "RAY_raylet_start_wait_time_s": os.environ.get("RAY_raylet_start_wait_time_s", "600"),
         # Serve kills a proxy not ready in 5 s or failing a 10 s health check: on a loaded
         # machine that is the proxy starting, not a broken one.
         "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "120",
