@@ -17,7 +17,7 @@ from ray.serve import Application
 
 from cluster import niceness, placement, wiring
 from cluster.mcp import RayMcpTools
-from cluster.models import ProcessMemory, ServedEmbedders
+from cluster.memory_access import ProcessMemory, ServedEmbedders
 from cluster.scheduler import scheduler_handle
 from core.settings import Settings, settings_from_env, wonder_env
 from core.store import store_for_settings

@@ -13,29 +13,29 @@ from typing import Any
 
 import ray
 
-from actors.actions.registry import ActionServices
 from actors.conversation.intake import Intake
 from actors.conversation.ports import ConversationPorts, ToolPorts
 from actors.workflow_coordinator.ports import CoordinatorPorts
 from actors.workflow_coordinator.runs import RunLimits, WorkflowRunService
 from cluster import placement
 from cluster.async_operations import RayAsyncOperations, runner_handle
+from cluster.conversation_events import RayEventPublisher, event_listener
 from cluster.conversations import RayConversations, directory_handle
-from cluster.executor import RayTaskRunner
+from cluster.executor import RayTaskRunner, ServicesRef
 from cluster.mcp import RayMcpTools
 from cluster.metrics import ray_metrics
-from cluster.models import ProcessMemory, ServedChatModels, ServedEmbedders
+from cluster.models import ServedChatModels
 from cluster.workflows import RayCoordinators
 from cluster.workspaces import RayWorkspaces
 from core.secret_vault import SecretVault
-from core.settings import Settings, settings_from_env, wonder_env
+from core.settings import settings_from_env, wonder_env
 from core.store import store_for_settings
 from core.turn_quotas import StoredQuotas, default_quota
 
 EnvKey = tuple[tuple[str, str], ...]
 
 
-def _key(settings_env: dict[str, str]) -> EnvKey:
+def key_of(settings_env: dict[str, str]) -> EnvKey:
     """Processes are told apart by their ``WONDER_*`` settings only (Ray's own variables may
     differ between a driver and its workers)."""
     return tuple(sorted(wonder_env(settings_env).items()))
@@ -51,13 +51,21 @@ class ActorLifecycle:
 # --------------------------------------------------------------------------- shared pieces
 
 
+@functools.lru_cache(maxsize=1)
+def event_publisher() -> RayEventPublisher:
+    """This process's way to publish conversation events (to the events hub)."""
+    return RayEventPublisher()
+
+
 @functools.lru_cache(maxsize=8)
 def _conversations(key: EnvKey) -> RayConversations:
     env = dict(key)
     settings = settings_from_env(env)
+    store = store_for_settings(settings)
     return RayConversations(
         lambda: directory_handle(env, settings.max_resident_conversations, conversation_ports),
-        Intake(store_for_settings(settings)),
+        Intake(store, event_publisher()),
+        lambda: event_listener(store, str(key)).feed,
     )
 
 
@@ -72,17 +80,22 @@ def _workflows(key: EnvKey) -> WorkflowRunService:
 
 def conversations(settings_env: dict[str, str]) -> RayConversations:
     """This process's way to the conversation actors."""
-    return _conversations(_key(settings_env))
+    return _conversations(key_of(settings_env))
 
 
 def workflows(settings_env: dict[str, str]) -> WorkflowRunService:
     """This process's way to start and watch workflow runs."""
-    return _workflows(_key(settings_env))
+    return _workflows(key_of(settings_env))
+
+
+# What executor actions use, built where a task runs (``cluster.executor_wiring``): named, not
+# imported, so the processes that only submit tasks (conversation actors) import none of it.
+EXECUTOR_SERVICES = ServicesRef("cluster.executor_wiring", "executor_services")
 
 
 def task_runner(settings_env: dict[str, str]) -> RayTaskRunner:
     options = placement.executor_options(settings_from_env(settings_env))
-    return RayTaskRunner(executor_services, **options)
+    return RayTaskRunner(EXECUTOR_SERVICES, **options)
 
 
 # --------------------------------------------------------------------------- per kind of process
@@ -100,12 +113,13 @@ def _tool_ports(key: EnvKey) -> ToolPorts:
         conversations=conversations(env),
         workflows=workflows(env),
         mcp=RayMcpTools(env),
+        listeners=event_publisher(),
     )
 
 
 def tool_ports(settings_env: dict[str, str]) -> ToolPorts:
     """What the async-operations runner dispatches tools with."""
-    return _tool_ports(_key(settings_env))
+    return _tool_ports(key_of(settings_env))
 
 
 def conversation_ports(settings_env: dict[str, str]) -> ConversationPorts:
@@ -121,6 +135,7 @@ def conversation_ports(settings_env: dict[str, str]) -> ConversationPorts:
         conversations=conversations_port,
         workflows=tools.workflows,
         mcp=tools.mcp,
+        listeners=tools.listeners,
         residency=conversations_port,
         operations=RayAsyncOperations(lambda: runner_handle(settings_env, runner_ports)),
         models=ServedChatModels(tools.settings, SecretVault(tools.store, tools.settings)),
@@ -144,20 +159,6 @@ def coordinator_ports(settings_env: dict[str, str]) -> CoordinatorPorts:
 
 
 @functools.lru_cache(maxsize=8)
-def _executor_services(key: EnvKey) -> ActionServices:
-    env = dict(key)
-    settings: Settings = settings_from_env(env)
-    store = store_for_settings(settings)
-    return ActionServices(
-        store=store,
-        settings=settings,
-        chat_models=ServedChatModels(settings, SecretVault(store, settings)),
-        memory=ProcessMemory(settings, ServedEmbedders(env)),
-        workspaces=workspaces(env),
-    )
-
-
-@functools.lru_cache(maxsize=8)
 def _workspaces(key: EnvKey) -> RayWorkspaces:
     settings = settings_from_env(dict(key))
     return RayWorkspaces(store_for_settings(settings), settings)
@@ -165,12 +166,7 @@ def _workspaces(key: EnvKey) -> RayWorkspaces:
 
 def workspaces(settings_env: dict[str, str]) -> RayWorkspaces:
     """This process's way to the workspace actors."""
-    return _workspaces(_key(settings_env))
-
-
-def executor_services(settings_env: dict[str, str]) -> ActionServices:
-    """What executor actions use (built once per worker process)."""
-    return _executor_services(_key(settings_env))
+    return _workspaces(key_of(settings_env))
 
 
 def operations_runner(settings_env: dict[str, str]) -> Any:

@@ -121,11 +121,17 @@ def _free_dashboard_agent_port() -> None:
 
     original = parameter.RayParams.__init__
     port = free_port()
+    # The metrics and runtime-env agents' ports named too: left to them, the raylet waits a
+    # fixed while for the ports they report, which their imports outlast on a loaded machine.
+    agents = {"metrics_agent_port": free_port(), "runtime_env_agent_port": free_port()}
 
     def with_free_agent_port(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         if self.dashboard_agent_listen_port == 52365:
             self.dashboard_agent_listen_port = port
+        for name, agent_port in agents.items():
+            if not getattr(self, name):
+                setattr(self, name, agent_port)
 
     parameter.RayParams.__init__ = with_free_agent_port  # type: ignore[method-assign]
 

@@ -16,6 +16,7 @@ from core.ports import (
     AsyncOperations,
     ChatModels,
     Conversations,
+    EventListeners,
     Residency,
     TaskRunner,
     TurnQuotas,
@@ -36,6 +37,7 @@ class ToolPorts:
     conversations: Conversations
     workflows: WorkflowRuns
     mcp: McpTools  # the client's MCP servers (``core.mcp``)
+    listeners: EventListeners  # where the conversation's events are published (not the actor)
 
 
 @dataclass(frozen=True, slots=True)

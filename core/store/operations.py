@@ -52,6 +52,7 @@ from core.store.stream_tickets import StreamTicketOps
 from core.store.triggers import TriggerOps
 from core.store.turn_models import TurnModelOps
 from core.store.workflow_runs import WorkflowRunOps
+from core.store.writers import WriterLeaseOps
 from core.workflows import WorkflowDef
 
 M = TypeVar("M", bound=BaseModel)
@@ -380,6 +381,17 @@ class EventOps(_Ops):
             ).scalar_one_or_none()
         return int(found or 0)
 
+    def last_seqs(self, conversation_ids: Sequence[str]) -> dict[str, int]:
+        """The last ``seq`` of each of these conversations (one read; absent: no events)."""
+        t = schema.events
+        query = (
+            select(t.c.conversation_id, func.max(t.c.seq))
+            .where(t.c.conversation_id.in_(list(conversation_ids)))
+            .group_by(t.c.conversation_id)
+        )
+        with self._read(None) as c:
+            return {str(row[0]): int(row[1]) for row in c.execute(query)}
+
     def list_of_types(self, conversation_id: str, types: Sequence[str]) -> list[Event]:
         """A conversation's events of the given types, in order (what recovery reads back)."""
         t = schema.events
@@ -546,6 +558,7 @@ class Store:
         self.audit = AuditOps(db)
         self.keys = KeyOps(db)
         self.members = MemberOps(db)
+        self.writers = WriterLeaseOps(db)
         self.stream_tickets = StreamTicketOps(db)
         self.mcp_servers = McpServerOps(db)
 
@@ -596,6 +609,7 @@ class Store:
                 schema.conversation_members,
                 schema.forks,
                 schema.sessions,
+                schema.conversation_writers,
             ):
                 c.execute(delete(table).where(table.c.conversation_id.in_(doomed)))
             c.execute(delete(schema.conversations).where(schema.conversations.c.id.in_(doomed)))

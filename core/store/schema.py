@@ -121,6 +121,19 @@ events = Table(
     Column("data", Text, nullable=False),
 )
 
+# Who may append to a conversation's log (docs/architecture.md, "Who writes a conversation's
+# log"): the conversation actor holds the lease while it is resident (``holder`` set, ``epoch``
+# raised at each activation, so a former incarnation's writes are refused); while ``holder`` is
+# null, a writer without the actor (the gateway's intake, the async-operations runner) may append.
+conversation_writers = Table(
+    "conversation_writers",
+    metadata,
+    Column("conversation_id", String(64), primary_key=True),
+    Column("epoch", Integer, nullable=False),
+    Column("holder", String(200), nullable=True),
+    Column("since", String(40), nullable=False),
+)
+
 context_entries = Table(
     "context_entries",
     metadata,

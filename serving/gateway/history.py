@@ -15,11 +15,11 @@ from fastapi import Query
 from pydantic import Field
 
 from core.domain import Message, Turn
+from core.event_order import event_frame
 from core.store import Store
 from core.store.forks import Seen
 from core.turn_model import TurnModel
 from serving.gateway.protocol import WireModel
-from serving.gateway.translation import event_frame
 
 T = TypeVar("T")
 
@@ -128,17 +128,6 @@ def visible_frame(conversation_id: str, frame: dict[str, Any], seen: Seen) -> di
     if seen.inherited_from is None:
         return frame
     return {**frame, "conversation_id": conversation_id, "inherited_from": seen.inherited_from}
-
-
-def visible_events(
-    store: Store, conversation_id: str, after_seq: int, before_seq: int
-) -> list[dict[str, Any]]:
-    """Event frames between two seqs, a fork's inherited ones included (stream catch-up; a fork's
-    inherited seqs skip the source's entries it does not inherit)."""
-    found = store.forks.events(
-        conversation_id, after_seq=after_seq, before_seq=before_seq, limit=before_seq
-    )
-    return [visible_frame(conversation_id, event_frame(e), s) for e, s in found]
 
 
 def turn_list(store: Store, conversation_id: str) -> list[TurnOut]:

@@ -67,14 +67,12 @@ async def accept_message(
     body: MessageCreate,
     user: str | None = None,
     *,
-    actor_ready: bool | None = None,
     author: str | None = None,
 ) -> MessageAccepted:
     """Post an admitted message to the conversation (its model override checked and recorded
     first), authored by ``body.user_id``, else the acting ``user``, else the client.
-    ``actor_ready``: what the caller knows of the conversation's actor (a stream's subscription;
-    None: ask), as ``Conversations.post_message`` takes it. ``author``: the platform posting on
-    ``user``'s behalf (a webhook, ``hook:<id>``), in place of a body's ``user_id``."""
+    ``author``: the platform posting on ``user``'s behalf (a webhook, ``hook:<id>``), in place of
+    a body's ``user_id``."""
     if author is None:
         check_author(body, user)
     message_id = None
@@ -90,7 +88,6 @@ async def accept_message(
         source=body.source,
         reply_to_message_id=body.reply_to_message_id,
         message_id=message_id,
-        actor_ready=actor_ready,
     )
     return MessageAccepted(
         turn_id=accepted.turn_id, message_id=accepted.message_id, seq=accepted.seq

@@ -160,13 +160,11 @@ async def send_routed(
     message: MessageCreate,
     user: str | None = None,
     *,
-    live: str | None = None,
     author: str | None = None,
 ) -> MessageRouted:
     """Resolve the target (forking, or making a main session, as needed: counted against the
     client's conversations quota) and post the message as ``user`` (``core.sessions.route``).
-    ``live``: a conversation whose actor the caller knows is running (a stream's subscription),
-    acknowledged without asking. ``author``: the platform posting for ``user`` (a webhook)."""
+    ``author``: the platform posting for ``user`` (a webhook)."""
     if author is None:
         check_author(message, user)  # before routing makes anything
     if await run_in_threadpool(makes_conversation, context.store, client_id, to):
@@ -177,9 +175,8 @@ async def send_routed(
     )
     if conversation.status == ConversationStatus.COMPLETED:
         raise Conflict(f"conversation {conversation.id} is completed")
-    ready = True if conversation.id == live else None
     accepted = await accept_message(
-        context, client_id, conversation.id, message, user, actor_ready=ready, author=author
+        context, client_id, conversation.id, message, user, author=author
     )
     return MessageRouted(
         conversation_id=conversation.id,

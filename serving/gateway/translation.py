@@ -1,6 +1,6 @@
-"""Between stored shapes and wire shapes: page cursors, event frames, the stream's seq bookkeeping.
+"""Between stored shapes and wire shapes: page cursors, event frames, client frames, errors.
 
-Pure functions and one small state machine; no I/O.
+Pure functions; no I/O.
 """
 
 from __future__ import annotations
@@ -10,13 +10,12 @@ import binascii
 import hashlib
 import hmac
 import json
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
-from core.domain import Conversation, Event
+from core.domain import Conversation
 from core.errors import InvalidInput, NotFound
 from serving.gateway.errors import field_problems
 from serving.gateway.protocol import CLIENT_FRAME, ClientMessageFrame, ClientPingFrame
@@ -67,17 +66,6 @@ def decode_cursor(cursor: str, key: bytes) -> tuple[str, str]:
     return created_at, last_id
 
 
-def event_frame(event: Event) -> dict[str, Any]:
-    """A stored event in the wire shape of the stream: ``{seq, type, at, conversation_id, ...}``."""
-    return {
-        **event.payload,
-        "seq": event.seq,
-        "type": event.type,
-        "at": event.at.isoformat(),
-        "conversation_id": event.conversation_id,
-    }
-
-
 def parse_client_frame(text: str | bytes) -> ClientMessageFrame | ClientPingFrame:
     """A client's WebSocket frame, validated; ``InvalidInput`` names what is wrong with it."""
     try:
@@ -105,31 +93,3 @@ def error_frame(error: dict[str, Any], request_id: str | None = None) -> dict[st
     if request_id is not None:
         frame["id"] = request_id
     return frame
-
-
-@dataclass
-class SeqTracker:
-    """What a subscriber has seen: durable events pass once, in order; token deltas always pass.
-
-    After a resubscription the actor replays from ``last_seq``, so anything at or below it is a
-    duplicate; a durable event beyond ``last_seq + 1`` means events were skipped and must be
-    fetched from the store before it.
-    """
-
-    last_seq: int = 0
-
-    def is_duplicate(self, event: dict[str, Any]) -> bool:
-        seq = event.get("seq")
-        return seq is not None and seq <= self.last_seq
-
-    def missing_before(self, event: dict[str, Any]) -> range:
-        """Seqs skipped before ``event`` (empty when none)."""
-        seq = event.get("seq")
-        if seq is None or seq <= self.last_seq + 1:
-            return range(0)
-        return range(self.last_seq + 1, seq)
-
-    def saw(self, event: dict[str, Any]) -> None:
-        seq = event.get("seq")
-        if seq is not None and seq > self.last_seq:
-            self.last_seq = seq

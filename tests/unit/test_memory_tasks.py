@@ -14,7 +14,7 @@ import yaml
 
 from actors.actions.llm_action import ModelOutputInvalid, parse_json_reply, render_transcript
 from actors.executor import run_task
-from cluster.wiring import executor_services
+from cluster.executor_wiring import executor_services
 from core.context_contract import CONTEXT_CONTRACT
 from core.domain import Agent, ModelProfile, Persona, ScriptStep, TaskDef, Tool
 from core.ids import utc_now
