@@ -584,6 +584,7 @@ class Store:
                 frontier.extend(children)
             turn_ids = select(schema.turns.c.id).where(schema.turns.c.conversation_id.in_(doomed))
             c.execute(delete(schema.moves).where(schema.moves.c.turn_id.in_(turn_ids)))
+            c.execute(delete(schema.turn_traces).where(schema.turn_traces.c.turn_id.in_(turn_ids)))
             for table in (
                 schema.messages,
                 schema.turns,
@@ -594,6 +595,9 @@ class Store:
                 schema.conversation_members,
                 schema.forks,
                 schema.sessions,
+                schema.model_calls,
+                schema.spans,
+                schema.turn_links,
             ):
                 c.execute(delete(table).where(table.c.conversation_id.in_(doomed)))
             c.execute(delete(schema.conversations).where(schema.conversations.c.id.in_(doomed)))
