@@ -387,6 +387,7 @@ model_calls = Table(
     Column("prompt_tokens", Integer, nullable=False),
     Column("completion_tokens", Integer, nullable=False),
     Column("cost", Float, nullable=True),
+    Column("currency", String(3), nullable=True),
     Column("created_at", String(40), nullable=False, index=True),
     Column("data", Text, nullable=False),
     Index("ix_model_calls_conversation", "conversation_id", "created_at"),
