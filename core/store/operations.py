@@ -43,6 +43,7 @@ from core.store.hooks import HookOps
 from core.store.keys import KeyOps
 from core.store.library import LibraryOps, LibraryVersions
 from core.store.members import MemberOps
+from core.store.model_calls import RecordOps
 from core.store.projects import ProjectOps, WorkspaceOps
 from core.store.quotas import AdminKeyOps, QuotaOps
 from core.store.secrets import SecretOps
@@ -546,6 +547,7 @@ class Store:
         self.keys = KeyOps(db)
         self.members = MemberOps(db)
         self.stream_tickets = StreamTicketOps(db)
+        self.records = RecordOps(db)
 
     @classmethod
     def open(cls, url: str, pool: PoolLimits | None = None) -> Store:
