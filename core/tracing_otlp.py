@@ -42,9 +42,10 @@ def _exporter(env: Mapping[str, str]) -> SpanExporter:
     protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get(
         "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"
     )
+    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or None  # None: the SDK reads it
     if protocol.strip().lower() == "grpc":
-        return GrpcExporter()
-    return HttpExporter()
+        return GrpcExporter(endpoint=endpoint)
+    return HttpExporter(endpoint=endpoint)
 
 
 class OtlpSpans:
