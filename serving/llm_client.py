@@ -105,7 +105,7 @@ class VllmHandleModel:
         context of the caller's span: the replica's span joins its trace)."""
         key = conversation_key(body) if self.affinity else None
         body = self.sent_body(body)
-        translator = StreamTranslator()
+        translator = StreamTranslator(model=str(body["model"]))
         batches = self._payload_batches(body, key, current_traceparent())
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
