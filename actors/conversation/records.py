@@ -226,6 +226,7 @@ class BatchWriter:
                     turn_id,
                     "turn.failed",
                     extra,
+                    None,
                     status=TurnStatus.FAILED,
                     failure_reason=reason,
                     failure_code=None if error is None else error.code,

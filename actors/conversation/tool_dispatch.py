@@ -174,7 +174,7 @@ class ToolDispatcher:
             self.conversation.id,
             mode="loop_in",
             agent_id=target.id,
-            conversation_id=answer.conversation_id,
+            child_conversation_id=answer.conversation_id,
             status=answer.status.value,
         )
         if answer.declined:
@@ -234,7 +234,7 @@ class ToolDispatcher:
             parent.id,
             mode="delegate",
             agent_id=target.id,
-            conversation_id=answer.conversation_id,
+            child_conversation_id=answer.conversation_id,
             status=answer.status.value,
         )
         if answer.declined:
