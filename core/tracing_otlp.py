@@ -3,8 +3,9 @@
 OpenTelemetry's SDK and exporters are imported only here (``core.tracing`` itself needs none of
 them); without an endpoint the exporter is never built. The
 exporter reads the standard variables itself (endpoint, headers, timeout, certificates,
-compression); ``OTEL_EXPORTER_OTLP_PROTOCOL`` (or ``..._TRACES_PROTOCOL``) ``grpc`` picks gRPC,
-anything else OTLP over HTTP (protobuf). Spans are batched (``OTEL_BSP_*``) and sent from the
+compression). Spans go over OTLP/HTTP (protobuf), which Phoenix, Langfuse, Jaeger and the
+OpenTelemetry collector all take; gRPC is not offered (its client would add seconds to the start of
+every worker process). Spans are batched (``OTEL_BSP_*``) and sent from the
 SDK's own thread; a process's last spans are flushed when it exits normally.
 """
 
@@ -14,9 +15,6 @@ import atexit
 import os
 from collections.abc import Mapping
 
-from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-    OTLPSpanExporter as GrpcExporter,
-)
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
     OTLPSpanExporter as HttpExporter,
 )
@@ -39,12 +37,7 @@ DEFAULT_SCHEDULE_DELAY_MS = 500.0
 
 
 def _exporter(env: Mapping[str, str]) -> SpanExporter:
-    protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get(
-        "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"
-    )
     endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or None  # None: the SDK reads it
-    if protocol.strip().lower() == "grpc":
-        return GrpcExporter(endpoint=endpoint)
     return HttpExporter(endpoint=endpoint)
 
 

@@ -1,7 +1,8 @@
 """Turning span export on in a process, from the standard OpenTelemetry environment variables.
 
 Export is on when ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set
-(and neither ``OTEL_SDK_DISABLED=true`` nor ``OTEL_TRACES_EXPORTER=none`` turns it off). Off, no
+with the http/protobuf protocol (the default; ``grpc`` is refused with a warning), and neither
+``OTEL_SDK_DISABLED=true`` nor ``OTEL_TRACES_EXPORTER=none`` turns it off. Off, no
 exporter is built and a finished span goes only to the store. ``otel_env`` lists the variables a
 process hands on to the processes it starts (Ray runtime environments, the model replicas), so one
 setting reaches every process of the cluster.
@@ -9,6 +10,7 @@ setting reaches every process of the cluster.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 
@@ -26,6 +28,7 @@ FORWARDED = (
     tracing.CAPTURE_CONTENT_ENV,
 )
 DEFAULT_SERVICE = "wonder"
+log = logging.getLogger("wonder.tracing")
 
 _exporters: dict[str, SpanExporter] = {}
 
@@ -37,7 +40,15 @@ def otlp_configured(env: Mapping[str, str] | None = None) -> bool:
         return False
     if env.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
         return False
-    return any(env.get(name, "").strip() for name in ENDPOINT_VARIABLES)
+    if not any(env.get(name, "").strip() for name in ENDPOINT_VARIABLES):
+        return False
+    protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get(
+        "OTEL_EXPORTER_OTLP_PROTOCOL", ""
+    )
+    if protocol.strip().lower() not in ("", "http/protobuf"):
+        log.warning("OTLP export needs http/protobuf, not %r: traces are not exported", protocol)
+        return False
+    return True
 
 
 def otel_env(env: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -107,6 +107,7 @@ def test_export_is_off_without_an_endpoint_or_when_disabled() -> None:
     assert otlp_configured(endpoint)
     assert not otlp_configured({**endpoint, "OTEL_SDK_DISABLED": "true"})
     assert not otlp_configured({**endpoint, "OTEL_TRACES_EXPORTER": "none"})
+    assert not otlp_configured({**endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
 
 
 @pytest.mark.parametrize(
