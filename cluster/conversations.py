@@ -59,6 +59,7 @@ from core.ports import (
 )
 from core.retry import ACTOR_CALL, with_retries
 from core.settings import Settings, settings_from_env
+from core.tracing import current_traceparent
 
 log = logging.getLogger("wonder.cluster")
 
@@ -382,13 +383,19 @@ class RayConversations:
         agent_id: str | None = None,
         message_id: str | None = None,
     ) -> AgentAnswer:
+        trace = current_traceparent()  # the caller's span: the turn joins its trace
         return await self._call(
             conversation_id,
-            lambda actor: actor.start_agent_call.remote(input, caller, mode, agent_id, message_id),
+            lambda actor: actor.start_agent_call.remote(
+                input, caller, mode, agent_id, message_id, trace
+            ),
         )
 
     async def run_agent_turn(self, conversation_id: str, turn_id: str) -> AgentAnswer:
-        return await self._call(conversation_id, lambda actor: actor.run_agent_turn.remote(turn_id))
+        trace = current_traceparent()
+        return await self._call(
+            conversation_id, lambda actor: actor.run_agent_turn.remote(turn_id, trace)
+        )
 
     async def wait_for_turn(
         self, conversation_id: str, turn_id: str, timeout_s: float = 300.0

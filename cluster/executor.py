@@ -24,6 +24,7 @@ from core.domain import TaskDef
 from core.errors import ErrorCode, RetryableError, WonderError
 from core.jsontypes import JsonObject
 from core.ports import TaskContext, TaskOutcome, failed_outcome
+from core.tracing import current_traceparent
 
 if TYPE_CHECKING:
     from actors.actions.registry import ActionServices
@@ -150,6 +151,8 @@ class RayTaskRunner:
         self._remote = execute_task.options(**options) if options else execute_task
 
     async def run(self, task: TaskDef, task_input: JsonObject, context: TaskContext) -> TaskOutcome:
+        if context.traceparent is None:  # the caller's span travels with the task, explicitly
+            context = context.model_copy(update={"traceparent": current_traceparent()})
         ref = self._remote.remote(task.model_dump_json(), task_input, context, self._services)
         try:
             outcome: TaskOutcome = await ref

@@ -11,8 +11,10 @@ import functools
 
 from actors.actions.registry import ActionServices
 from cluster.memory_access import ProcessMemory, ServedEmbedders
+from cluster.metrics import ray_metrics
 from cluster.models import ServedChatModels
 from cluster.wiring import EnvKey, key_of, workspaces
+from core.recording_setup import install_recording
 from core.secret_vault import SecretVault
 from core.settings import Settings, settings_from_env
 from core.store import store_for_settings
@@ -23,6 +25,7 @@ def _executor_services(key: EnvKey) -> ActionServices:
     env = dict(key)
     settings: Settings = settings_from_env(env)
     store = store_for_settings(settings)
+    install_recording(store, settings, "executor", ray_metrics())
     return ActionServices(
         store=store,
         settings=settings,

@@ -27,6 +27,7 @@ from cluster.metrics import ray_metrics
 from cluster.models import ServedChatModels
 from cluster.workflows import RayCoordinators
 from cluster.workspaces import RayWorkspaces
+from core.recording_setup import install_recording
 from core.secret_vault import SecretVault
 from core.settings import settings_from_env, wonder_env
 from core.store import store_for_settings
@@ -125,6 +126,7 @@ def tool_ports(settings_env: dict[str, str]) -> ToolPorts:
 def conversation_ports(settings_env: dict[str, str]) -> ConversationPorts:
     """What a Conversation actor works with (built in its own process)."""
     tools = tool_ports(settings_env)
+    install_recording(tools.store, tools.settings, "conversation", ray_metrics())
     conversations_port = conversations(settings_env)
     runner_ports = functools.partial(tool_ports, settings_env)
     return ConversationPorts(
@@ -147,6 +149,7 @@ def conversation_ports(settings_env: dict[str, str]) -> ConversationPorts:
 def coordinator_ports(settings_env: dict[str, str]) -> CoordinatorPorts:
     """What a WorkflowCoordinator works with (built in its own process)."""
     tools = tool_ports(settings_env)
+    install_recording(tools.store, tools.settings, "workflow", ray_metrics())
     return CoordinatorPorts(
         store=tools.store,
         settings=tools.settings,
@@ -155,6 +158,7 @@ def coordinator_ports(settings_env: dict[str, str]) -> CoordinatorPorts:
         conversations=tools.conversations,
         workflows=tools.workflows,
         lifecycle=ActorLifecycle(),
+        metrics=ray_metrics(),
     )
 
 

@@ -55,6 +55,21 @@ DEFAULT_MODEL = "default"
 """The model name every local model deployment answers to, whichever model it serves."""
 
 
+class ModelPrices(Model):
+    """What a model's tokens cost, for the estimated cost of its calls (docs/observability.md)."""
+
+    input_per_million: float = Field(0.0, ge=0.0, le=100_000.0, description="Per 1M prompt tokens")
+    output_per_million: float = Field(
+        0.0, ge=0.0, le=100_000.0, description="Per 1M completion tokens"
+    )
+    currency: str = Field("USD", pattern=r"^[A-Z]{3}$")
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return (
+            prompt_tokens * self.input_per_million + completion_tokens * self.output_per_million
+        ) / 1_000_000
+
+
 class ModelProfile(Model):
     """Which model answers and how (seed 001 ModelProfile, seed 004 per-turn override)."""
 
@@ -84,6 +99,9 @@ class ModelProfile(Model):
     )
     script: list[ScriptStep] | None = Field(
         None, max_length=50, description="provider=scripted only: the model's steps, one per call"
+    )
+    prices: ModelPrices | None = Field(
+        None, description="Token prices: each call's estimated cost is recorded with it"
     )
 
     @model_validator(mode="before")

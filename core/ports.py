@@ -145,6 +145,10 @@ class TaskContext(Model):
     turn_id: str | None = None
     run_id: str | None = None
     settings_env: dict[str, str] = Field(default_factory=dict)
+    node_id: str | None = None  # the workflow node that runs it
+    hook: Literal["context_assembly", "memory_extraction"] | None = None
+    hook_run_id: str | None = None  # the turn's hook run it belongs to
+    traceparent: str | None = None  # the W3C context of the caller's span (its trace)
 
 
 # --------------------------------------------------------------------------- collaborators

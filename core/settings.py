@@ -102,6 +102,22 @@ class Settings(BaseSettings):
         50_000, ge=0, description="Agents with more memories are searched through the index"
     )
 
+    # Observability (docs/observability.md): model call records, turn traces, their retention.
+    record_model_calls: bool = Field(
+        True, description="Record every model call's request and response (GET .../calls)"
+    )
+    tracing: bool = Field(
+        True, description="Record each turn's spans (GET .../trace); OTLP export follows OTEL_*"
+    )
+    record_retention_days: int = Field(
+        30, ge=0, description="Model call records and spans older than this are deleted (0: kept)"
+    )
+    record_inline_max_bytes: int = Field(
+        32_768,
+        ge=1024,
+        description="A request or response body larger than this is kept in the object store",
+    )
+
     ray_address: str | None = Field(None, description="Ray cluster to attach to; None = start one")
     ray_namespace: str = Field("wonder", description="Ray namespace of Wonder's named actors")
     ray_num_cpus: int | None = Field(None, description="Logical CPUs for a locally started Ray")

@@ -80,6 +80,7 @@ from actors.conversation.records import WAITING, BatchWriter
 from actors.conversation.resumption import RECOVERY_EVENTS, started_tools
 from actors.conversation.steps import TurnSteps
 from actors.conversation.tool_dispatch import ToolDispatcher
+from actors.conversation.turn_traces import TurnTraces
 from core.domain import (
     AgentCaller,
     Caller,
@@ -113,6 +114,7 @@ from core.ports import (
     TurnOutcome,
 )
 from core.retry import STORE_OUTAGE, with_retries
+from core.tracing import current_traceparent
 
 log = logging.getLogger("wonder.conversation")
 
@@ -174,6 +176,7 @@ class ConversationActor:
         self._published = self.log.last_seq()
         self.tools = ToolDispatcher(self.ports, conversation)
         self.steps = TurnSteps(self.ports, self.tools, self.publish)
+        self.traces = TurnTraces(self.store, self.id, conversation.client_id)
         self._turn_metrics = TurnMetrics(self.ports.metrics)
         self._bound = True
 
@@ -208,11 +211,14 @@ class ConversationActor:
                 self._models[turn_id] = self.ports.models.for_profile(
                     setup.profile, self.state.conversation.client_id
                 )
-            case CallModel(turn_id=turn_id, request=request):
+                self.traces.adopt(turn_id, setup)
+            case CallModel(turn_id=turn_id, request=request, profile=profile):
                 live = self.state.turns.get(turn_id)
                 catalog = live.setup.catalog if live is not None and live.setup else None
                 model = self._models[turn_id]
-                self._spawn(turn_id, self.steps.call_model(turn_id, model, request, catalog))
+                scope = self.traces.call_scope(turn_id, live, profile, decision.moves_made + 1)
+                call = self.steps.call_model(turn_id, model, request, catalog, scope=scope)
+                self._spawn(turn_id, call)
             case RunTools(turn_id=turn_id, agent_id=agent_id, plans=plans):
                 self._spawn(turn_id, self.steps.run_tools(turn_id, agent_id, plans))
             case ExtractMemories(extraction=extraction):
@@ -225,6 +231,7 @@ class ConversationActor:
                     work.cancel()
             case CompleteTurn(turn_id=turn_id) | FailTurn(turn_id=turn_id):
                 self._models.pop(turn_id, None)
+                self.traces.ended(decision)
                 ended = self._ended.pop(turn_id, None)
                 if ended is not None:
                     ended.set()
@@ -269,7 +276,9 @@ class ConversationActor:
 
     async def _run_step(self, turn_id: str, step: Coroutine[Any, Any, ConversationEvent]) -> None:
         try:
-            event = await step
+            # The turn's root span is the step's parent.
+            with self.traces.step(turn_id, live=turn_id in self.state.turns):
+                event = await step
         except Unavailable as exc:  # the store went away under the step
             event = _store_lost(turn_id, exc)
         except WonderError as exc:
@@ -547,14 +556,17 @@ class ConversationActor:
         mode: InvocationMode = "delegate",
         agent_id: str | None = None,
         message_id: str | None = None,
+        traceparent: str | None = None,
     ) -> AgentAnswer:
         """Run one turn for another agent or a workflow and return its answer: by ``agent_id``
         (default: the primary agent), which first joins the conversation when ``loop_in``.
 
         A call repeated with the ``message_id`` of one already stored (a workflow coordinator
-        resumed after a crash) re-attaches to the turn that message started.
+        resumed after a crash) re-attaches to the turn that message started. ``traceparent``:
+        the caller's span, whose trace the turn joins (``turn_traces``).
         """
         self._touch()
+        traceparent = traceparent or current_traceparent()
         existing = existing_ack(self.store, self.id, message_id) if message_id else None
         if existing is not None:
             return await self._answer(existing.turn_id)
@@ -574,13 +586,16 @@ class ConversationActor:
         )
         quotas, client_id = self.ports.quotas, self.state.conversation.client_id
         admission = quotas.admission(client_id, quotas.acting_user(client_id, caller), event.at)
+        self.traces.join(event.turn_id, traceparent)  # the caller's trace: a node, an agent
         decisions, _acks = self._handle(replace(event, admission=admission))
         raise_refusal(decisions)
         return await self._answer(event.turn_id)
 
-    async def run_agent_turn(self, turn_id: str) -> AgentAnswer:
-        """Run a turn written by whoever created this conversation (a delegated child's first)."""
+    async def run_agent_turn(self, turn_id: str, traceparent: str | None = None) -> AgentAnswer:
+        """Run a turn written by whoever created this conversation (a delegated child's first),
+        in the trace of the caller's span (``traceparent``)."""
         self._touch()
+        self.traces.join(turn_id, traceparent or current_traceparent())
         if turn_id not in self.state.turns:
             turn = self.store.turns.get(turn_id)
             if turn.conversation_id != self.id:

@@ -109,6 +109,7 @@ class TurnState:
     transcript: tuple[JsonObject, ...] = ()
     last_text: str = ""  # what the model said beside its tool calls (the move's reasoning)
     open_calls: tuple[ToolCallRequested, ...] = ()  # tool calls whose results are not in yet
+    agent_calls: tuple[str, ...] = ()  # the open calls dispatched to an agent (their ids)
     pending_operations: frozenset[str] = frozenset()  # async operations not yet delivered
     delivering: AsyncOperation | None = None  # the completed operation this loop answers
     deliveries: tuple[AsyncOperation, ...] = ()  # completed operations waiting their turn
@@ -238,6 +239,7 @@ class ContextAssembled:
     setup: AgentSetup
     base: ChatRequest
     at: datetime
+    hook_run_id: str | None = None  # the context-assembly hook's run, when the persona has one
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +247,7 @@ class ContextAssemblyFailed:
     turn_id: str
     error: ToolError
     at: datetime
+    hook_run_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,6 +310,7 @@ class OperationsChecked:
 class MemoriesExtracted:
     turn_id: str
     at: datetime
+    hook_run_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,6 +318,7 @@ class MemoryExtractionFailed:
     turn_id: str
     error: ToolError
     at: datetime
+    hook_run_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -456,6 +461,7 @@ class AdoptContext:
     turn_id: str
     setup: AgentSetup
     base: ChatRequest
+    hook_run_id: str | None = None  # recorded on the turn (``context_assembly_run_id``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -531,6 +537,7 @@ class RecordMoves:
     reasoning: str
     iteration: int
     at: datetime
+    agent_calls: tuple[str, ...] = ()  # the calls that went to an agent (``agent_call.*``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -593,6 +600,7 @@ class SettleExtraction:
     turn_id: str
     failed: bool
     at: datetime
+    hook_run_id: str | None = None  # recorded on the turn (``memory_extraction_run_id``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -615,6 +623,7 @@ class FailTurn:
     at: datetime
     error: ToolError | None = None  # what failed, when a step did (``retriable``: ask again)
     cancelled: bool = False  # stopped on purpose (a cancel, the interrupt policy): not a failure
+    context_assembly_run_id: str | None = None  # the hook run that failed, when one did
 
 
 @dataclass(frozen=True, slots=True)

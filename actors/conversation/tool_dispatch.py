@@ -42,7 +42,9 @@ from core.errors import (
 )
 from core.ids import new_id, utc_now
 from core.jsontypes import JsonObject
+from core.llm.recording import link_turn
 from core.mcp import target_of as mcp_target
+from core.model_calls import HookKind
 from core.ports import AgentAnswer, InvocationMode, TaskContext, TaskOutcome, failed_outcome
 from core.projects import child_workplace
 from core.retry import RetryPolicy, with_retries
@@ -61,13 +63,21 @@ class ToolDispatcher:
         self.ports = ports
         self.conversation = conversation
 
-    def task_context(self, turn_id: str | None, agent_id: str | None) -> TaskContext:
+    def task_context(
+        self,
+        turn_id: str | None,
+        agent_id: str | None,
+        hook: HookKind | None = None,
+        hook_run_id: str | None = None,
+    ) -> TaskContext:
         return TaskContext(
             client_id=self.conversation.client_id,
             conversation_id=self.conversation.id,
             agent_id=agent_id,
             turn_id=turn_id,
             settings_env=self.ports.settings_env,
+            hook=hook,
+            hook_run_id=hook_run_id,
         )
 
     async def run_task(
@@ -87,19 +97,21 @@ class ToolDispatcher:
         *,
         workflow: bool = False,
         task: TaskDef | None = None,
+        hook: HookKind | None = None,
+        hook_run_id: str | None = None,
     ) -> JsonObject:
         """Run a hook (a task, or a workflow run to its end); a business failure is an error
         here (hooks have no model to tell). ``task``: its definition when the caller has read
-        it (with the agent's setup), else it is read here."""
+        it (with the agent's setup), else it is read here. ``hook``/``hook_run_id``: which of
+        the turn's hook runs it is (its model calls are recorded as that run's)."""
+        context = self.task_context(turn_id, agent_id, hook, hook_run_id)
         if workflow:
             parent = ConversationParent(conversation_id=self.conversation.id, turn_id=turn_id)
             outcome = await self.ports.workflows.run_to_end(task_id, payload, parent=parent)
         elif task is not None:
-            outcome = await self.ports.tasks.run(
-                task, payload, self.task_context(turn_id, agent_id)
-            )
+            outcome = await self.ports.tasks.run(task, payload, context)
         else:
-            outcome = await self.run_task(task_id, payload, self.task_context(turn_id, agent_id))
+            outcome = await self.run_task(task_id, payload, context)
         if not outcome.success:
             raise RetryableError(f"hook {task_id} failed: {outcome.error_message()}")
         result = outcome.result
@@ -170,6 +182,16 @@ class ToolDispatcher:
         answer = await self.ports.conversations.start_agent_call(
             self.conversation.id, invitation, caller, "loop_in", agent_id=target.id
         )
+        link_turn(
+            turn_id,
+            "child_turn",
+            answer.turn_id,
+            self.conversation.id,
+            mode="loop_in",
+            agent_id=target.id,
+            child_conversation_id=answer.conversation_id,
+            status=answer.status.value,
+        )
         if answer.declined:
             reason = f"agent {target.id} joined but declined: {answer.failure_reason}"
             return failed_outcome(ErrorCode.AGENT_DECLINED, reason)
@@ -220,6 +242,16 @@ class ToolDispatcher:
                 turn_id, child_id, target.id, workplace, message, caller, label
             )
             answer = await conversations.run_agent_turn(child_id, child_turn)
+        link_turn(
+            turn_id,
+            "child_turn",
+            answer.turn_id,
+            parent.id,
+            mode="delegate",
+            agent_id=target.id,
+            child_conversation_id=answer.conversation_id,
+            status=answer.status.value,
+        )
         if answer.declined:
             reason = f"agent {target.id} declined: {answer.failure_reason}"
             return failed_outcome(ErrorCode.AGENT_DECLINED, reason)

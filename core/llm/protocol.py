@@ -68,6 +68,13 @@ class ModelFinished:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     finish_reason: str = "stop"
+    # What the call was, not what it answered: left out of comparisons.
+    response_id: str | None = field(default=None, compare=False)
+    response_model: str | None = field(default=None, compare=False)
+    first_chunk_s: float | None = field(default=None, compare=False)
+    """Request sent → first chunk of the response received (the backend's own clock)."""
+    served_by: JsonObject | None = field(default=None, compare=False)
+    """What the serving replica said about itself (the local deployment: ``core.llm.recording``)."""
 
 
 ChatChunk = TextDelta | ToolCallRequested | ModelFinished

@@ -44,6 +44,7 @@ from core.store.keys import KeyOps
 from core.store.library import LibraryOps, LibraryVersions
 from core.store.mcp_servers import McpServerOps
 from core.store.members import MemberOps
+from core.store.model_calls import RecordOps
 from core.store.projects import ProjectOps, WorkspaceOps
 from core.store.quotas import AdminKeyOps, QuotaOps
 from core.store.secrets import SecretOps
@@ -561,6 +562,7 @@ class Store:
         self.writers = WriterLeaseOps(db)
         self.stream_tickets = StreamTicketOps(db)
         self.mcp_servers = McpServerOps(db)
+        self.records = RecordOps(db)
 
     @classmethod
     def open(cls, url: str, pool: PoolLimits | None = None) -> Store:
@@ -599,6 +601,7 @@ class Store:
                 frontier.extend(children)
             turn_ids = select(schema.turns.c.id).where(schema.turns.c.conversation_id.in_(doomed))
             c.execute(delete(schema.moves).where(schema.moves.c.turn_id.in_(turn_ids)))
+            c.execute(delete(schema.turn_traces).where(schema.turn_traces.c.turn_id.in_(turn_ids)))
             for table in (
                 schema.messages,
                 schema.turns,
@@ -610,6 +613,9 @@ class Store:
                 schema.forks,
                 schema.sessions,
                 schema.conversation_writers,
+                schema.model_calls,
+                schema.spans,
+                schema.turn_links,
             ):
                 c.execute(delete(table).where(table.c.conversation_id.in_(doomed)))
             c.execute(delete(schema.conversations).where(schema.conversations.c.id.in_(doomed)))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     Column,
+    Float,
     Index,
     Integer,
     MetaData,
@@ -387,4 +388,69 @@ mcp_servers = Table(
     Column("client_id", String(64), primary_key=True),
     Column("id", String(128), primary_key=True),
     Column("data", Text, nullable=False),
+)
+# Model calls (docs/observability.md): each request a model was sent, exactly as sent, and what it
+# answered, one row per call, written by the process that made the call (never through a
+# conversation's log). ``data`` holds the record; a request or response body larger than the
+# inline limit lives in the object store and ``data`` names its key. Rows older than the
+# retention setting are deleted.
+model_calls = Table(
+    "model_calls",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("client_id", String(64), nullable=True),
+    Column("conversation_id", String(64), nullable=True),
+    Column("turn_id", String(64), nullable=True, index=True),
+    Column("agent_id", String(64), nullable=True),
+    Column("run_id", String(64), nullable=True, index=True),
+    Column("node_id", String(64), nullable=True),
+    Column("status", String(16), nullable=False),
+    Column("prompt_tokens", Integer, nullable=False),
+    Column("completion_tokens", Integer, nullable=False),
+    Column("cost", Float, nullable=True),
+    Column("currency", String(3), nullable=True),
+    Column("created_at", String(40), nullable=False, index=True),
+    Column("data", Text, nullable=False),
+    Index("ix_model_calls_conversation", "conversation_id", "created_at"),
+    Index("ix_model_calls_client", "client_id", "created_at"),
+    Index("ix_model_calls_agent", "agent_id", "created_at"),
+)
+
+# Spans of turns' traces (OpenTelemetry's model: trace id, span id, parent), recorded by the
+# process that ran each span, so a turn's span tree is read from here without a tracing backend.
+spans = Table(
+    "spans",
+    metadata,
+    Column("trace_id", String(32), primary_key=True),
+    Column("span_id", String(16), primary_key=True),
+    Column("parent_span_id", String(16), nullable=True),
+    Column("conversation_id", String(64), nullable=True),
+    Column("turn_id", String(64), nullable=True),
+    Column("name", String(200), nullable=False),
+    Column("started_at", String(40), nullable=False, index=True),
+    Column("data", Text, nullable=False),
+)
+
+# The trace a turn joins when it does not start its own: a delegated child's turn, a workflow's
+# agent call, a message whose request carried a W3C ``traceparent``.
+turn_traces = Table(
+    "turn_traces",
+    metadata,
+    Column("turn_id", String(64), primary_key=True),
+    Column("trace_id", String(32), nullable=False),
+    Column("parent_span_id", String(16), nullable=True),
+)
+
+# What a turn caused, beside what its own rows say: hook runs, workflow runs, delegated children,
+# memory writes, the model it used. One row per (turn, kind, target); written by whoever caused
+# it, never through the conversation's log.
+turn_links = Table(
+    "turn_links",
+    metadata,
+    Column("turn_id", String(64), primary_key=True),
+    Column("kind", String(32), primary_key=True),
+    Column("target_id", String(200), primary_key=True),
+    Column("conversation_id", String(64), nullable=True, index=True),
+    Column("at", String(40), nullable=False),
+    Column("data", Text, nullable=True),
 )

@@ -273,6 +273,15 @@ def _library(kind: str) -> dict[tuple[str, str], RouteDoc]:
     }
 
 
+USAGE_EXAMPLE = {
+    "calls": 2,
+    "failed_calls": 0,
+    "prompt_tokens": 812,
+    "completion_tokens": 64,
+    "cost": 0.000428,
+    "currency": "USD",
+}
+
 ROUTES: dict[tuple[str, str], RouteDoc] = {
     ("GET", "/healthz"): RouteDoc(
         "Answers while the gateway runs and its store answers; needs no key.", {"status": "ok"}
@@ -365,6 +374,71 @@ ROUTES: dict[tuple[str, str], RouteDoc] = {
     ("GET", "/v1/conversations/{conversation_id}/turns/{turn_id}"): RouteDoc(
         "One turn with its moves: the model's tool calls and their results, in order.",
         {**TURN_OUT, "moves": [MOVE]},
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/turns/{turn_id}/calls"): RouteDoc(
+        "The turn's model calls in order: each request exactly as the model received it (messages, "
+        "tools, parameters; never headers or keys) and the response as it came back, with usage, "
+        "timings, estimated cost and the span of the call in the turn's trace.",
+        {
+            "items": [
+                {
+                    "id": "call_01J9ZB4M6D2S8E3Q1T7V5W9X0Y",
+                    "source": {"conversation_id": CONV, "turn_id": TURN, "step": 1},
+                    "purpose": "answer",
+                    "attempt": 1,
+                    "provider": "vllm",
+                    "model": "default",
+                    "request": {
+                        "model": "default",
+                        "messages": [
+                            {"role": "system", "content": "You are helpful."},
+                            {"role": "user", "content": "What is 12*7?"},
+                        ],
+                    },
+                    "request_bytes": 142,
+                    "response": {"content": "84", "tool_calls": [], "finish_reason": "stop"},
+                    "usage": {"prompt_tokens": 31, "completion_tokens": 2},
+                    "status": "ok",
+                    "timings": {"started_at": T, "duration_s": 0.41, "first_token_s": 0.12},
+                    "created_at": T,
+                }
+            ]
+        },
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/turns/{turn_id}/trace"): RouteDoc(
+        "The turn's trace as a span tree across every process that worked on it (agent, model "
+        "calls, tools, executor tasks, workflows, delegated turns); root is null while it runs.",
+        {
+            "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+            "root": {
+                "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+                "span_id": "00f067aa0ba902b7",
+                "name": "invoke_agent helper",
+                "start": T,
+                "end": T,
+                "duration_ms": 420.5,
+                "status": "ok",
+                "process": "conversation",
+                "attributes": {"gen_ai.operation.name": "invoke_agent"},
+                "children": [],
+            },
+        },
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/turns/{turn_id}/links"): RouteDoc(
+        "What the turn caused or used: hook runs, workflow runs, delegated turns, memory writes, "
+        "the model.",
+        {"items": [{"turn_id": TURN, "kind": "model", "target_id": "vllm/default", "at": T}]},
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/turns/{turn_id}/usage"): RouteDoc(
+        "The turn's model calls summed: calls, failures, tokens, estimated cost.", USAGE_EXAMPLE
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/usage"): RouteDoc(
+        "The conversation's model calls summed: calls, failures, tokens, estimated cost.",
+        USAGE_EXAMPLE,
+    ),
+    ("GET", "/v1/usage"): RouteDoc(
+        "Your client's model calls summed (one agent's with agent_id, since a time with since).",
+        USAGE_EXAMPLE,
     ),
     ("GET", "/v1/conversations/{conversation_id}/events"): RouteDoc(
         "The durable events (what the stream replays, without token deltas), by seq.",
