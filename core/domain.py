@@ -313,6 +313,35 @@ class Agent(Model):
     created_at: datetime
 
 
+class ProjectCredentials(Model):
+    """What a cloned project's clones and pushes send its origin: a secret of the project's own
+    client, as an HTTP ``Authorization`` header (``bearer``: ``Bearer <value>``; ``basic``:
+    ``username`` and the value as the password). Only the secret's name is stored; its value is
+    read at each clone or push."""
+
+    secret: str = Field(
+        pattern=SECRET_NAME_PATTERN, description="The name of one of your secrets (its value)"
+    )
+    scheme: Literal["bearer", "basic"] = Field(
+        "bearer", description="bearer: a token; basic: username and the secret as the password"
+    )
+    username: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        pattern=r"^[!-9;-~]+$",
+        description="For basic (required there, refused for bearer): printable, no ':' or space",
+    )
+
+    @model_validator(mode="after")
+    def _username_for_basic(self) -> ProjectCredentials:
+        if self.scheme == "basic" and self.username is None:
+            raise ValueError("credentials: basic needs a username")
+        if self.scheme == "bearer" and self.username is not None:
+            raise ValueError("credentials: a username goes only with the basic scheme")
+        return self
+
+
 class Project(Model):
     """A git repository agents work on (seed 001 "Shell Operations and Branch Context").
 
@@ -326,6 +355,10 @@ class Project(Model):
     name: str = Field(max_length=200)
     repository: str
     origin: str | None = Field(None, description="The URL a managed clone was made from")
+    credentials: ProjectCredentials | None = Field(
+        None,
+        description="The secret sent to origin on each clone and push (its name, never its value)",
+    )
     managed: bool = False
     default_branch: str = "main"
     push_on_merge: bool = Field(
