@@ -10,9 +10,11 @@ The gateway is the real app over real HTTP (``test_host_projects.Gateway``); the
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ from core.domain import Client
 from core.git import EMPTY_TREE
 from core.ids import new_id, utc_now
 from core.store import Store
+from tests.conftest import wait_for
 from tests.security.git_http import GitHttpServer
 from tests.security.test_host_projects import (
     Gateway,
@@ -195,7 +198,7 @@ def test_a_private_repository_is_cloned_and_pushed_with_the_clients_secret(
     assert "extraheader" not in config.lower() and "authorization" not in config.lower()
 
 
-def test_basic_credentials_send_the_username_and_the_secret(
+def test_basic_credentials_from_the_command_line_send_the_username_and_the_secret(
     tmp_path: Path, roots: Path, origin: GitHttpServer
 ) -> None:
     pair = base64.b64encode(f"deploy-bot:{TOKEN_1}".encode()).decode()
@@ -206,9 +209,31 @@ def test_basic_credentials_send_the_username_and_the_secret(
         gateway.client() as api,
     ):
         put_secret(api, "deploy", TOKEN_1)
-        credentials = {"secret": "deploy", "scheme": "basic", "username": "deploy-bot"}
-        body = {"name": "p", "repository": origin.url("private"), "credentials": credentials}
-        project = settled(api, api.post("/v1/projects", json=body))
+        key = str(api.headers["Authorization"]).split(" ", 1)[1]
+        cli = [sys.executable, "-m", "cluster.cli", "--url", str(api.base_url), "--api-key", key]
+        create = ["projects", "create", "p", "--repository", origin.url("private")]
+        credentials = ["--secret", "deploy", "--username", "deploy-bot", "--json"]
+        done = subprocess.run(
+            [*cli, *create, *credentials],
+            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": os.getcwd()},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        created = json.loads(done.stdout)
+        assert created["credentials"] == {
+            "secret": "deploy",
+            "scheme": "basic",
+            "username": "deploy-bot",
+        }
+        project = wait_for(
+            lambda: (
+                (p := api.get(f"/v1/projects/{created['id']}").json())["status"] != "cloning" and p
+            ),
+            timeout=60,
+        )
     assert project["status"] == "ready", project
     assert set(origin.authorizations()) == {f"Basic {pair}"}
     assert files_holding(data_dir, forms(TOKEN_1, "deploy-bot")) == []
