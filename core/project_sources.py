@@ -29,6 +29,8 @@ from core.errors import InvalidInput, PermissionDenied
 from core.settings import ProjectSources, Settings
 from core.shell_egress import address_refusal, ip_literal, matches, normalise_host
 
+DEFAULT_PORTS = {"https": 443, "http": 80, "ssh": 22, "git": 9418}
+
 
 @dataclass(frozen=True, slots=True)
 class RemoteSource:
@@ -99,9 +101,6 @@ def check_remote(sources: ProjectSources, source: RemoteSource) -> None:
     port = source.port or DEFAULT_PORTS.get(source.scheme, 0)
     if not matches(sources.url_hosts, source.host, port, None):
         raise PermissionDenied(f"repository: host {source.host} is not allowed for this client")
-
-
-DEFAULT_PORTS = {"https": 443, "http": 80, "ssh": 22, "git": 9418}
 
 
 def credentials_refusal(sources: ProjectSources, source: RemoteSource) -> str | None:
