@@ -313,33 +313,35 @@ class Agent(Model):
     created_at: datetime
 
 
-class ProjectCredentials(Model):
-    """What a cloned project's clones and pushes send its origin: a secret of the project's own
-    client, as an HTTP ``Authorization`` header (``bearer``: ``Bearer <value>``; ``basic``:
-    ``username`` and the value as the password). Only the secret's name is stored; its value is
-    read at each clone or push."""
+class BearerCredentials(Model):
+    """A project's credentials as a token: ``Authorization: Bearer <the secret's value>``."""
 
     secret: str = Field(
-        pattern=SECRET_NAME_PATTERN, description="The name of one of your secrets (its value)"
+        pattern=SECRET_NAME_PATTERN, description="The name of one of your secrets (the token)"
     )
-    scheme: Literal["bearer", "basic"] = Field(
-        "bearer", description="bearer: a token; basic: username and the secret as the password"
+    scheme: Literal["bearer"] = "bearer"
+
+
+class BasicCredentials(Model):
+    """A project's credentials as a user and password: ``Authorization: Basic`` with
+    ``username`` and the secret's value as the password."""
+
+    secret: str = Field(
+        pattern=SECRET_NAME_PATTERN, description="The name of one of your secrets (the password)"
     )
-    username: str | None = Field(
-        None,
+    scheme: Literal["basic"]
+    username: str = Field(
         min_length=1,
         max_length=200,
         pattern=r"^[!-9;-~]+$",
-        description="For basic (required there, refused for bearer): printable, no ':' or space",
+        description="Printable ASCII, no ':' or space",
     )
 
-    @model_validator(mode="after")
-    def _username_for_basic(self) -> ProjectCredentials:
-        if self.scheme == "basic" and self.username is None:
-            raise ValueError("credentials: basic needs a username")
-        if self.scheme == "bearer" and self.username is not None:
-            raise ValueError("credentials: a username goes only with the basic scheme")
-        return self
+
+ProjectCredentials = BearerCredentials | BasicCredentials
+"""What a cloned project's clones and pushes send its origin: a secret of the project's own
+client, as an HTTP ``Authorization`` header. Only the secret's name is stored; its value is read
+at each clone or push."""
 
 
 class Project(Model):

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
-from core.domain import Project, ProjectCredentials
+from core.domain import BasicCredentials, Project, ProjectCredentials
 from core.errors import Conflict, InvalidInput, NotFound, PermissionDenied, WonderError
 from core.git import RemoteAccess
 from core.project_sources import RemoteSource, credentials_refusal
@@ -61,7 +61,7 @@ def check_credentials(
 
 def authorization(credentials: ProjectCredentials, value: str) -> str:
     """The ``Authorization`` header value for ``credentials`` whose secret holds ``value``."""
-    if credentials.scheme == "basic":
+    if isinstance(credentials, BasicCredentials):
         pair = f"{credentials.username}:{value}".encode()
         return f"Basic {base64.b64encode(pair).decode()}"
     if not TOKEN.fullmatch(value):
@@ -75,7 +75,7 @@ def authorization(credentials: ProjectCredentials, value: str) -> str:
 def hidden_forms(credentials: ProjectCredentials, value: str, header: str) -> tuple[str, ...]:
     """Every spelling of the secret a server could repeat back, longest first."""
     forms = {value, header, header.split(" ", 1)[1], quote(value, safe="")}
-    if credentials.scheme == "basic":
+    if isinstance(credentials, BasicCredentials):
         forms.add(f"{credentials.username}:{value}")
     return tuple(sorted((f for f in forms if f), key=len, reverse=True))
 

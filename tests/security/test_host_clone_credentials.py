@@ -293,8 +293,8 @@ def test_only_the_clients_own_secrets_by_a_valid_shape(
             assert refused.status_code == 404, refused.text
             assert error_message(refused) == f"credentials: secret {name} not found"
         for credentials, why in (
-            ({"secret": "gh-token", "scheme": "basic"}, "needs a username"),
-            ({"secret": "gh-token", "username": "u"}, "only with the basic scheme"),
+            ({"secret": "gh-token", "scheme": "basic"}, "username"),
+            ({"secret": "gh-token", "username": "u"}, "scheme"),
             ({"secret": "gh-token", "scheme": "digest"}, "scheme"),
             ({"secret": "gh-token", "value": TOKEN_1}, "value"),
             ({"secret": "../etc/passwd"}, "secret"),

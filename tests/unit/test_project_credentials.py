@@ -7,9 +7,9 @@ import base64
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
-from core.domain import ProjectCredentials
+from core.domain import BasicCredentials, BearerCredentials, ProjectCredentials
 from core.errors import InvalidInput, Unavailable
 from core.git import RemoteAccess, git_invocation
 from core.project_credentials import HIDDEN, OriginAccess, authorization, hidden_forms
@@ -22,6 +22,7 @@ SOURCES = ProjectSources(
     credential_hosts=["github.com", "*.corp.example:8443", "127.0.0.1:8080", "*"],
 )
 VALUE = "tok/en+with=odd&chars"
+SHAPE: TypeAdapter[ProjectCredentials] = TypeAdapter(ProjectCredentials)
 
 
 @pytest.mark.parametrize(
@@ -56,9 +57,9 @@ def test_where_credentials_may_go(
 
 
 def test_the_header_of_each_scheme() -> None:
-    bearer = ProjectCredentials(secret="t")
+    bearer = BearerCredentials(secret="t")
     assert authorization(bearer, "abc.DEF-123") == "Bearer abc.DEF-123"
-    basic = ProjectCredentials(secret="t", scheme="basic", username="bot")
+    basic = BasicCredentials(secret="t", scheme="basic", username="bot")
     pair = base64.b64encode(b"bot:pa ss\nword").decode()
     assert authorization(basic, "pa ss\nword") == f"Basic {pair}"  # encoded: any value is safe
 
@@ -66,7 +67,7 @@ def test_the_header_of_each_scheme() -> None:
 @pytest.mark.parametrize("value", ["a\r\nX-Injected: 1", "with space", "tab\there", "é"])
 def test_a_bearer_token_that_would_break_the_header_is_refused_by_name(value: str) -> None:
     with pytest.raises(InvalidInput) as refused:
-        authorization(ProjectCredentials(secret="gh-token"), value)
+        authorization(BearerCredentials(secret="gh-token"), value)
     assert "secret gh-token" in refused.value.message and value not in refused.value.message
 
 
@@ -86,12 +87,12 @@ def test_a_bearer_token_that_would_break_the_header_is_refused_by_name(value: st
 )
 def test_credentials_shapes_that_are_refused(shape: dict[str, str]) -> None:
     with pytest.raises(ValidationError):
-        ProjectCredentials.model_validate(shape)
+        SHAPE.validate_python(shape)
 
 
 @pytest.mark.parametrize("scheme", ["bearer", "basic"])
 def test_every_spelling_of_the_secret_is_taken_out_of_gits_messages(scheme: str) -> None:
-    credentials = ProjectCredentials.model_validate(
+    credentials = SHAPE.validate_python(
         {"secret": "gh", "scheme": scheme, **({"username": "bot"} if scheme == "basic" else {})}
     )
     value = "tok.en-VALUE_1"
@@ -113,7 +114,7 @@ def test_every_spelling_of_the_secret_is_taken_out_of_gits_messages(scheme: str)
 
 
 def test_a_percent_encoded_secret_is_taken_out_too() -> None:
-    credentials = ProjectCredentials(secret="gh", scheme="basic", username="bot")
+    credentials = BasicCredentials(secret="gh", scheme="basic", username="bot")
     header = authorization(credentials, VALUE)
     forms = hidden_forms(credentials, VALUE, header)
     access = OriginAccess(RemoteAccess(("https",), header), "gh", forms)
