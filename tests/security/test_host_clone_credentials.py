@@ -159,7 +159,6 @@ def test_a_private_repository_is_cloned_and_pushed_with_the_clients_secret(
         assert project["credentials"] == {
             "secret": "gh-token",
             "scheme": "bearer",
-            "username": None,
         }
         assert origin.authorizations() and set(origin.authorizations()) == {f"Bearer {TOKEN_1}"}
 
