@@ -332,6 +332,37 @@ class Agent(Model):
     created_at: datetime
 
 
+class BearerCredentials(Model):
+    """A project's credentials as a token: ``Authorization: Bearer <the secret's value>``."""
+
+    secret: str = Field(
+        pattern=SECRET_NAME_PATTERN, description="The name of one of your secrets (the token)"
+    )
+    scheme: Literal["bearer"] = "bearer"
+
+
+class BasicCredentials(Model):
+    """A project's credentials as a user and password: ``Authorization: Basic`` with
+    ``username`` and the secret's value as the password."""
+
+    secret: str = Field(
+        pattern=SECRET_NAME_PATTERN, description="The name of one of your secrets (the password)"
+    )
+    scheme: Literal["basic"]
+    username: str = Field(
+        min_length=1,
+        max_length=200,
+        pattern=r"^[!-9;-~]+$",
+        description="Printable ASCII, no ':' or space",
+    )
+
+
+ProjectCredentials = BearerCredentials | BasicCredentials
+"""What a cloned project's clones and pushes send its origin: a secret of the project's own
+client, as an HTTP ``Authorization`` header. Only the secret's name is stored; its value is read
+at each clone or push."""
+
+
 class Project(Model):
     """A git repository agents work on (seed 001 "Shell Operations and Branch Context").
 
@@ -345,6 +376,10 @@ class Project(Model):
     name: str = Field(max_length=200)
     repository: str
     origin: str | None = Field(None, description="The URL a managed clone was made from")
+    credentials: ProjectCredentials | None = Field(
+        None,
+        description="The secret sent to origin on each clone and push (its name, never its value)",
+    )
     managed: bool = False
     default_branch: str = "main"
     push_on_merge: bool = Field(

@@ -50,6 +50,7 @@ class ProjectSources(BaseModel):
     path_roots: list[str] = Field(default_factory=list)
     url_schemes: list[str] = Field(default_factory=lambda: ["https"])
     url_hosts: list[str] = Field(default_factory=list)
+    credential_hosts: list[str] = Field(default_factory=list)
 
     @field_validator("url_schemes")
     @classmethod
@@ -286,9 +287,15 @@ class Settings(BaseSettings):
         description="Hosts a project may be cloned from (name, *.domain, or * for any public "
         "host, each optionally :port); empty: no remote repositories",
     )
+    project_credential_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hosts a project's credentials (a secret of its client) may be sent to, over "
+        "https (name, *.domain, * for any host the client may clone from; http only to a loopback "
+        "address named here); empty: no credentials",
+    )
     project_client_sources: dict[str, ProjectSources] = Field(
         default_factory=dict,
-        description="Per client id: the repository sources of that client (replaces the three "
+        description="Per client id: the repository sources of that client (replaces the four "
         "settings above for it)",
     )
     project_clone_timeout_s: float = Field(
