@@ -14,6 +14,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from core.errors import ErrorCode, WonderError
 from core.jsontypes import JsonObject
+from core.memory_policy import MemoryUpkeepPolicy
 from core.strict import StrictScalars
 from core.tool_shortcuts import ShortcutError, check_pattern
 
@@ -233,29 +234,50 @@ class Persona(Model):
     memory_extraction_task_id: str | None = Field(
         None, description="Library task that extracts memories after a turn (default: none)"
     )
+    memory_extraction_workflow: str | None = Field(
+        None,
+        description="Library workflow that extracts memories after a turn instead of a task",
+    )
+    memory_upkeep: MemoryUpkeepPolicy | None = Field(
+        None,
+        description="Consolidation and retention of the agent's memories, run by the platform "
+        "on a schedule (default: none)",
+    )
     recent_turns_limit: int = Field(20, ge=0, le=1000)
     tool_ids: list[str] = Field(default_factory=list, max_length=128)
     constraints: Constraints = Field(default_factory=Constraints)
 
-    # At most one context hook; the published schema says so too (a body the schema accepts is
-    # one the server accepts).
+    # At most one context hook and one extraction hook; the published schema says so too (a
+    # body the schema accepts is one the server accepts).
     model_config = ConfigDict(
         json_schema_extra={
-            "not": {
-                "required": ["context_assembly_task_id", "context_assembly_workflow"],
-                "properties": {
-                    "context_assembly_task_id": {"type": "string"},
-                    "context_assembly_workflow": {"type": "string"},
-                },
-            }
+            "allOf": [
+                {
+                    "not": {
+                        "required": [task, workflow],
+                        "properties": {task: {"type": "string"}, workflow: {"type": "string"}},
+                    }
+                }
+                for task, workflow in (
+                    ("context_assembly_task_id", "context_assembly_workflow"),
+                    ("memory_extraction_task_id", "memory_extraction_workflow"),
+                )
+            ]
         }
     )
 
     @model_validator(mode="after")
-    def _one_context_hook(self) -> Persona:
+    def _one_hook_each(self) -> Persona:
         if self.context_assembly_task_id is not None and self.context_assembly_workflow is not None:
             raise ValueError(
                 "context_assembly_task_id and context_assembly_workflow are exclusive: one hook"
+            )
+        if (
+            self.memory_extraction_task_id is not None
+            and self.memory_extraction_workflow is not None
+        ):
+            raise ValueError(
+                "memory_extraction_task_id and memory_extraction_workflow are exclusive: one hook"
             )
         return self
 
@@ -263,6 +285,11 @@ class Persona(Model):
     def context_hook(self) -> str | None:
         """The context-assembly hook's task or workflow id, if the persona has one."""
         return self.context_assembly_task_id or self.context_assembly_workflow
+
+    @property
+    def extraction_hook(self) -> str | None:
+        """The memory-extraction hook's task or workflow id, if the persona has one."""
+        return self.memory_extraction_task_id or self.memory_extraction_workflow
 
 
 # --------------------------------------------------------------------------- owned entities
@@ -290,6 +317,9 @@ class Agent(Model):
     persona: Persona | None = None  # inline persona
     project_ids: list[str] = Field(default_factory=list)
     created_at: datetime
+    memory_upkeep: MemoryUpkeepPolicy | None = Field(
+        None, description="This agent's memory upkeep, instead of its persona's"
+    )
 
 
 class Project(Model):
@@ -537,4 +567,5 @@ class PendingExtraction(Model):
     conversation_id: str
     turn_id: str
     agent_id: str
-    task_id: str
+    task_id: str  # the hook's task id, or its workflow id when ``workflow``
+    workflow: bool = False

@@ -16,6 +16,8 @@ from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.client_address import Network, parse_networks
+from core.cron import parse_cron
+from core.errors import InvalidInput
 from core.memory.tuning import VectorIndexKind, VectorTuning
 
 
@@ -73,6 +75,17 @@ class Settings(BaseSettings):
     )
     memory_resident_max_rows: int = Field(
         50_000, ge=0, description="Agents with more memories are searched through the index"
+    )
+    memory_compact_schedule: str = Field(
+        "41 * * * *",
+        description="When the platform compacts the memories table and folds new rows into its "
+        "indexes (five cron fields, UTC); 'off': never (run `wonder job compact` yourself)",
+    )
+    memory_upkeep_reconcile_s: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="How often the scheduler reads agents' memory upkeep policies",
     )
 
     ray_address: str | None = Field(None, description="Ray cluster to attach to; None = start one")
@@ -248,6 +261,22 @@ class Settings(BaseSettings):
     embedder_placement: Literal["cpu", "accelerator", "any"] = Field(
         "cpu", description="cpu|accelerator|any: where embedder replicas go"
     )
+
+    @field_validator("memory_compact_schedule")
+    @classmethod
+    def _compact_schedule(cls, value: str) -> str:
+        if value.strip().lower() in ("", "off"):
+            return "off"
+        try:
+            parse_cron(value)
+        except InvalidInput as exc:
+            raise ValueError(exc.message) from None
+        return value.strip()
+
+    @property
+    def compact_schedule(self) -> str | None:
+        """The memories table's compaction schedule, None when it is off."""
+        return None if self.memory_compact_schedule == "off" else self.memory_compact_schedule
 
     @field_validator("trusted_proxies")
     @classmethod

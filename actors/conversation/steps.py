@@ -279,7 +279,8 @@ class TurnSteps:
         task is the one read with the setup that assembled the turn's context, when it is."""
         turn_id, agent_id, task_id = extraction.turn_id, extraction.agent_id, extraction.task_id
         setup = self.setups.last_read(agent_id)
-        task = setup.hook_task(task_id) if setup is not None else None
+        workflow = extraction.workflow
+        task = setup.hook_task(task_id) if setup is not None and not workflow else None
         messages = self.store.messages.list(self.conversation_id, turn_ids=[turn_id])
         transcript = turn_transcript(messages, self.store.moves.list(turn_id))
         payload = {
@@ -291,7 +292,9 @@ class TurnSteps:
         try:
             await with_retries(
                 MEMORY_EXTRACTION,
-                lambda: self.tools.run_hook(task_id, payload, turn_id, agent_id, task=task),
+                lambda: self.tools.run_hook(
+                    task_id, payload, turn_id, agent_id, workflow=workflow, task=task
+                ),
             )
         except WonderError as exc:
             return MemoryExtractionFailed(turn_id, ToolError.of(exc), utc_now())

@@ -207,6 +207,20 @@ class MemoryOps:
         )
         return int(result.num_updated_rows)
 
+    def drop_archived(self, agent_id: str, folded_before: datetime) -> int:
+        """Remove the rows of ``agent_id``'s episodes folded into a summary (their content
+        archived in the object store) before ``folded_before``, in one commit; the archived
+        contents stay. Returns how many rows went."""
+        where = (
+            f"agent_id = {sql_literal(agent_id)} AND type = 'episode'"
+            " AND consolidated_into IS NOT NULL AND content_ref IS NOT NULL"
+            f" AND updated_at < timestamp '{folded_before.isoformat()}'"
+        )
+        rows = int(self.table.table.count_rows(where))
+        if rows:
+            with_commit_retries(lambda: self.table.table.delete(where))
+        return rows
+
     def delete(self, agent_id: str, memory_id: str) -> Memory:
         memory = self.get(agent_id, memory_id)
         where = f"agent_id = {sql_literal(agent_id)} AND id = {sql_literal(memory_id)}"

@@ -42,6 +42,7 @@ from core.store.hooks import HookOps
 from core.store.keys import KeyOps
 from core.store.library import LibraryOps, LibraryVersions
 from core.store.members import MemberOps
+from core.store.memory_upkeep import MemoryUpkeepOps
 from core.store.projects import ProjectOps, WorkspaceOps
 from core.store.quotas import AdminKeyOps, QuotaOps
 from core.store.secrets import SecretOps
@@ -144,6 +145,28 @@ class AgentOps(_Ops):
         with self._read(None) as c:
             rows = c.execute(select(t.c.data).where(t.c.client_id == client_id).order_by(t.c.id))
             return [Agent.model_validate_json(r) for r in rows.scalars()]
+
+    def page(self, after_id: str | None = None, limit: int = 500) -> list[Agent]:
+        """Every client's agents in id order, ``limit`` after ``after_id`` (the platform's
+        sweeps: memory upkeep)."""
+        t = schema.agents
+        query = select(t.c.data).order_by(t.c.id).limit(limit)
+        if after_id is not None:
+            query = query.where(t.c.id > after_id)
+        with self._read(None) as c:
+            return [Agent.model_validate_json(r) for r in c.execute(query).scalars()]
+
+    def save(self, agent: Agent) -> Agent:
+        t = schema.agents
+        with self._write(None) as c:
+            changed = c.execute(
+                update(t)
+                .where(t.c.id == agent.id, t.c.client_id == agent.client_id)
+                .values(data=agent.model_dump_json())
+            ).rowcount
+        if not changed:
+            raise NotFound(f"agent {agent.id} not found")
+        return agent
 
 
 class ConversationOps(_Ops):
@@ -533,6 +556,7 @@ class Store:
         self.session_labels = SessionLabelOps(db)
         self.hooks = HookOps(db)
         self.triggers = TriggerOps(db)
+        self.memory_upkeep = MemoryUpkeepOps(db)
         self.turn_models = TurnModelOps(db)
         self.pending_extractions = PendingExtractionOps(db)
         self.workflow_runs = WorkflowRunOps(db)
