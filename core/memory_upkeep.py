@@ -158,10 +158,15 @@ def strategy_input(
     agent_id: str, episodes: Sequence[tuple[str, str, datetime, float]], max_chars: int
 ) -> JsonObject:
     """What a library strategy is given for one group: ``(id, content, created_at,
-    significance)`` of each episode, oldest first."""
+    significance)`` of each episode, oldest first; ``transcript`` is the same as ``{role: date,
+    content}`` lines (what an ``llm`` action's ``transcript`` takes)."""
     return {
         "agent_id": agent_id,
         "max_chars": max_chars,
+        "transcript": [
+            {"role": created_at.date().isoformat(), "content": content}
+            for _, content, created_at, _ in episodes
+        ],
         "episodes": [
             {
                 "id": memory_id,

@@ -30,6 +30,7 @@ from core.domain import (
     Tool,
     Turn,
 )
+from core.memory_policy import MemoryUpkeepPolicy
 from core.routes import Route
 from core.strict import StrictScalars
 from core.turn_model import ModelOverride, TurnModel
@@ -192,6 +193,9 @@ class AgentCreate(OneOfFields):
     persona: Persona | None = None
     project_ids: list[Annotated[str, Field(max_length=200)]] = Field(
         default_factory=list, max_length=64
+    )
+    memory_upkeep: MemoryUpkeepPolicy | None = Field(
+        None, description="The agent's own memory upkeep, over its persona's"
     )
 
 

@@ -292,6 +292,10 @@ CONVERSATION_FREE: dict[tuple[str, str], str] = {
             ("POST", "/v1/agents/{agent_id}/memories/search"),
             ("GET", "/v1/agents/{agent_id}/memories/{memory_id}"),
             ("DELETE", "/v1/agents/{agent_id}/memories/{memory_id}"),
+            ("GET", "/v1/agents/{agent_id}/memory-upkeep"),
+            ("PUT", "/v1/agents/{agent_id}/memory-upkeep"),
+            ("DELETE", "/v1/agents/{agent_id}/memory-upkeep"),
+            ("POST", "/v1/agents/{agent_id}/memory-upkeep/run"),
         )
     },
     **{
