@@ -65,7 +65,7 @@ from core.memory.objects import LocalObjectStore
 from core.memory.operations import MemoryOps
 from core.memory.records import Memory
 from core.memory.service import MemoryService, SearchRequest
-from core.memory.tuning import VectorTuning
+from core.memory.tuning import VECTOR_INDEX_MIN_ROWS, VectorTuning
 from core.memory_policy import MemoryUpkeepPolicy
 from core.settings import Settings
 from core.store import Store
@@ -248,7 +248,11 @@ def search_day(
 def run(args: argparse.Namespace) -> dict[str, Any]:
     cache = Path(args.cache).expanduser()
     dataset = cached_dataset(cache, args.rows, 0.01)
-    variant = cached_variant(dataset, "ivf_sq-psqrt", product_index(VectorTuning()))
+    variant = (  # below VECTOR_INDEX_MIN_ROWS the product builds no vector index
+        cached_variant(dataset, "ivf_sq-psqrt", product_index(VectorTuning()))
+        if args.rows >= VECTOR_INDEX_MIN_ROWS
+        else dataset
+    )
     policy = MemoryUpkeepPolicy.model_validate(
         {
             "consolidation": {"after_hours": 24, "group_size": args.group_size},

@@ -36,6 +36,9 @@ _TS = pa.timestamp("us", tz="UTC")
 T = TypeVar("T")
 
 _COMMIT_ATTEMPTS = 5
+# PARTIAL_COLUMNS_MERGE: a merge_insert of some columns only (marking, re-embedding) panics in
+# LanceDB 0.40 when it joins through the BTREE index on ``id`` that ``ensure_indexes`` builds
+# ("Incorrect number of arrays for StructArray fields"), so those merges scan the ids instead.
 _COUNTS_CACHE = 100_000
 
 
@@ -168,6 +171,7 @@ class MemoryOps:
             lambda: (
                 self.table.table.merge_insert("id")
                 .when_matched_update_all(where="target.consolidated_into IS NULL")
+                .use_index(False)  # PARTIAL_COLUMNS_MERGE (below)
                 .execute(data)
             )
         )
@@ -202,6 +206,7 @@ class MemoryOps:
             lambda: (
                 self.table.table.merge_insert("id")
                 .when_matched_update_all(where="target.updated_at = source.updated_at")
+                .use_index(False)  # PARTIAL_COLUMNS_MERGE (below)
                 .execute(data)
             )
         )
