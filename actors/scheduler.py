@@ -18,11 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from core.agent_personas import PersonaKey, persona_of
 from core.domain import Persona
 from core.errors import WonderError
 from core.ids import utc_now
 from core.jsontypes import JsonObject
-from core.memory_schedules import PersonaKey, persona_of
 from core.memory_upkeep import (
     EntryPlan,
     UpkeepEntry,

@@ -54,6 +54,19 @@ DEFAULT_MODEL = "default"
 """The model name every local model deployment answers to, whichever model it serves."""
 
 
+ThinkingMode = Literal["none", "chat_template", "reasoning_effort"]
+
+
+class ThinkingConfig(Model):
+    """Whether the model reasons before it answers, and how hard (seed 004 ``thinking``); only
+    for a profile whose model can (``ModelProfile.thinking``)."""
+
+    enabled: bool = True
+    effort: Literal["low", "medium", "high"] | None = Field(
+        None, description="reasoning_effort models: how hard (default medium)"
+    )
+
+
 class ModelProfile(Model):
     """Which model answers and how (seed 001 ModelProfile, seed 004 per-turn override)."""
 
@@ -74,6 +87,22 @@ class ModelProfile(Model):
     script: list[ScriptStep] | None = Field(
         None, max_length=50, description="provider=scripted only: the model's steps, one per call"
     )
+    thinking: ThinkingMode = Field(
+        "none",
+        description="Whether and how the model thinks: none (it cannot: a turn asking for "
+        "thinking is refused), chat_template (reasoning models served by vLLM: "
+        "chat_template_kwargs.enable_thinking), reasoning_effort (OpenAI-compatible reasoning "
+        "models: reasoning_effort)",
+    )
+    thinking_config: ThinkingConfig | None = Field(
+        None, description="Default thinking of this profile's turns (a message may override it)"
+    )
+
+    @model_validator(mode="after")
+    def _thinks_only_if_it_can(self) -> ModelProfile:
+        if self.thinking_config is not None and self.thinking == "none":
+            raise ValueError("thinking_config needs a thinking mode (the model must support it)")
+        return self
 
 
 def resolved_tool_calling(profile: ModelProfile) -> Literal["native", "constrained"]:

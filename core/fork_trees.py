@@ -31,7 +31,7 @@ class LatestForks:
     store: Store
     client_id: str
     member: str | None
-    filters: dict[str, str]
+    ancestry: str
     _latest: dict[str, str] = field(default_factory=dict)  # root → latest id
 
     def is_latest(self, conversation: Conversation) -> bool:
@@ -43,7 +43,7 @@ class LatestForks:
                 limit=len(members),
                 member=self.member,
                 ids=members,
-                **self.filters,  # type: ignore[arg-type]
+                ancestry=self.ancestry,
             )
             self._latest[root] = seen[-1].id if seen else ""
         return self._latest[root] == conversation.id
@@ -65,7 +65,7 @@ class LatestForks:
                 limit=SCAN_BATCH,
                 after=after,
                 member=self.member,
-                **self.filters,
+                ancestry=self.ancestry,
             )
             yield from batch
             if len(batch) < SCAN_BATCH:

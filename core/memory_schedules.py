@@ -4,11 +4,11 @@ these)."""
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
 from datetime import datetime
 
-from core.domain import Agent, Persona
-from core.errors import Conflict, NotFound
+from core.agent_personas import persona_of
+from core.domain import Agent
+from core.errors import Conflict
 from core.memory_policy import MemoryUpkeepPolicy
 from core.memory_upkeep import (
     UpkeepEntry,
@@ -18,30 +18,6 @@ from core.memory_upkeep import (
     wanted_for_agent,
 )
 from core.store import Store
-
-PersonaKey = tuple[str, str, int | None, str | None]
-
-
-def persona_of(
-    store: Store, agent: Agent, seen: MutableMapping[PersonaKey, Persona | None] | None = None
-) -> Persona | None:
-    """The agent's persona as its turns read it (inline, else its reference in its client's
-    library); None when the reference names nothing. ``seen`` caches lookups across agents."""
-    ref = agent.persona_ref
-    if agent.persona is not None or ref is None:
-        return agent.persona
-    key = (agent.client_id, ref.id, ref.version, ref.owner)
-    if seen is not None and key in seen:
-        return seen[key]
-    try:
-        persona: Persona | None = store.personas.find(
-            ref.id, ref.version, client_id=agent.client_id, owner=ref.owner
-        ).obj
-    except NotFound:
-        persona = None
-    if seen is not None:
-        seen[key] = persona
-    return persona
 
 
 def agent_policy(store: Store, agent: Agent) -> MemoryUpkeepPolicy | None:

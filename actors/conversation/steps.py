@@ -41,6 +41,7 @@ from actors.conversation.log import token_event
 from actors.conversation.ports import ConversationPorts
 from actors.conversation.records import WAITING
 from actors.conversation.setups import AgentSetups
+from actors.conversation.tool_calls import narrowed
 from actors.conversation.tool_dispatch import ToolDispatcher
 from core.context_contract import CONTEXT_CONTRACT, parse_hook_answer
 from core.domain import (
@@ -104,6 +105,10 @@ class TurnSteps:
         # A message may override its turn's model (seed 004): applied and recorded here.
         profile = turn_profile(self.store, turn_id, setup.profile, setup.agent.client_id)
         setup = replace(setup, profile=profile)
+        # A routed message may narrow the persona's tools for its turn (seed 004 permissions).
+        routed = self.store.message_routes.for_turn(turn_id)
+        if routed is not None and routed.permissions is not None:
+            setup = replace(setup, catalog=narrowed(setup.catalog, routed.permissions.tools))
         turn = self.store.turns.get(turn_id)
         history = self._recent_history(turn_id, setup.persona.recent_turns_limit)
         pending = self.store.async_operations.list(self.conversation_id, statuses=WAITING)

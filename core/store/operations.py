@@ -44,6 +44,7 @@ from core.store.library import LibraryOps, LibraryVersions
 from core.store.members import MemberOps
 from core.store.memory_upkeep import MemoryUpkeepOps
 from core.store.message_embeddings import MessageEmbeddingOps
+from core.store.message_routes import MessageRouteOps
 from core.store.projects import ProjectOps, WorkspaceOps
 from core.store.quotas import AdminKeyOps, QuotaOps
 from core.store.secrets import SecretOps
@@ -216,6 +217,7 @@ class ConversationOps(_Ops):
         after: tuple[str, str] | None = None,
         member: str | None = None,
         ids: Sequence[str] | None = None,
+        newest_first: bool = False,
     ) -> list[Conversation]:
         """Conversations ordered by (created_at, id), after an optional cursor; with ``member``,
         only those that user is a member of; with ``ids``, only those."""
@@ -239,9 +241,13 @@ class ConversationOps(_Ops):
             query = query.where(
                 or_(t.c.created_at > created, and_(t.c.created_at == created, t.c.id > last_id))
             )
-        query = query.order_by(t.c.created_at, t.c.id).limit(limit)
+        if newest_first:
+            query = query.order_by(t.c.created_at.desc(), t.c.id.desc())
+        else:
+            query = query.order_by(t.c.created_at, t.c.id)
         with self._read(None) as c:
-            return [Conversation.model_validate_json(r) for r in c.execute(query).scalars()]
+            rows = c.execute(query.limit(limit)).scalars()
+            return [Conversation.model_validate_json(r) for r in rows]
 
 
 class TurnOps(_Ops):
@@ -603,6 +609,7 @@ class Store:
         self.triggers = TriggerOps(db)
         self.memory_upkeep = MemoryUpkeepOps(db)
         self.message_embeddings = MessageEmbeddingOps(db)
+        self.message_routes = MessageRouteOps(db)
         self.turn_models = TurnModelOps(db)
         self.pending_extractions = PendingExtractionOps(db)
         self.workflow_runs = WorkflowRunOps(db)

@@ -23,7 +23,7 @@ router = APIRouter(prefix="/v1/conversations/{conversation_id}/context", tags=["
 
 KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$"
 ContextKey = Annotated[str, Path(pattern=KEY_PATTERN, description="An entry's key")]
-MAX_VALUE_BYTES = 64 * 1024
+MAX_VALUE_BYTES = 32 * 1024  # under the body limit (64 KiB): a value refused by name
 MAX_ENTRIES = 1000
 
 

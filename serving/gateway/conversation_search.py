@@ -19,7 +19,8 @@ from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 
 from core.domain import Message
-from core.message_search import most_similar, query_terms, text_score, vector_bytes
+from core.message_search import most_similar, query_terms, text_score
+from core.message_vectors import message_vectors
 from core.store.forks import Seen
 from serving.gateway.auth import ClientId, Context
 from serving.gateway.context import GatewayContext
@@ -32,8 +33,6 @@ router = APIRouter(prefix="/v1/conversations/{conversation_id}", tags=["messages
 SCAN_BATCH = 500
 TEXT_SCAN = 20_000  # messages one text search reads at most before it answers
 SEMANTIC_SCAN = 2_000
-EMBED_BATCH = 64
-EMBED_CHARS = 2_000
 
 Found = list[tuple[Message, Seen]]
 
@@ -107,19 +106,7 @@ def _text_search(
 async def _vectors(context: GatewayContext, found: Found) -> list[bytes | None]:
     """Each message's stored vector under the embedder's model (made and stored when missing)."""
     embedder = (await context.memory.service()).embedder
-    model = embedder.model_name
-    ids = [m.id for m, _ in found]
-    stored = await run_in_threadpool(context.store.message_embeddings.get, ids, model)
-    missing = [m for m, _ in found if m.id not in stored and m.content.strip()]
-    for start in range(0, len(missing), EMBED_BATCH):
-        chunk = missing[start : start + EMBED_BATCH]
-        vectors = await embedder.embed([m.content[:EMBED_CHARS] for m in chunk])
-        made: dict[str, dict[str, bytes]] = {}
-        for message, vector in zip(chunk, vectors, strict=True):
-            made.setdefault(message.conversation_id, {})[message.id] = vector_bytes(vector)
-            stored[message.id] = made[message.conversation_id][message.id]
-        for written_in, rows in made.items():  # kept with the conversation that wrote them
-            await run_in_threadpool(context.store.message_embeddings.put, written_in, model, rows)
+    stored = await message_vectors(context.store, embedder, [m for m, _ in found])
     return [stored.get(m.id) for m, _ in found]
 
 

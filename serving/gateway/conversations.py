@@ -59,15 +59,22 @@ def _page(
     after_cursor: str | None,
     member: str | None = None,
     latest_fork: bool = False,
-    **filters: str,
+    ancestry: str = "all",
+    parent_id: str | None = None,
 ) -> ConversationPage:
     key = cursor_key(context)
     after = decode_cursor(after_cursor, key) if after_cursor else None
     if latest_fork:
-        found = LatestForks(context.store, client_id, member, filters).page(after, limit)
+        forks = LatestForks(context.store, client_id, member, ancestry)
+        found = forks.page(after, limit)
     else:
         found = context.store.conversations.list(
-            client_id, limit=limit + 1, after=after, member=member, **filters
+            client_id,
+            limit=limit + 1,
+            after=after,
+            member=member,
+            ancestry=ancestry,
+            parent_id=parent_id,
         )
     items = found[:limit]
     more = len(found) > limit

@@ -16,6 +16,7 @@ from fastapi import Query
 from pydantic import Field
 
 from core.domain import Message, Turn
+from core.route_model import MessageRoute
 from core.store import Store
 from core.store.forks import Seen
 from core.turn_filters import TurnFilter, select_turns
@@ -40,6 +41,11 @@ Tail = Annotated[
 class MessageOut(Message):
     inherited_from: str | None = Field(
         None, description="For a fork: the conversation this inherited message was written in"
+    )
+    route: MessageRoute | None = Field(
+        None,
+        description="How the message was routed here (smart routing's candidates and scores) "
+        "and the permissions it gave its turn, when it was",
     )
 
 
@@ -98,9 +104,15 @@ def message_page(store: Store, conversation_id: str, window: SeqWindow) -> SeqPa
         limit=window.limit,
         newest_first=window.backward,
     )
+    routes = store.message_routes.for_messages([m.id for m, _ in found])
     items = [
         MessageOut.model_validate(
-            {**m.model_dump(), "conversation_id": conversation_id, **_inherited(s)}
+            {
+                **m.model_dump(),
+                "conversation_id": conversation_id,
+                "route": routes.get(m.id),
+                **_inherited(s),
+            }
         )
         for m, s in sorted(found, key=lambda pair: pair[0].seq)
     ]

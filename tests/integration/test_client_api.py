@@ -214,8 +214,9 @@ def test_the_context_channel_is_the_one_its_tasks_read(world: dict[str, Any]) ->
     detail = ok(api.get(f"/v1/conversations/{conv}/turns/{turn}"))
     [move] = [m for m in detail["moves"] if m["tool_call"]]
     assert move["tool_result"]["result"] == {"key": "plan", "value": plan}
-    big = {"value": "x" * (64 * 1024 + 1)}
-    assert api.put(f"{base}/big", json=big).status_code == 400
+    big = api.put(f"{base}/big", json={"value": "x" * 40_000})
+    assert big.status_code == 400 and "at most 32768" in big.text
+    assert api.put(f"{base}/big", json={"value": "x" * 70_000}).status_code == 413
     assert api.put(f"{base}/bad%20key", json={"value": 1}).status_code == 422
     assert api.put(f"{base}/plan", json={"nope": 1}).status_code == 422
     # Members read; only a writer writes (a reader is refused, not told it is missing).
