@@ -4,6 +4,7 @@
     wonder down                    stop what `wonder up` started (by PID, never `ray stop`)
     wonder status                  what is running, and whether the gateway answers
     wonder chat AGENT_ID           chat in the terminal, tokens streamed over the WebSocket
+    wonder chat --conversation ID  resume a conversation (its last turns printed first)
     wonder library apply DIR       load DIR/<kind>/*.yaml as new versions (--client ID: a client's)
     wonder keys create NAME        a new client and its API key (--admin: an operator key)
     wonder keys list [CLIENT_ID]   keys (id, client, scope, status), never their secrets
@@ -624,22 +625,43 @@ class TerminalChat:
         self.out.write(text)
         self.out.flush()
 
-    async def run(self, agent_id: str) -> int:
+    async def run(self, agent_id: str | None, conversation_id: str | None = None) -> int:
+        """Chat in a new conversation with ``agent_id``, or resume ``conversation_id`` (its
+        last ``RESUME_TURNS`` turns printed first)."""
         import httpx
 
         async with httpx.AsyncClient(
             base_url=self.url, headers=self.headers, timeout=30, trust_env=False
         ) as http:
-            response = await http.post("/v1/conversations", json={"agent_id": agent_id})
-        if response.status_code != 201:
-            return fail(f"could not start a conversation: {_error_text(response)}")
-        conversation_id = response.json()["id"]
+            if conversation_id is not None:
+                resumed = await self.resume(http, conversation_id)
+                if resumed != 0:
+                    return resumed
+            else:
+                response = await http.post("/v1/conversations", json={"agent_id": agent_id})
+                if response.status_code != 201:
+                    return fail(f"could not start a conversation: {_error_text(response)}")
+                conversation_id = str(response.json()["id"])
         self.write(f"conversation {conversation_id} (empty line or Ctrl-D to quit)\n")
         while True:
             line = await asyncio.to_thread(self.read_line)
             if line is None or not line.strip() or line.strip() in ("/quit", "/exit"):
                 return 0
             await self.exchange(conversation_id, line.strip())
+
+    async def resume(self, http: Any, conversation_id: str) -> int:
+        """Print the conversation's last turns and follow its stream from its latest event."""
+        base = f"/v1/conversations/{conversation_id}"
+        limit = {"tail": "true", "limit": RESUME_MESSAGES}
+        messages = await http.get(f"{base}/messages", params=limit)
+        if messages.status_code != 200:
+            return fail(f"could not resume conversation {conversation_id}: {_error_text(messages)}")
+        events = await http.get(f"{base}/events", params={"tail": "true", "limit": 1})
+        if events.status_code == 200 and events.json()["items"]:
+            self.last_seq = int(events.json()["items"][-1]["seq"])
+        for line in last_turns(messages.json()["items"], RESUME_TURNS):
+            self.write(line + "\n")
+        return 0
 
     async def exchange(self, conversation_id: str, content: str) -> None:
         """Send one message and print the reply; on a dropped socket, resume from the last seq."""
@@ -714,6 +736,24 @@ class TerminalChat:
         return False
 
 
+RESUME_TURNS = 5
+RESUME_MESSAGES = 200
+
+
+def last_turns(messages: list[dict[str, Any]], turns: int) -> list[str]:
+    """The lines ``wonder chat --conversation`` prints: the messages of the last ``turns``
+    turns, oldest first, ``you>`` for a user's and ``agent>`` for an agent's."""
+    order = list(dict.fromkeys(str(m.get("turn_id")) for m in messages))
+    kept = set(order[-turns:]) if turns > 0 else set()
+    lines = []
+    for message in messages:
+        if str(message.get("turn_id")) not in kept or message.get("role") not in ("user", "agent"):
+            continue
+        who = "you" if message["role"] == "user" else "agent"
+        lines.append(f"{who}> {message.get('content', '')}")
+    return lines
+
+
 @dataclass
 class Reply:
     """What one exchange has seen of its turn: its id (from the ack), and whether tokens came
@@ -751,10 +791,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
     key = chat_key(settings, args.api_key)
     if not key:
         return fail("no API key: pass --api-key, set WONDER_API_KEY, or run `wonder up` first")
+    if (args.agent_id is None) == (args.conversation is None):
+        return fail("give an AGENT_ID to start a conversation, or --conversation ID to resume one")
     url = args.url or gateway_url(settings)
     chat = TerminalChat(url, key, _stdin_line, sys.stdout)
     try:
-        return asyncio.run(chat.run(args.agent_id))
+        return asyncio.run(chat.run(args.agent_id, args.conversation))
     except KeyboardInterrupt:
         return 130
 
@@ -820,10 +862,14 @@ def build_parser() -> argparse.ArgumentParser:
     chat = sub.add_parser(
         "chat",
         help="chat with an agent in the terminal",
-        description="Start a conversation with AGENT_ID and chat: each line you type is a "
-        "message; the reply streams token by token over the WebSocket.",
+        description="Start a conversation with AGENT_ID (or resume one with --conversation: "
+        "its last turns are printed first) and chat: each line you type is a message; the "
+        "reply streams token by token over the WebSocket.",
     )
-    chat.add_argument("agent_id", metavar="AGENT_ID", help="the agent to talk to")
+    chat.add_argument("agent_id", metavar="AGENT_ID", nargs="?", help="the agent to talk to")
+    chat.add_argument(
+        "--conversation", metavar="ID", help="resume this conversation instead of starting one"
+    )
     chat.add_argument("--url", help="gateway URL (default from WONDER_GATEWAY_HOST/PORT)")
     chat.add_argument("--api-key", help="API key (default WONDER_API_KEY, then `wonder up`'s)")
     chat.set_defaults(func=cmd_chat)
