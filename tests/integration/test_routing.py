@@ -140,7 +140,7 @@ def test_a_permissions_override_takes_a_tool_away_for_one_turn(tenant: dict[str,
     assert move["tool_result"]["success"] is True
     messages = api.get(f"/v1/conversations/{conv}/messages").json()["items"]
     [carried] = [m for m in messages if m["id"] == routed["message_id"]]
-    assert carried["route"]["permissions"] == {"tools": widen["tools"]}
+    assert carried["route"]["permissions"] == {"tools": {**widen["tools"], "deny": []}}
 
 
 def test_thinking_in_a_turns_model_config(tenant: dict[str, Any]) -> None:
