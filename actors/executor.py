@@ -22,8 +22,9 @@ from actors.actions import (
     workspace_actions,
 )
 from actors.actions.registry import ActionContext, ActionServices, get_action
+from core.client_secrets import names_a_secret
 from core.domain import TaskDef
-from core.errors import ErrorCode, NonRetryableError
+from core.errors import ErrorCode, InvalidInput, NonRetryableError
 from core.jsontypes import JsonObject
 from core.ports import TaskContext, TaskOutcome
 
@@ -47,11 +48,20 @@ _TEMPLATE = re.compile(r"\{\{\s*([a-zA-Z_][\w.]*)\s*\}\}")
 
 
 def fill_templates(value: Any, data: JsonObject) -> Any:
-    """Fill ``{{input.x}}`` / ``{{previous.y}}`` in strings (a whole-string template keeps type)."""
+    """Fill ``{{input.x}}`` / ``{{previous.y}}`` in strings (a whole-string template keeps type).
+
+    A value filled in from the input (what a model or a caller sends) may not name a secret:
+    only the stored task definition references secrets (``core.client_secrets``)."""
     if isinstance(value, str):
         whole = _TEMPLATE.fullmatch(value.strip())
         if whole:
-            return _lookup(data, whole.group(1))
+            filled = _lookup(data, whole.group(1))
+            if names_a_secret(filled):
+                raise InvalidInput(
+                    f"{{{{{whole.group(1)}}}}}: a value from the task's input cannot name a "
+                    "secret; secrets are named only in the task definition"
+                )
+            return filled
         return _TEMPLATE.sub(lambda m: str(_lookup(data, m.group(1))), value)
     if isinstance(value, dict):
         return {k: fill_templates(v, data) for k, v in value.items()}

@@ -97,6 +97,10 @@ def local_system(progress: Callable[[str], None], **settings: str) -> Iterator[S
         "WONDER_MAX_RESIDENT_CONVERSATIONS": "64",
         "WONDER_ALLOW_TEST_DOUBLES": "true",  # the scripted echo model is a test double
         "RAY_AUTH_MODE": "disabled",
+        # Bursts measure the platform, not the default quotas (docs/security.md).
+        "WONDER_QUOTA_DEFAULT_CONCURRENT_TURNS": "0",
+        "WONDER_QUOTA_DEFAULT_CONCURRENT_WEBSOCKETS": "0",
+        "WONDER_QUOTA_DEFAULT_CONCURRENT_RUNS": "0",
         **settings,
     }
     os.environ.update(env)

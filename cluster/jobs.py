@@ -35,7 +35,7 @@ def entrypoint(job: str, args: list[str], python: str) -> str:
 def consolidation_ports(settings_env: dict[str, str]) -> consolidate.ConsolidationPorts:
     """What consolidation uses in each process that runs it (travels by reference)."""
     return consolidate.ConsolidationPorts(
-        chat_models=ServedChatModels(settings_from_env(settings_env).allow_test_doubles),
+        chat_models=ServedChatModels(settings_from_env(settings_env)),
         embedders=ServedEmbedders(settings_env),
     )
 

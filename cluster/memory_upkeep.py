@@ -20,6 +20,7 @@ from cluster.models import ServedChatModels, ServedEmbedders
 from core.errors import NotFound
 from core.jsontypes import JsonObject
 from core.memory_policy import MemoryUpkeepPolicy
+from core.secret_vault import SecretVault
 from core.settings import settings_from_env, wonder_env
 from core.store import store_for_settings
 from jobs.compact import CompactOptions, run_compact
@@ -32,9 +33,10 @@ UPKEEP_CPUS = 0.5
 def _ports(key: tuple[tuple[str, str], ...]) -> UpkeepPorts:
     env = dict(key)
     settings = settings_from_env(env)
+    store = store_for_settings(settings)
     return UpkeepPorts(
-        store=store_for_settings(settings),
-        chat_models=ServedChatModels(settings.allow_test_doubles),
+        store=store,
+        chat_models=ServedChatModels(settings, SecretVault(store, settings)),
         embedders=ServedEmbedders(env),
         tasks=wiring.task_runner(env),
         workflows=wiring.workflows(env),

@@ -13,7 +13,7 @@ from cluster.memory_upkeep import RayMemoryUpkeep
 from cluster.naming import SCHEDULER_NAME, named_detached
 from core.settings import settings_from_env
 from core.store import store_for_settings
-from core.turn_quotas import StoredQuotas
+from core.turn_quotas import StoredQuotas, default_quota
 
 
 def scheduler_ports(settings_env: dict[str, str]) -> SchedulerPorts:
@@ -22,7 +22,7 @@ def scheduler_ports(settings_env: dict[str, str]) -> SchedulerPorts:
     return SchedulerPorts(
         store=store,
         conversations=wiring.conversations(settings_env),
-        quotas=StoredQuotas(store),
+        quotas=StoredQuotas(store, defaults=default_quota(settings)),
         upkeep=RayMemoryUpkeep(settings_env),
         compact_schedule=settings.compact_schedule,
         reconcile_s=settings.memory_upkeep_reconcile_s,

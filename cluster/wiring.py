@@ -17,7 +17,7 @@ from actors.actions.registry import ActionServices
 from actors.conversation.intake import Intake
 from actors.conversation.ports import ConversationPorts, ToolPorts
 from actors.workflow_coordinator.ports import CoordinatorPorts
-from actors.workflow_coordinator.runs import WorkflowRunService
+from actors.workflow_coordinator.runs import RunLimits, WorkflowRunService
 from cluster import placement
 from cluster.async_operations import RayAsyncOperations, runner_handle
 from cluster.conversations import RayConversations, directory_handle
@@ -26,9 +26,10 @@ from cluster.metrics import ray_metrics
 from cluster.models import ProcessMemory, ServedChatModels, ServedEmbedders
 from cluster.workflows import RayCoordinators
 from cluster.workspaces import RayWorkspaces
+from core.secret_vault import SecretVault
 from core.settings import Settings, settings_from_env, wonder_env
 from core.store import store_for_settings
-from core.turn_quotas import StoredQuotas
+from core.turn_quotas import StoredQuotas, default_quota
 
 EnvKey = tuple[tuple[str, str], ...]
 
@@ -64,7 +65,8 @@ def _workflows(key: EnvKey) -> WorkflowRunService:
     env = dict(key)
     settings = settings_from_env(env)
     coordinators = RayCoordinators(env, functools.partial(coordinator_ports, env))
-    return WorkflowRunService(store_for_settings(settings), coordinators)
+    store = store_for_settings(settings)
+    return WorkflowRunService(store, coordinators, RunLimits.of(store, settings))
 
 
 def conversations(settings_env: dict[str, str]) -> RayConversations:
@@ -118,8 +120,8 @@ def conversation_ports(settings_env: dict[str, str]) -> ConversationPorts:
         workflows=tools.workflows,
         residency=conversations_port,
         operations=RayAsyncOperations(lambda: runner_handle(settings_env, runner_ports)),
-        models=ServedChatModels(tools.settings.allow_test_doubles),
-        quotas=StoredQuotas(tools.store),
+        models=ServedChatModels(tools.settings, SecretVault(tools.store, tools.settings)),
+        quotas=StoredQuotas(tools.store, defaults=default_quota(tools.settings)),
         metrics=ray_metrics(),
     )
 
@@ -142,10 +144,11 @@ def coordinator_ports(settings_env: dict[str, str]) -> CoordinatorPorts:
 def _executor_services(key: EnvKey) -> ActionServices:
     env = dict(key)
     settings: Settings = settings_from_env(env)
+    store = store_for_settings(settings)
     return ActionServices(
-        store=store_for_settings(settings),
+        store=store,
         settings=settings,
-        chat_models=ServedChatModels(settings.allow_test_doubles),
+        chat_models=ServedChatModels(settings, SecretVault(store, settings)),
         memory=ProcessMemory(settings, ServedEmbedders(env)),
         workspaces=workspaces(env),
     )

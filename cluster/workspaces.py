@@ -129,9 +129,14 @@ class RayWorkspaces:
         return await with_retries(ACTOR_CALL, attempt)
 
     async def exec(
-        self, spec: WorkspaceSpec, command: str, timeout_s: float, policy: SandboxPolicy
+        self,
+        spec: WorkspaceSpec,
+        command: str,
+        timeout_s: float,
+        policy: SandboxPolicy,
+        env: dict[str, str] | None = None,
     ) -> ExecResult:
-        return await self._call(spec, lambda a: a.exec.remote(command, timeout_s, policy))
+        return await self._call(spec, lambda a: a.exec.remote(command, timeout_s, policy, env))
 
     async def tree(self, spec: WorkspaceSpec, path: str, max_entries: int) -> RepoTree:
         return await self._call(spec, lambda a: a.tree.remote(path, max_entries))

@@ -10,6 +10,7 @@ publishes it), so a schedule it matches parses; what it cannot say is a day that
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -78,6 +79,15 @@ def _field(text: str, low: int, high: int, name: str) -> frozenset[int]:
         )
         values.update(span[::step])
     return frozenset(values)
+
+
+def shortest_interval_s(schedule: CronSchedule) -> int:
+    """The shortest time between two firings, in seconds (pure, from the minute and hour sets;
+    counted as if it fired on consecutive days, so it never overestimates)."""
+    times = sorted(h * 60 + m for h in schedule.hours for m in schedule.minutes)
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    gaps.append(24 * 60 - times[-1] + times[0])  # from the day's last firing to the next first
+    return min(gaps) * 60
 
 
 def parse_cron(expression: str) -> CronSchedule:

@@ -13,12 +13,14 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from core.errors import ErrorCode, WonderError
+from core.json_schemas import check_schema
 from core.jsontypes import JsonObject
 from core.memory_policy import MemoryUpkeepPolicy
 from core.strict import StrictScalars
 from core.tool_shortcuts import ShortcutError, check_pattern
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+SECRET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 LibraryId = Annotated[str, Field(pattern=NAME_PATTERN, description="Library object id")]
 
 
@@ -74,8 +76,18 @@ class ModelProfile(Model):
     version: int = 0
     provider: Literal["vllm", "openai", "scripted"] = "vllm"
     model: str = Field(DEFAULT_MODEL, max_length=200)
-    base_url: str | None = Field(None, max_length=500, description="For provider=openai")
-    api_key_env: str | None = Field(None, max_length=100, description="Env var with the API key")
+    base_url: str | None = Field(
+        None,
+        max_length=500,
+        description="For provider=openai; on the operator's allow-list "
+        "(WONDER_MODEL_ALLOWED_HOSTS)",
+    )
+    api_key_secret: str | None = Field(
+        None,
+        pattern=SECRET_NAME_PATTERN,
+        description="For provider=openai: the name of your secret holding the API key "
+        "(PUT /v1/secrets/{name}); sent as a bearer token",
+    )
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     max_tokens: int = Field(256, ge=1, le=32768)
     timeout_s: float = Field(120.0, gt=0, le=3600)
@@ -103,6 +115,20 @@ class ModelProfile(Model):
         if self.thinking_config is not None and self.thinking == "none":
             raise ValueError("thinking_config needs a thinking mode (the model must support it)")
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_environment_names(cls, data: Any) -> Any:
+        # Profiles stored before secrets existed carry ``api_key_env: null``: dropped. A value
+        # would name a variable of the server's environment, which no client may do.
+        if isinstance(data, dict) and "api_key_env" in data:
+            data = dict(data)
+            if data.pop("api_key_env") is not None:
+                raise ValueError(
+                    "api_key_env is not accepted: store the key as a secret (PUT "
+                    "/v1/secrets/{name}) and name it with api_key_secret"
+                )
+        return data
 
 
 def resolved_tool_calling(profile: ModelProfile) -> Literal["native", "constrained"]:
@@ -166,13 +192,7 @@ class Tool(Model):
     @field_validator("input_schema")
     @classmethod
     def _schema_is_valid(cls, value: JsonObject) -> JsonObject:
-        from jsonschema import Draft202012Validator
-        from jsonschema.exceptions import SchemaError
-
-        try:
-            Draft202012Validator.check_schema(value)
-        except SchemaError as exc:
-            raise ValueError(f"input_schema is not a valid JSON Schema: {exc.message}") from exc
+        check_schema(value)  # a valid schema whose patterns run in linear time
         if value.get("type", "object") != "object":
             raise ValueError("input_schema must describe an object")
         return value

@@ -154,7 +154,10 @@ class TaskContext(Model):
 class ChatModels(Protocol):
     """Which ``ChatModel`` answers for a model profile."""
 
-    def for_profile(self, profile: ModelProfile) -> ChatModel: ...
+    def for_profile(self, profile: ModelProfile, client_id: str | None = None) -> ChatModel:
+        """The model for ``profile``, its secrets resolved for ``client_id`` (whose turn or
+        task calls it) when it is called."""
+        ...
 
     def prewarm(self, profile: ModelProfile) -> None:
         """Get ready to serve ``profile`` (imports, handles); blocking, run it off the loop."""
@@ -419,8 +422,16 @@ class Workspaces(Protocol):
     """
 
     async def exec(
-        self, spec: WorkspaceSpec, command: str, timeout_s: float, policy: SandboxPolicy
-    ) -> ExecResult: ...
+        self,
+        spec: WorkspaceSpec,
+        command: str,
+        timeout_s: float,
+        policy: SandboxPolicy,
+        env: dict[str, str] | None = None,
+    ) -> ExecResult:
+        """Run ``command`` in the workspace's sandbox; ``env``: extra environment variables of
+        the command (resolved secrets: never logged, never in an argument vector)."""
+        ...
 
     async def tree(self, spec: WorkspaceSpec, path: str, max_entries: int) -> RepoTree: ...
 

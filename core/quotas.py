@@ -56,11 +56,23 @@ class BaseQuota(BaseModel):
 
 
 class Quota(BaseQuota):
-    """A client's limits (``None``: unlimited)."""
+    """A client's limits (``None``: the deployment's default, ``with_defaults``)."""
 
     concurrent_websockets: int | None = Field(None, ge=0, le=1_000_000)
     conversations: int | None = Field(None, ge=0, le=1_000_000_000)
     memories: int | None = Field(None, ge=0, le=1_000_000_000)
+    concurrent_runs: int | None = Field(
+        None, ge=0, le=1_000_000, description="Workflow runs pending or running at once"
+    )
+    triggers: int | None = Field(None, ge=0, le=1_000_000, description="Cron triggers stored")
+
+
+def with_defaults(stored: Quota | None, defaults: Quota) -> Quota:
+    """The quota that applies: each field the client's own, else the deployment's default."""
+    if stored is None:
+        return defaults
+    mine = stored.model_dump(exclude_none=True)
+    return Quota.model_validate({**defaults.model_dump(exclude_none=True), **mine})
 
 
 class UserQuota(BaseQuota):
@@ -77,6 +89,8 @@ class Limit(StrEnum):
     CONVERSATIONS = "conversations"
     MEMORIES = "memories"
     TOKENS = "tokens_per_day"
+    RUNS = "concurrent_runs"
+    TRIGGERS = "triggers"
 
 
 @dataclass(frozen=True, slots=True)

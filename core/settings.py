@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from core.allow_list import parse_entry
 from core.client_address import Network, parse_networks
 from core.cron import parse_cron
 from core.errors import InvalidInput
@@ -147,7 +148,54 @@ class Settings(BaseSettings):
     )
     max_delegation_depth: int = Field(3, ge=0, le=20)
 
-    http_allowed_hosts: list[str] = Field(default_factory=list)
+    # Egress (docs/security.md "Egress"): where http.request and model providers may connect.
+    http_allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Where http.request may connect: host, host:port, an IP address or a "
+        "network (10.0.0.0/8), each optionally with :port; private, loopback and link-local "
+        "addresses only when listed as addresses",
+    )
+    model_allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Where an openai-provider model profile's base_url may point (same forms); "
+        "the local deployment (127.0.0.1 and localhost at gateway_port) is always allowed",
+    )
+    http_max_response_bytes: int = Field(
+        1_000_000, ge=1024, description="Bytes of a response body http.request reads at most"
+    )
+    http_max_redirects: int = Field(
+        5, ge=0, le=20, description="Redirects http.request follows (each hop checked)"
+    )
+    # Defaults that hold under abuse (docs/security.md "Quotas"): each default quota applies to
+    # every client whose stored quota leaves that field out (0: no default).
+    quota_default_concurrent_turns: int = Field(64, ge=0, description="Active turns per client")
+    quota_default_concurrent_websockets: int = Field(
+        256, ge=0, description="Open WebSockets per client (per gateway replica)"
+    )
+    quota_default_conversations: int = Field(
+        100_000, ge=0, description="Conversations stored per client"
+    )
+    quota_default_concurrent_runs: int = Field(
+        64, ge=0, description="Workflow runs (subworkflows included) pending or running per client"
+    )
+    quota_default_triggers: int = Field(100, ge=0, description="Cron triggers stored per client")
+    workflow_max_nodes_per_run: int = Field(
+        10_000, ge=1, le=1_000_000, description="The highest max_tokens a workflow may have"
+    )
+    workflow_max_depth: int = Field(8, ge=0, le=64, description="Subworkflow nesting per run")
+    trigger_min_interval_s: int = Field(
+        300, ge=60, description="The shortest time between two firings of one cron trigger"
+    )
+    list_max_items: int = Field(
+        1000, ge=1, description="Items an unpaged listing returns (library objects, triggers)"
+    )
+    # Client secrets (docs/security.md "Secrets").
+    secrets_key: SecretStr | None = Field(
+        None, description="Operator key sealing client secrets (32 bytes, URL-safe base64)"
+    )
+    secrets_key_file: Path | None = Field(
+        None, description="Key file used when secrets_key is unset; default data_dir/secrets.key"
+    )
 
     # What library code may run (docs/security.md).
     library_callables: list[str] = Field(
@@ -288,6 +336,14 @@ class Settings(BaseSettings):
     def trusted_networks(self) -> tuple[Network, ...]:
         return parse_networks(self.trusted_proxies)
 
+    @field_validator("http_allowed_hosts", "model_allowed_hosts")
+    @classmethod
+    def _destinations(cls, entries: list[str]) -> list[str]:
+        for entry in entries:
+            if entry.strip():
+                parse_entry(entry)  # a ValueError names the entry
+        return entries
+
     @cached_property
     def resolved_database_url(self) -> str:
         if self.database_url:
@@ -317,7 +373,9 @@ class Settings(BaseSettings):
     def env(self) -> dict[str, str]:
         """These settings as ``WONDER_*`` variables, for Ray runtime environments."""
         out: dict[str, str] = {}
-        for name, value in self.model_dump(exclude_none=True).items():
+        # The secrets key never travels in runtime environments (the Ray dashboard shows them):
+        # each process reads it from its own environment or the key file.
+        for name, value in self.model_dump(exclude_none=True, exclude={"secrets_key"}).items():
             if isinstance(value, list | dict):
                 out[f"WONDER_{name.upper()}"] = json.dumps(value)
             else:

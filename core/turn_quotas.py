@@ -29,11 +29,28 @@ from core.quotas import (
     start_of_utc_day,
     tokens_left,
     user_scope,
+    with_defaults,
 )
+from core.settings import Settings
 from core.store import Store
 from core.workflows import ConversationParent, WorkflowParent
 
 QUOTA_CACHE_S = 2.0
+
+
+def default_quota(settings: Settings) -> Quota:
+    """The deployment's default quota of every client (``WONDER_QUOTA_DEFAULT_*``; 0: none),
+    for each field a client's stored quota leaves out."""
+    figures = {
+        "concurrent_turns": settings.quota_default_concurrent_turns,
+        "concurrent_websockets": settings.quota_default_concurrent_websockets,
+        "conversations": settings.quota_default_conversations,
+        "concurrent_runs": settings.quota_default_concurrent_runs,
+        "triggers": settings.quota_default_triggers,
+    }
+    return Quota.model_validate({k: v for k, v in figures.items() if v})
+
+
 MAX_CALLER_HOPS = 16  # a delegation chain is bounded by max_delegation_depth; this bounds a loop
 
 
@@ -45,10 +62,12 @@ class StoredQuotas:
         store: Store,
         monotonic: Callable[[], float] = time.monotonic,
         cache_s: float = QUOTA_CACHE_S,
+        defaults: Quota | None = None,
     ) -> None:
         self.store = store
         self.monotonic = monotonic
         self.cache_s = cache_s
+        self.defaults = defaults or Quota()
         self._lock = threading.Lock()  # the gateway's sync routes run on a thread pool
         self._clients: dict[str, tuple[float, Quota]] = {}
         self._users: dict[str, tuple[float, frozenset[str]]] = {}  # client → users with quotas
@@ -67,7 +86,7 @@ class StoredQuotas:
         cached = self.cached_client(client_id)
         if cached is not None:
             return cached
-        quota = self.store.quotas.get(client_id) or Quota()
+        quota = with_defaults(self.store.quotas.get(client_id), self.defaults)
         with self._lock:
             self._clients[client_id] = (self.monotonic(), quota)
         return quota
@@ -125,6 +144,22 @@ class StoredQuotas:
             return None
         stored = self.store.quotas.conversations(client_id)
         return check_count(Limit.CONVERSATIONS, stored, allowed, "conversations stored")
+
+    def run_refusal(self, client_id: str) -> Refusal | None:
+        """One more workflow run of the client's, as its ``concurrent_runs`` quota stands."""
+        allowed = self.client(client_id).concurrent_runs
+        if allowed is None:
+            return None
+        active = self.store.quotas.active_runs(client_id)
+        return check_count(Limit.RUNS, active, allowed, "workflow runs pending or running")
+
+    def trigger_refusal(self, client_id: str) -> Refusal | None:
+        """One more cron trigger of the client's, as its ``triggers`` quota stands."""
+        allowed = self.client(client_id).triggers
+        if allowed is None:
+            return None
+        stored = self.store.quotas.triggers(client_id)
+        return check_count(Limit.TRIGGERS, stored, allowed, "cron triggers stored")
 
     def admission(
         self, client_id: str, user_id: str | None, at: datetime, *, excluding: str | None = None

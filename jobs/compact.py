@@ -82,16 +82,31 @@ def run_compact(options: CompactOptions, settings: Settings | None = None) -> di
     }
 
 
-def parse_args(argv: list[str] | None) -> CompactOptions:
-    parser = argparse.ArgumentParser(prog="python -m jobs.compact", description=__doc__)
-    parser.add_argument("--vector-index-min-rows", type=int, default=VECTOR_INDEX_MIN_ROWS)
-    parser.add_argument("--keep-versions-hours", type=float, default=24.0)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The job's options (``wonder job compact --help`` shows them)."""
+    parser.add_argument(
+        "--vector-index-min-rows",
+        type=int,
+        default=VECTOR_INDEX_MIN_ROWS,
+        help="build the vector index once the table has this many rows (default %(default)s)",
+    )
+    parser.add_argument(
+        "--keep-versions-hours",
+        type=float,
+        default=24.0,
+        help="remove table versions older than this (default %(default)s)",
+    )
     parser.add_argument(
         "--rebuild-vector-index",
         action="store_true",
         help="replace the vector index per the WONDER_MEMORY_* settings (another kind or "
         "partition size; indexes built before this option merged their partitions away)",
     )
+
+
+def parse_args(argv: list[str] | None) -> CompactOptions:
+    parser = argparse.ArgumentParser(prog="python -m jobs.compact", description=__doc__)
+    add_arguments(parser)
     args = parser.parse_args(argv)
     return CompactOptions(
         vector_index_min_rows=args.vector_index_min_rows,

@@ -302,14 +302,38 @@ def run_consolidate(options: ConsolidateOptions, ports: PortsFactory) -> dict[st
     }
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The job's options (``wonder job consolidate --help`` shows them)."""
+    parser.add_argument(
+        "--agent", action="append", default=[], help="only this agent (repeat for several)"
+    )
+    parser.add_argument(
+        "--min-age-hours",
+        type=float,
+        default=24.0,
+        help="consolidate episodes older than this (default %(default)s)",
+    )
+    parser.add_argument(
+        "--group-size", type=int, default=20, help="episodes per summary (default %(default)s)"
+    )
+    parser.add_argument(
+        "--min-group",
+        type=int,
+        default=2,
+        help="the smallest group summarised; fewer wait for a later run (default %(default)s)",
+    )
+    parser.add_argument(
+        "--model-profile",
+        help="write summaries with this model profile (default: an extractive summary)",
+    )
+    parser.add_argument(
+        "--parallel", type=int, default=2, help="agents consolidated at once (default %(default)s)"
+    )
+
+
 def parse_args(argv: list[str] | None) -> ConsolidateOptions:
     parser = argparse.ArgumentParser(prog="python -m cluster.jobs consolidate", description=__doc__)
-    parser.add_argument("--agent", action="append", default=[], help="only these agents")
-    parser.add_argument("--min-age-hours", type=float, default=24.0)
-    parser.add_argument("--group-size", type=int, default=20)
-    parser.add_argument("--min-group", type=int, default=2)
-    parser.add_argument("--model-profile", help="write summaries with this model profile")
-    parser.add_argument("--parallel", type=int, default=2, help="agents consolidated at once")
+    add_arguments(parser)
     args = parser.parse_args(argv)
     return ConsolidateOptions(
         agents=tuple(args.agent),

@@ -360,8 +360,8 @@ def dim_matches(ops: MemoryOps, options: EmbedOptions) -> bool:
     return model_dim(options) == ops.dim
 
 
-def parse_args(argv: list[str] | None) -> EmbedOptions:
-    parser = argparse.ArgumentParser(prog="python -m jobs.embed", description=__doc__)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The job's options (``wonder job embed --help`` shows them)."""
     parser.add_argument(
         "--model",
         help="sentence-transformers model directory (default: "
@@ -369,11 +369,25 @@ def parse_args(argv: list[str] | None) -> EmbedOptions:
     )
     parser.add_argument("--model-name", help="name recorded in embedding_model")
     parser.add_argument("--all", action="store_true", help="re-embed every memory")
-    parser.add_argument("--agent", action="append", default=[], help="only these agents")
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument(
+        "--agent", action="append", default=[], help="only this agent (repeat for several)"
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=64,
+        help="rows each model call embeds (default %(default)s)",
+    )
     parser.add_argument("--actors", type=int, help="actor pool size (default: cluster CPUs)")
-    parser.add_argument("--cpus-per-actor", type=int, default=1)
-    parser.add_argument("--write-chunk", type=int, default=1024)
+    parser.add_argument(
+        "--cpus-per-actor", type=int, default=1, help="CPUs of each actor (default %(default)s)"
+    )
+    parser.add_argument(
+        "--write-chunk",
+        type=int,
+        default=1024,
+        help="rows written back per commit (default %(default)s)",
+    )
     parser.add_argument("--output", help="write a new memories table at this LanceDB URI")
     parser.add_argument(
         "--in-process-max-rows",
@@ -382,6 +396,11 @@ def parse_args(argv: list[str] | None) -> EmbedOptions:
         help="embed a selection this small in the job's process, without an actor pool "
         "(0: always use the pool)",
     )
+
+
+def parse_args(argv: list[str] | None) -> EmbedOptions:
+    parser = argparse.ArgumentParser(prog="python -m jobs.embed", description=__doc__)
+    add_arguments(parser)
     args = parser.parse_args(argv)
     name = args.model_name or (Path(args.model).name if args.model else DEFAULT_MODEL_NAME)
     return EmbedOptions(

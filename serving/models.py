@@ -8,19 +8,33 @@ model unless a profile asks for one).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from core.domain import ModelProfile
-from core.errors import NotFound
-from core.llm.openai_http import OpenAIHttpModel
+from core.egress import EgressPolicy
+from core.errors import NotFound, PermissionDenied
+from core.llm.openai_http import ApiKey, OpenAIHttpModel, no_key
 from core.llm.protocol import ChatModel
 from core.llm.scripted import ScriptedModel, echo_last_user
 
 
-def chat_model_for(profile: ModelProfile) -> ChatModel:
-    """The model that serves ``profile``."""
+@dataclass(frozen=True)
+class ProviderAccess:
+    """What an ``openai`` profile's calls may use: where they may connect (the operator's
+    allow-list) and how its API key is resolved at call time (``core.secret_vault``)."""
+
+    egress: EgressPolicy
+    api_key: ApiKey = no_key
+
+
+def chat_model_for(profile: ModelProfile, access: ProviderAccess | None = None) -> ChatModel:
+    """The model that serves ``profile`` (an ``openai`` profile needs ``access``)."""
     if profile.provider == "openai":
         if not profile.base_url:
             raise NotFound(f"model profile {profile.id} has provider openai but no base_url")
-        return OpenAIHttpModel.from_env(profile.base_url, profile.api_key_env)
+        if access is None:
+            raise PermissionDenied(f"model profile {profile.id}: no egress allowed here")
+        return OpenAIHttpModel(profile.base_url, access.egress, access.api_key)
     if profile.provider == "scripted":
         if profile.script:
             return ScriptedModel.from_profile_script(profile.script)

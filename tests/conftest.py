@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import time
@@ -73,6 +74,8 @@ class Cluster:
     env: dict[str, str]
     dashboard_url: str
     metrics_url: str = ""  # the node's Prometheus endpoint (Ray metrics, ``ray_`` prefixed)
+    serve_port: int = 0  # where the session's Serve listens (chosen with the settings)
+    model_ports: tuple[int, ...] = ()  # loopback ports model endpoints of tests may use
 
     @property
     def settings(self):  # type: ignore[no-untyped-def]
@@ -164,8 +167,15 @@ def ray_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """One real local Ray for the whole test session (≈10 s to start)."""
     import ray
 
+    from core.client_secrets import ensure_key_file
+
     data_dir = Path(tempfile.mkdtemp(prefix="wonder-test-"))
+    ensure_key_file(data_dir / "secrets.key")  # the operator's key sealing client secrets
     ray_tmp = tempfile.mkdtemp(prefix="wr", dir="/tmp")
+    # Model endpoints the operator allows (WONDER_MODEL_ALLOWED_HOSTS): the session's Serve (its
+    # /llm/v1) and a few loopback ports tests may listen on; any other port is refused.
+    serve_port, model_ports = free_port(), tuple(free_port() for _ in range(3))
+    model_hosts = [f"127.0.0.1:{p}" for p in (serve_port, *model_ports)] + ["localhost"]
     env = {
         **_session_database_env(request),
         "WONDER_DATA_DIR": str(data_dir),
@@ -173,6 +183,7 @@ def ray_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         "WONDER_SCHEDULER_TICK_S": "1",
         "WONDER_MAX_RESIDENT_CONVERSATIONS": "64",
         "WONDER_HTTP_ALLOWED_HOSTS": '["127.0.0.1"]',
+        "WONDER_MODEL_ALLOWED_HOSTS": json.dumps(model_hosts),
         "WONDER_ALLOW_TEST_DOUBLES": "true",
         "WONDER_LIBRARY_CALLABLES": '["tests.callables"]',
         "RAY_AUTH_MODE": "disabled",
@@ -206,6 +217,8 @@ def ray_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
             env=env,
             dashboard_url=f"http://127.0.0.1:{dashboard_port}",
             metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",
+            serve_port=serve_port,
+            model_ports=model_ports,
         )
     finally:
         ray.shutdown()
@@ -221,7 +234,7 @@ def serve_port(ray_cluster: Cluster) -> Iterator[int]:
     from cluster.niceness import serve_controller_options
     from core.settings import settings_from_env
 
-    port = free_port()
+    port = ray_cluster.serve_port or free_port()
     controller = serve_controller_options(settings_from_env(ray_cluster.env))
     serve.start(http_options={"host": "127.0.0.1", "port": port}, controller_options=controller)
     try:

@@ -23,7 +23,7 @@ from actors.conversation.ports import ConversationPorts, ToolPorts
 from actors.executor import run_task
 from actors.workflow_coordinator.actor import WorkflowCoordinator
 from actors.workflow_coordinator.ports import CoordinatorPorts
-from actors.workflow_coordinator.runs import WorkflowRunService
+from actors.workflow_coordinator.runs import RunLimits, WorkflowRunService
 from cluster.models import ServedChatModels
 from cluster.wiring import executor_services
 from core.domain import Caller, ConcurrencyPolicy, TaskDef
@@ -42,9 +42,10 @@ from core.ports import (
     TaskOutcome,
     TurnOutcome,
 )
+from core.secret_vault import SecretVault
 from core.settings import settings_from_env
 from core.store import open_store
-from core.turn_quotas import StoredQuotas
+from core.turn_quotas import StoredQuotas, default_quota
 
 T = TypeVar("T")
 
@@ -188,7 +189,9 @@ class InProcessCluster:
         self.actors: dict[str, ConversationActor] = {}
         self.memory = InProcessMemory(settings_env)
         self.coordinators = InProcessCoordinators(self.coordinator_ports)
-        self.workflows = WorkflowRunService(self.store, self.coordinators)
+        self.workflows = WorkflowRunService(
+            self.store, self.coordinators, RunLimits.of(self.store, settings_from_env(settings_env))
+        )
         self.tools = ToolPorts(
             store=self.store,
             settings=settings_from_env(settings_env),
@@ -214,8 +217,8 @@ class InProcessCluster:
             workflows=tools.workflows,
             residency=self,
             operations=self,
-            models=ServedChatModels(tools.settings.allow_test_doubles),
-            quotas=StoredQuotas(tools.store),
+            models=ServedChatModels(tools.settings, SecretVault(tools.store, tools.settings)),
+            quotas=StoredQuotas(tools.store, defaults=default_quota(tools.settings)),
         )
 
     def coordinator_ports(self, lifecycle: Lifecycle) -> CoordinatorPorts:

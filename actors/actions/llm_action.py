@@ -10,12 +10,14 @@ small local models loop on unbounded ones.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 from actors.actions import ActionContext, JsonObject, action
 from core.domain import ModelProfile, resolved_tool_calling
 from core.errors import InvalidInput, NonRetryableError, NotFound
+from core.json_schemas import errors as schema_errors
 from core.llm.protocol import ChatRequest, complete
 
 DEFAULT_PROFILE = "local"
@@ -94,8 +96,6 @@ def build_messages(params: JsonObject) -> list[JsonObject]:
 
 def parse_json_reply(text: str, schema: JsonObject) -> JsonObject:
     """The first JSON object in ``text``, validated against ``schema``."""
-    from jsonschema import Draft202012Validator
-
     start = text.find("{")
     if start < 0:
         raise ModelOutputInvalid(f"the model did not answer with JSON: {text[:200]!r}")
@@ -103,9 +103,9 @@ def parse_json_reply(text: str, schema: JsonObject) -> JsonObject:
         value, _ = json.JSONDecoder().raw_decode(text[start:])
     except json.JSONDecodeError as exc:
         raise ModelOutputInvalid(f"the model's JSON does not parse: {exc}") from exc
-    errors = sorted(Draft202012Validator(schema).iter_errors(value), key=lambda e: e.path)
-    if errors:
-        raise ModelOutputInvalid(f"the model's JSON is invalid: {errors[0].message}")
+    found = schema_errors(schema, value)
+    if found:
+        raise ModelOutputInvalid(f"the model's JSON is invalid: {found[0].message}")
     if not isinstance(value, dict):
         raise ModelOutputInvalid("the model's JSON is not an object")
     return value
@@ -123,8 +123,8 @@ async def llm(params: JsonObject, data: JsonObject, ctx: ActionContext) -> Any:
         timeout_s=profile.timeout_s,
         tool_calling=resolved_tool_calling(profile),
     )
-    text = await complete(ctx.services.chat_models.for_profile(profile), request)
+    text = await complete(ctx.services.chat_models.for_profile(profile, ctx.client_id), request)
     schema = params.get("json_schema")
     if schema:
-        return parse_json_reply(text, schema)
+        return await asyncio.to_thread(parse_json_reply, text, schema)
     return {"text": text}

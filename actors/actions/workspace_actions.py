@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.actions import ActionContext, JsonObject, action
+from actors.actions.command_env import command_env_specs, resolve_command_env
 from core.artifacts import ArtifactRepository
 from core.domain import Persona
 from core.errors import Conflict, InvalidInput, NonRetryableError, NotFound, PermissionDenied
@@ -97,9 +98,11 @@ async def shell_exec(params: JsonObject, data: JsonObject, ctx: ActionContext) -
         raise InvalidInput("timeout_s must be a number of seconds from 0 to 3600")
     # The command must end (killed if need be) before the executor's limit on the whole action.
     timeout = min(float(timeout), max(1.0, settings.action_timeout_s - ACTION_MARGIN_S))
+    specs = command_env_specs(params)  # from the task definition only, never from the input
     workspaces, spec = await _workspace(ctx)
     policy = SandboxPolicy.of(settings, await asyncio.to_thread(_persona, ctx))
-    result = await workspaces.exec(spec, command, timeout, policy)
+    env = await resolve_command_env(specs, ctx)
+    result = await workspaces.exec(spec, command, timeout, policy, env or None)
     return result.model_dump()
 
 

@@ -217,9 +217,14 @@ class ConversationActor:
             case AssembleContext(turn_id=turn_id, agent_id=agent_id):
                 self._spawn(turn_id, self.steps.assemble(turn_id, agent_id))
             case AdoptContext(turn_id=turn_id, setup=setup):
-                self._models[turn_id] = self.ports.models.for_profile(setup.profile)
+                self._models[turn_id] = self.ports.models.for_profile(
+                    setup.profile, self.state.conversation.client_id
+                )
             case CallModel(turn_id=turn_id, request=request):
-                self._spawn(turn_id, self.steps.call_model(turn_id, self._models[turn_id], request))
+                live = self.state.turns.get(turn_id)
+                catalog = live.setup.catalog if live is not None and live.setup else None
+                model = self._models[turn_id]
+                self._spawn(turn_id, self.steps.call_model(turn_id, model, request, catalog))
             case RunTools(turn_id=turn_id, agent_id=agent_id, plans=plans):
                 self._spawn(turn_id, self.steps.run_tools(turn_id, agent_id, plans))
             case ExtractMemories(extraction=extraction):

@@ -260,6 +260,8 @@ class ModelAnswered:
     ``operation_ids`` has one fresh id per tool call, used when that call is an async tool.
     ``tokens_left``: the model tokens the day had left for this turn before it started spending
     (its client's and user's ``tokens_per_day``, read by the shell; None: no limit).
+    ``schema_problems``: per tool call, how its arguments break the tool's input schema (None:
+    they do not), found by the shell off the event loop; None: not checked, planning checks.
     """
 
     turn_id: str
@@ -269,6 +271,7 @@ class ModelAnswered:
     operation_ids: tuple[str, ...]
     at: datetime
     tokens_left: int | None = None
+    schema_problems: tuple[str | None, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

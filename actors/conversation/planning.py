@@ -534,6 +534,7 @@ def _model_answered(state: ConversationState, event: ModelAnswered) -> list[Deci
         turn.turn_id,
         event.operation_ids,
         event.at,
+        event.schema_problems,
     )
     return [*decisions, RunTools(turn.turn_id, agent_id, plans, event.text, turn.moves_made + 1)]
 

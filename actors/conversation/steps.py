@@ -34,6 +34,7 @@ from actors.conversation.domain import (
     OperationsChecked,
     ReturnToolError,
     StartOperation,
+    ToolCatalog,
     ToolPlan,
     ToolsReturned,
 )
@@ -41,7 +42,7 @@ from actors.conversation.log import token_event
 from actors.conversation.ports import ConversationPorts
 from actors.conversation.records import WAITING
 from actors.conversation.setups import AgentSetups
-from actors.conversation.tool_calls import narrowed
+from actors.conversation.tool_calls import arguments_problem, narrowed
 from actors.conversation.tool_dispatch import ToolDispatcher
 from core.context_contract import CONTEXT_CONTRACT, parse_hook_answer
 from core.domain import (
@@ -207,9 +208,15 @@ class TurnSteps:
     # ------------------------------------------------------------------ the model
 
     async def call_model(
-        self, turn_id: str, model: ChatModel, request: ChatRequest
+        self,
+        turn_id: str,
+        model: ChatModel,
+        request: ChatRequest,
+        catalog: ToolCatalog | None = None,
     ) -> ModelAnswered | ModelFailed:
-        """One model call, streamed token by token to subscribers, with the LLM retry policy."""
+        """One model call, streamed token by token to subscribers, with the LLM retry policy;
+        the tool calls' arguments are checked against their schemas in a worker thread (client
+        schemas never run on the event loop)."""
 
         async def attempt() -> tuple[str, tuple[ToolCallRequested, ...], ModelFinished]:
             text: list[str] = []
@@ -250,7 +257,13 @@ class TurnSteps:
         at = utc_now()
         client_id = self.tools.conversation.client_id
         left = await self.ports.quotas.tokens_left(client_id, turn_id, at)
-        return ModelAnswered(turn_id, text, calls, usage, op_ids, at, tokens_left=left)
+        problems = None
+        if catalog is not None and calls:
+            found = await asyncio.to_thread(lambda: [arguments_problem(c, catalog) for c in calls])
+            problems = tuple(found)
+        return ModelAnswered(
+            turn_id, text, calls, usage, op_ids, at, tokens_left=left, schema_problems=problems
+        )
 
     def _publish_token(self, turn_id: str, delta: str) -> None:
         self.publish(token_event(self.conversation_id, turn_id, delta))

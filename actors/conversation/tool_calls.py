@@ -12,8 +12,6 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from jsonschema import Draft202012Validator
-
 from actors.conversation.domain import (
     DispatchTool,
     ReturnToolError,
@@ -23,6 +21,7 @@ from actors.conversation.domain import (
 )
 from core.domain import AsyncOperation, Persona, Tool, ToolError, ToolResult
 from core.errors import ErrorCode
+from core.json_schemas import errors as schema_errors
 from core.jsontypes import JsonObject
 from core.llm.protocol import ToolCallRequested
 from core.route_model import ToolPermissions
@@ -33,8 +32,31 @@ MODE_ARGUMENT = "mode"
 MODES = ("delegate", "loop_in")
 
 
-def plan_tool_call(call: ToolCallRequested, catalog: ToolCatalog) -> DispatchTool | ReturnToolError:
-    """Validate one tool call: known, permitted, JSON, schema-valid → dispatch; else an error."""
+UNCHECKED = "unchecked"
+"""``plan_tool_call``'s schema problem when the shell did not check the arguments."""
+
+
+def arguments_problem(call: ToolCallRequested, catalog: ToolCatalog) -> str | None:
+    """How ``call``'s arguments break its tool's input schema (None: they do not, or the call
+    is refused for another reason planning finds). Run by the shell off the event loop."""
+    tool = catalog.by_name.get(call.name)
+    if tool is None:
+        return None
+    try:
+        arguments = json.loads(call.arguments or "{}")
+    except json.JSONDecodeError:
+        return None
+    if tool.target_type == "agent" and isinstance(arguments, dict):
+        arguments.pop(MODE_ARGUMENT, None)
+    return schema_problem(tool.input_schema, arguments)
+
+
+def plan_tool_call(
+    call: ToolCallRequested, catalog: ToolCatalog, checked: str | None = UNCHECKED
+) -> DispatchTool | ReturnToolError:
+    """Validate one tool call: known, permitted, JSON, schema-valid → dispatch; else an error.
+
+    ``checked``: the schema problem the shell found (``arguments_problem``), or ``UNCHECKED``."""
     tool = catalog.by_name.get(call.name)
     if tool is None:
         known = ", ".join(sorted(t.name for t in catalog.visible())) or "none"
@@ -51,7 +73,7 @@ def plan_tool_call(call: ToolCallRequested, catalog: ToolCatalog) -> DispatchToo
         if mode is not None and mode not in MODES:
             message = f"{MODE_ARGUMENT} is one of {list(MODES)}, not {mode!r}"
             return _refuse(call, ErrorCode.INVALID_INPUT, message)
-    problem = schema_problem(tool.input_schema, arguments)
+    problem = schema_problem(tool.input_schema, arguments) if checked == UNCHECKED else checked
     if problem is not None:
         return _refuse(call, ErrorCode.INVALID_INPUT, problem)
     if (
@@ -74,11 +96,14 @@ def plan_tool_calls(
     turn_id: str,
     operation_ids: Sequence[str],
     at: datetime,
+    problems: Sequence[str | None] | None = None,
 ) -> tuple[ToolPlan, ...]:
-    """Every call of one answer: dispatched, started as an async operation, or refused."""
+    """Every call of one answer: dispatched, started as an async operation, or refused.
+    ``problems``: the shell's schema checks, one per call (None: planning checks)."""
     plans: list[ToolPlan] = []
-    for call, op_id in zip(calls, operation_ids, strict=True):
-        match plan_tool_call(call, catalog):
+    checks: Sequence[str | None] = problems if problems is not None else [UNCHECKED] * len(calls)
+    for call, op_id, checked in zip(calls, operation_ids, checks, strict=True):
+        match plan_tool_call(call, catalog, checked):
             case DispatchTool(tool=tool, input=tool_input) if tool.is_async:
                 operation = AsyncOperation(
                     id=op_id,
@@ -112,10 +137,10 @@ def async_ack(tool_call_id: str, operation_id: str) -> ToolResult:
 
 def schema_problem(schema: JsonObject, value: Any) -> str | None:
     """The first JSON Schema violation, with its path, or None when ``value`` is valid."""
-    errors = sorted(Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.path))
-    if not errors:
+    found = schema_errors(schema, value)
+    if not found:
         return None
-    first = errors[0]
+    first = found[0]
     where = "/".join(str(p) for p in first.path) or "(root)"
     return f"input does not match the tool's schema at {where}: {first.message}"
 

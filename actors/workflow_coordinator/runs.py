@@ -17,8 +17,7 @@ restart, its actor lost with the cluster's) is re-created by the next ``get``, `
 from __future__ import annotations
 
 import asyncio
-
-from jsonschema import Draft202012Validator
+from dataclasses import dataclass
 
 from core.errors import (
     Conflict,
@@ -26,19 +25,24 @@ from core.errors import (
     InvalidInput,
     NotFound,
     PermissionDenied,
+    QuotaExceeded,
     WonderError,
 )
 from core.ids import new_id, utc_now
+from core.json_schemas import errors as schema_errors
 from core.jsontypes import JsonObject
 from core.ports import Coordinators, RunParent, TaskOutcome, failed_outcome
 from core.projects import start_run_branch
+from core.settings import Settings
 from core.store import Store
+from core.turn_quotas import StoredQuotas, default_quota
 from core.workflows import (
     ConversationParent,
     NodeRecord,
     RunContext,
     RunError,
     RunStatus,
+    WorkflowDef,
     WorkflowParent,
     WorkflowRun,
 )
@@ -51,19 +55,37 @@ def validate_input(schema: JsonObject | None, run_input: JsonObject) -> None:
     """``InvalidInput`` naming the first place where ``run_input`` breaks ``schema``."""
     if schema is None:
         return
-    errors = sorted(Draft202012Validator(schema).iter_errors(run_input), key=lambda e: e.path)
-    if errors:
-        where = "/".join(str(p) for p in errors[0].absolute_path) or "input"
-        raise InvalidInput(f"{where}: {errors[0].message}")
+    found = schema_errors(schema, run_input)
+    if found:
+        where = "/".join(str(p) for p in found[0].absolute_path) or "input"
+        raise InvalidInput(f"{where}: {found[0].message}")
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """The operator's bounds on runs: subworkflow nesting, the largest ``max_tokens`` (node
+    executions) a run may have, and each client's ``concurrent_runs`` quota (``quotas``)."""
+
+    max_depth: int = MAX_SUBWORKFLOW_DEPTH
+    max_nodes: int = 1_000_000
+    quotas: StoredQuotas | None = None
+
+    @classmethod
+    def of(cls, store: Store, settings: Settings) -> RunLimits:
+        quotas = StoredQuotas(store, defaults=default_quota(settings))
+        return cls(settings.workflow_max_depth, settings.workflow_max_nodes_per_run, quotas)
 
 
 class WorkflowRunService:
     """``WorkflowRuns``: what the gateway, conversations and coordinators use to run workflows."""
 
-    def __init__(self, store: Store, coordinators: Coordinators) -> None:
+    def __init__(
+        self, store: Store, coordinators: Coordinators, limits: RunLimits | None = None
+    ) -> None:
         self.store = store
         self.runs = store.workflow_runs
         self.coordinators = coordinators
+        self.limits = limits or RunLimits()
 
     async def start(
         self,
@@ -89,7 +111,10 @@ class WorkflowRunService:
             NotFound: no such workflow (version), or no such ``project_id`` of the client's.
             InvalidInput: ``input`` does not match the workflow's ``input_schema``; a
                 ``project_id`` given with a ``parent`` (that run works on its parent's).
-            PermissionDenied: subworkflows nested deeper than ``MAX_SUBWORKFLOW_DEPTH``.
+            PermissionDenied: subworkflows nested deeper than the operator allows
+                (``WONDER_WORKFLOW_MAX_DEPTH``), or a ``max_tokens`` above
+                ``WONDER_WORKFLOW_MAX_NODES_PER_RUN``.
+            QuotaExceeded: the client's ``concurrent_runs`` are all in use.
             Conflict: ``run_id`` is another parent's run.
         """
         stored = self._stored(run_id) if run_id is not None else None
@@ -123,9 +148,10 @@ class WorkflowRunService:
         definition = self.store.workflows.get(workflow_id, version, client_id=client_id)
         if not isinstance(input, dict):
             raise InvalidInput("workflow input must be an object")
-        validate_input(definition.input_schema, input)
-        if depth > MAX_SUBWORKFLOW_DEPTH:
-            raise PermissionDenied(f"subworkflows nest at most {MAX_SUBWORKFLOW_DEPTH} deep")
+        if depth > self.limits.max_depth:
+            raise PermissionDenied(f"subworkflows nest at most {self.limits.max_depth} deep")
+        # A client's schema is validated off the event loop (its patterns run on RE2).
+        await asyncio.to_thread(self._admit, definition, input, client_id)
         if run_id is None:
             run_id = await self.coordinators.reserved_run_id() or new_id("run")
         if project_id is not None:  # the branch first: a run never names a missing branch
@@ -153,6 +179,21 @@ class WorkflowRunService:
             return self.runs.get(run_id)
         except NotFound:
             return None
+
+    def _admit(self, definition: WorkflowDef, run_input: JsonObject, client_id: str | None) -> None:
+        """The input against the schema, the run's size against the operator's bound, one
+        more run against the client's ``concurrent_runs`` quota."""
+        validate_input(definition.input_schema, run_input)
+        if definition.max_tokens > self.limits.max_nodes:
+            raise PermissionDenied(
+                f"workflow {definition.id} allows max_tokens {definition.max_tokens}; this "
+                f"deployment runs at most {self.limits.max_nodes} node executions per run "
+                "(WONDER_WORKFLOW_MAX_NODES_PER_RUN)"
+            )
+        if client_id is not None and self.limits.quotas is not None:
+            refusal = self.limits.quotas.run_refusal(client_id)
+            if refusal is not None:
+                raise QuotaExceeded(refusal.message, retry_after_s=refusal.retry_after_s)
 
     async def _launch(self, run_id: str) -> None:
         try:

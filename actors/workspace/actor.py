@@ -99,10 +99,17 @@ class WorkspaceActor:
 
     # ------------------------------------------------------------------ shell
 
-    async def exec(self, command: str, timeout_s: float, policy: SandboxPolicy) -> ExecResult:
-        """Run ``command`` (``sh -c``) in a fresh sandbox in the worktree."""
+    async def exec(
+        self,
+        command: str,
+        timeout_s: float,
+        policy: SandboxPolicy,
+        env: dict[str, str] | None = None,
+    ) -> ExecResult:
+        """Run ``command`` (``sh -c``) in a fresh sandbox in the worktree, with ``env`` added to
+        its environment."""
         layout = self._layout(policy)
-        return await self._use(lambda: run_sandboxed(layout, policy, command, timeout_s))
+        return await self._use(lambda: run_sandboxed(layout, policy, command, timeout_s, env))
 
     # ------------------------------------------------------------------ repo.*
 

@@ -31,6 +31,7 @@ import asyncio
 import os
 import signal
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,11 +129,14 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-async def run_argv(argv: list[str], cwd: Path, timeout_s: float, cap: int) -> ExecResult:
+async def run_argv(
+    argv: list[str], cwd: Path, timeout_s: float, cap: int, pass_fds: tuple[int, ...] = ()
+) -> ExecResult:
     """Run ``argv`` in its own process group; at ``timeout_s`` the whole group is killed."""
     started = time.monotonic()
     process = await asyncio.create_subprocess_exec(
         *argv,
+        pass_fds=pass_fds,
         cwd=str(cwd),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
@@ -165,8 +169,41 @@ async def run_argv(argv: list[str], cwd: Path, timeout_s: float, cap: int) -> Ex
 
 
 async def run_sandboxed(
-    layout: SandboxLayout, policy: SandboxPolicy, command: str, timeout_s: float
+    layout: SandboxLayout,
+    policy: SandboxPolicy,
+    command: str,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
 ) -> ExecResult:
-    """Run ``command`` with ``sh -c`` in a fresh sandbox over ``layout`` (see the module doc)."""
+    """Run ``command`` with ``sh -c`` in a fresh sandbox over ``layout`` (see the module doc).
+
+    ``env`` (secrets among them) reaches the command as ``--setenv`` arguments that bubblewrap
+    reads from a pipe (``--args FD``), never from its argument vector, which any local user can
+    read in ``/proc``."""
     argv = bwrap_argv(layout, policy, command)
-    return await run_argv(argv, layout.worktree, timeout_s, policy.output_bytes)
+    if not env:
+        return await run_argv(argv, layout.worktree, timeout_s, policy.output_bytes)
+    read_end, write_end = os.pipe()
+    try:
+        payload = b"".join(
+            b"--setenv\0" + name.encode() + b"\0" + value.encode() + b"\0"
+            for name, value in env.items()
+        )
+        _fill_pipe(write_end, payload)
+        at = argv.index("--clearenv") + 1  # bwrap applies options in order
+        argv = [*argv[:at], "--args", str(read_end), *argv[at:]]
+        return await run_argv(
+            argv, layout.worktree, timeout_s, policy.output_bytes, pass_fds=(read_end,)
+        )
+    finally:
+        os.close(read_end)
+
+
+def _fill_pipe(fd: int, payload: bytes) -> None:
+    """Write ``payload`` into the pipe ``fd`` and close it (bounded: a pipe holds 64 KiB)."""
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)

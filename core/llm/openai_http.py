@@ -9,14 +9,16 @@ translation (``StreamTranslator``) is shared with the Serve-handle backend.
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import AsyncIterator
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import httpx
 
+from core.egress import EgressPolicy, checked
 from core.errors import InvalidInput, RetryableError, Timeout, WonderError
 from core.jsontypes import JsonObject
+from core.llm.constrained import stream_chat
 from core.llm.protocol import (
     ChatChunk,
     ChatRequest,
@@ -25,43 +27,61 @@ from core.llm.protocol import (
     ToolCallRequested,
 )
 
+ApiKey = Callable[[], Awaitable[str | None]]
+"""Resolves the API key at the moment of the call (a secret's value, or None for no key)."""
+
+
+async def no_key() -> str | None:
+    return None
+
 
 @dataclass
 class OpenAIHttpModel:
-    """Streams chat completions from ``base_url`` (e.g. ``http://127.0.0.1:8000/llm/v1``)."""
+    """Streams chat completions from ``base_url`` (e.g. ``http://127.0.0.1:8000/llm/v1``).
+
+    Before each call the URL is checked against ``egress`` (the operator's allow-list), its host
+    resolved and the address checked, and the request sent to that address (``core.egress``);
+    only then is the API key resolved (``api_key``) and sent. Redirects are not followed. A
+    provider's error body is never repeated: errors say the status and a short, safe summary.
+    """
 
     base_url: str
-    api_key: str | None = None
-
-    @classmethod
-    def from_env(cls, base_url: str, api_key_env: str | None) -> OpenAIHttpModel:
-        return cls(base_url=base_url, api_key=os.environ.get(api_key_env) if api_key_env else None)
+    egress: EgressPolicy
+    api_key: ApiKey = no_key
 
     def stream(self, request: ChatRequest) -> AsyncIterator[ChatChunk]:
-        from core.llm.constrained import stream_chat
-
         return stream_chat(self, request)
 
     async def stream_body(self, body: JsonObject, timeout_s: float) -> AsyncIterator[ChatChunk]:
         """Stream any chat-completions body and translate it into chunks."""
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        url = self.base_url.rstrip("/") + "/chat/completions"
+        pinned = await checked(url, self.egress, "model profile base_url")
+        headers = pinned.headers()
+        key = await self.api_key()
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
         if body.get("prompt_cache_key"):  # Ray Serve routes a session to one replica by this
             headers["x-session-id"] = str(body["prompt_cache_key"])
-        url = self.base_url.rstrip("/") + "/chat/completions"
         translator = StreamTranslator()
         try:
             async with (
-                httpx.AsyncClient(timeout=timeout_s) as client,
-                client.stream("POST", url, json=body, headers=headers) as response,
+                httpx.AsyncClient(timeout=timeout_s, trust_env=False) as client,
+                client.stream(
+                    "POST",
+                    pinned.url(),
+                    json=body,
+                    headers=headers,
+                    extensions=pinned.extensions(),
+                ) as response,
             ):
-                await _raise_for_status(response)
+                raise_for_status(response)
                 async for data in _sse_data(response):
                     for chunk in translator.feed(data):
                         yield chunk
-        except httpx.TimeoutException as exc:
-            raise Timeout(f"model endpoint timed out: {exc}") from exc
+        except httpx.TimeoutException:
+            raise Timeout("model endpoint timed out") from None
         except httpx.TransportError as exc:
-            raise RetryableError(f"model endpoint unreachable: {exc}") from exc
+            raise RetryableError(f"model endpoint unreachable ({type(exc).__name__})") from None
         for chunk in translator.finish():
             yield chunk
 
@@ -117,24 +137,42 @@ class StreamTranslator:
         slot["arguments"] += arguments if isinstance(arguments, str) else json.dumps(arguments)
 
 
+SAFE_TOKEN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+SAFE_REASON = re.compile(r"^[A-Za-z -]{1,40}$")
+
+
 def error_from_payload(error: JsonObject | str) -> WonderError:
-    """An OpenAI-style ``{"error": {...}}`` payload as the error it means for retries."""
+    """An OpenAI-style ``{"error": {...}}`` payload as the error it means for retries. Only its
+    numeric code and a short identifier (``type``/``code``, when it is one) are kept: the
+    provider's text never reaches a turn's events."""
     if isinstance(error, str):
-        return RetryableError(f"model endpoint error: {error}")
+        return RetryableError("model endpoint error")
     code = error.get("code")
-    message = str(error.get("message") or error)[:500]
+    kind = _safe_kind(error)
     if isinstance(code, int) and 400 <= code < 500 and code not in (408, 429):
-        return InvalidInput(f"model endpoint rejected the request ({code}): {message}")
-    return RetryableError(f"model endpoint error ({code}): {message}")
+        return InvalidInput(f"model endpoint rejected the request ({code}{kind})")
+    number = code if isinstance(code, int) else "stream"
+    return RetryableError(f"model endpoint error ({number}{kind})")
 
 
-async def _raise_for_status(response: httpx.Response) -> None:
-    if response.status_code < 400:
+def _safe_kind(error: JsonObject) -> str:
+    for field_name in ("type", "code"):
+        value = error.get(field_name)
+        if isinstance(value, str) and SAFE_TOKEN.match(value):
+            return f", {value}"
+    return ""
+
+
+def raise_for_status(response: httpx.Response) -> None:
+    """A status of 400 or more as an error naming the status only (the body is not read)."""
+    status = response.status_code
+    if status < 400:
         return
-    text = (await response.aread()).decode(errors="replace")[:500]
-    if response.status_code in (408, 429) or response.status_code >= 500:
-        raise RetryableError(f"model endpoint returned {response.status_code}: {text}")
-    raise InvalidInput(f"model endpoint rejected the request ({response.status_code}): {text}")
+    reason = response.reason_phrase if SAFE_REASON.match(response.reason_phrase) else ""
+    summary = f"{status} {reason}".strip()
+    if status in (408, 429) or status >= 500:
+        raise RetryableError(f"model endpoint returned {summary}")
+    raise InvalidInput(f"model endpoint rejected the request ({summary})")
 
 
 async def _sse_data(response: httpx.Response) -> AsyncIterator[JsonObject]:

@@ -166,15 +166,19 @@ class LibraryOps(Generic[M]):
         """The latest version of every object a client sees (the system's and its own), by id."""
         return [o.obj for o in self.list_owned(client_id)]
 
-    def list_owned(self, client_id: str | None = None) -> list[Owned[M]]:
-        """``list_latest`` with each object's owner: the system's, then the client's."""
+    def list_owned(self, client_id: str | None = None, limit: int | None = None) -> list[Owned[M]]:
+        """``list_latest`` with each object's owner: the system's, then the client's (at most
+        ``limit`` in all)."""
         owners = [SYSTEM] if client_id is None else [SYSTEM, client_id]
         found: list[Owned[M]] = []
         for owner in owners:
-            found += [Owned(owner, obj) for obj in self._latest_of(owner)]
+            left = None if limit is None else limit - len(found)
+            if left is not None and left <= 0:
+                break
+            found += [Owned(owner, obj) for obj in self._latest_of(owner, left)]
         return found
 
-    def _latest_of(self, owner: str) -> list[M]:
+    def _latest_of(self, owner: str, limit: int | None = None) -> list[M]:
         t = self._table(owner)
         latest = (
             select(t.c.id, func.max(t.c.version).label("v"))
@@ -187,6 +191,7 @@ class LibraryOps(Generic[M]):
             .join(latest, and_(t.c.id == latest.c.id, t.c.version == latest.c.v))
             .where(*self._where(owner))
             .order_by(t.c.id)
+            .limit(limit)
         )
         with self.db.connect() as c:
             return [self.model.model_validate_json(row) for row in c.execute(query).scalars()]

@@ -35,6 +35,7 @@ from core.domain import (
 from core.errors import NotFound
 from core.store import schema
 from core.store.audit import AuditOps
+from core.store.client_secrets import ClientSecretOps
 from core.store.database import Database, PoolLimits
 from core.store.extractions import PendingExtractionOps
 from core.store.forks import ForkOps
@@ -604,6 +605,7 @@ class Store:
         self.sessions = SessionOps(db)
         self.forks = ForkOps(db)
         self.secrets = SecretOps(db)
+        self.client_secrets = ClientSecretOps(db)
         self.session_labels = SessionLabelOps(db)
         self.hooks = HookOps(db)
         self.triggers = TriggerOps(db)

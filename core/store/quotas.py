@@ -92,6 +92,21 @@ class QuotaOps:
             query = select(func.count()).select_from(t).where(t.c.client_id == client_id)
             return int(c.execute(query).scalar_one())
 
+    def active_runs(self, client_id: str) -> int:
+        """How many workflow runs of ``client_id`` are pending or running."""
+        t = schema.workflow_runs
+        live = t.c.status.in_(["pending", "running"])
+        with self.db.connect() as c:
+            query = select(func.count()).select_from(t).where(t.c.client_id == client_id, live)
+            return int(c.execute(query).scalar_one())
+
+    def triggers(self, client_id: str) -> int:
+        """How many cron triggers ``client_id`` has stored."""
+        t = schema.cron_triggers
+        with self.db.connect() as c:
+            query = select(func.count()).select_from(t).where(t.c.client_id == client_id)
+            return int(c.execute(query).scalar_one())
+
     def turn_usage(
         self,
         client_id: str,
@@ -158,6 +173,11 @@ class AdminKeyOps:
             c.execute(
                 insert(schema.admin_keys).values(key_hash=_hash(key), created_at=at.isoformat())
             )
+
+    def key_hashes(self) -> set[str]:
+        """The hashes of every operator key (a key's id is derived from its hash)."""
+        with self.db.connect() as c:
+            return {str(h) for h in c.execute(select(schema.admin_keys.c.key_hash)).scalars()}
 
     def is_admin(self, key: str) -> bool:
         t = schema.admin_keys

@@ -387,3 +387,18 @@ message_routes = Table(
     Column("conversation_id", String(64), nullable=False, index=True),
     Column("data", Text, nullable=False),
 )
+
+# Client secrets (docs/security.md "Secrets"): write-only values a client stores and references by
+# name from model profiles, http.request headers and shell commands. ``sealed`` is the value
+# encrypted with the operator's key (AES-GCM, nonce included; the client, name and version are
+# its associated data), ``key_id`` names that key; the metadata is ``data`` (never the value).
+client_secrets = Table(
+    "client_secrets",
+    metadata,
+    Column("client_id", String(64), primary_key=True),
+    Column("name", String(128), primary_key=True),
+    Column("version", Integer, nullable=False),
+    Column("key_id", String(32), nullable=False),
+    Column("sealed", Text, nullable=False),
+    Column("data", Text, nullable=False),
+)

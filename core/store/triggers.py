@@ -42,9 +42,9 @@ class TriggerOps:
             raise NotFound(f"trigger {trigger_id} not found")
         return CronTrigger.model_validate_json(found)
 
-    def for_client(self, client_id: str) -> list[CronTrigger]:
+    def for_client(self, client_id: str, limit: int | None = None) -> list[CronTrigger]:
         t = schema.cron_triggers
-        query = select(t.c.data).where(t.c.client_id == client_id).order_by(t.c.id)
+        query = select(t.c.data).where(t.c.client_id == client_id).order_by(t.c.id).limit(limit)
         with self.db.connect() as conn:
             return [CronTrigger.model_validate_json(r) for r in conn.execute(query).scalars()]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from fastapi import Depends, FastAPI
 
+from core.turn_quotas import default_quota
 from serving.gateway import (
     admin,
     agents,
@@ -28,6 +29,7 @@ from serving.gateway import (
     memory_upkeep,
     messages,
     projects,
+    secrets,
     sessions,
     stream,
     stream_tickets,
@@ -79,7 +81,7 @@ def create_api(context: GatewayContext) -> FastAPI:
         redoc_url=None,  # ReDoc has no offline build here: /docs is the reference
     )
     api.state.gateway = context
-    api.state.quotas = QuotaGuard(context.store)
+    api.state.quotas = QuotaGuard(context.store, defaults=default_quota(context.settings))
     api.add_middleware(RequestLimits)
     install_error_handlers(api)
     api_docs.install(api)
@@ -108,6 +110,7 @@ def create_api(context: GatewayContext) -> FastAPI:
         admin.router,
         user_quotas.router,
         keys.router,
+        secrets.router,
         members.router,
         stream_tickets.router,
         hooks.router,

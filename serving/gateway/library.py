@@ -185,7 +185,7 @@ def _routes_for(router: APIRouter, kind: LibraryKind) -> None:
         return read_view(found, read_model)
 
     def list_objects(context: Context, client_id: ClientId) -> Any:
-        found = ops(context).list_owned(client_id)
+        found = ops(context).list_owned(client_id, limit=context.settings.list_max_items)
         return Items[read_model](items=[read_view(o, read_model) for o in found])  # type: ignore[valid-type]
 
     def list_versions(

@@ -52,11 +52,12 @@ class QuotaGuard:
         store: Store,
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], datetime] = utc_now,
+        defaults: Quota | None = None,
     ) -> None:
         self.store = store
         self.monotonic = monotonic
         self.wall = wall
-        self.quotas = StoredQuotas(store, monotonic)
+        self.quotas = StoredQuotas(store, monotonic, defaults=defaults)
         self._lock = threading.Lock()  # sync routes run on Starlette's thread pool
         self._buckets: dict[BucketKey, Bucket] = {}
         self._sockets: dict[str, int] = {}
@@ -113,6 +114,9 @@ class QuotaGuard:
 
     def admit_conversation(self, client_id: str) -> None:
         refused(self.quotas.conversation_refusal(client_id))
+
+    def admit_trigger(self, client_id: str) -> None:
+        refused(self.quotas.trigger_refusal(client_id))
 
     def memories_allowed(self, client_id: str) -> int | None:
         return self.quota(client_id).memories

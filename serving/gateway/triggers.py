@@ -8,11 +8,12 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import Field
 
-from core.cron import CRON_PATTERN
+from core.cron import CRON_PATTERN, parse_cron, shortest_interval_s
+from core.errors import InvalidInput
 from core.trigger_model import CronTrigger
 from core.triggers import create_trigger
 from serving.gateway.audit_trail import Audit
-from serving.gateway.auth import ClientId, Context, User
+from serving.gateway.auth import ClientId, Context, Guard, User
 from serving.gateway.protocol import MAX_MESSAGE_CHARS, Deleted, Items, RouteTarget, WireModel
 
 router = APIRouter(prefix="/v1/triggers", tags=["triggers"])
@@ -38,8 +39,21 @@ class TriggerOut(CronTrigger):
 
 @router.post("", status_code=201, response_model=CronTrigger, summary="Create a cron trigger")
 def create(
-    body: TriggerCreate, context: Context, client_id: ClientId, user: User, audit: Audit
+    body: TriggerCreate,
+    context: Context,
+    client_id: ClientId,
+    user: User,
+    audit: Audit,
+    guard: Guard,
 ) -> CronTrigger:
+    minimum = context.settings.trigger_min_interval_s
+    shortest = shortest_interval_s(parse_cron(body.schedule))
+    if shortest < minimum:
+        raise InvalidInput(
+            f"schedule: {body.schedule!r} fires every {shortest} s at times; this deployment "
+            f"allows at least {minimum} s between firings (WONDER_TRIGGER_MIN_INTERVAL_S)"
+        )
+    guard.admit_trigger(client_id)
     trigger = create_trigger(
         context.store, client_id, body.schedule, body.template, body.route.as_route(), user
     )
@@ -50,8 +64,8 @@ def create(
 
 @router.get("", response_model=Items[CronTrigger], summary="List your cron triggers")
 def list_triggers(context: Context, client_id: ClientId, user: User) -> Items[CronTrigger]:
-    triggers = context.store.triggers.for_client(client_id)
-    return Items[CronTrigger](items=[t for t in triggers if user is None or t.user_id == user])
+    found = context.store.triggers.for_client(client_id, limit=context.settings.list_max_items)
+    return Items[CronTrigger](items=[t for t in found if user is None or t.user_id == user])
 
 
 @router.get("/{trigger_id}", response_model=TriggerOut, summary="A trigger and its fired times")

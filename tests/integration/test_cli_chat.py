@@ -6,7 +6,7 @@ import io
 
 import httpx
 
-from cluster.cli import TerminalChat
+from cluster.cli.chat import TerminalChat
 from tests.conftest import Cluster
 from tests.factories import make_client
 from tests.integration.test_gateway import deploy_gateway, http_client
@@ -33,7 +33,7 @@ async def test_chat_with_unknown_agent_fails_plainly(ray_cluster: Cluster, serve
     url = deploy_gateway(ray_cluster, serve_port)
     _, key = make_client(ray_cluster.store, "chatter")
     chat = TerminalChat(url, key, lambda: None, io.StringIO())
-    assert await chat.run("agent_nope") == 1
+    assert await chat.run("agent_nope") == 3  # not found
 
 
 async def test_chat_resumes_a_conversation_with_its_last_turns(
@@ -63,4 +63,4 @@ async def test_chat_resumes_a_conversation_with_its_last_turns(
         turns = api.get(f"/v1/conversations/{conversation_id}/turns").json()["items"]
     assert len(turns) == 8
     missing = TerminalChat(url, key, lambda: None, io.StringIO())
-    assert await missing.run(None, "conv_nope") == 1
+    assert await missing.run(None, "conv_nope") == 3  # not found

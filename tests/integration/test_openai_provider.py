@@ -15,10 +15,13 @@ from tests.factories import make_agent, make_client, make_conversation
 from tests.integration.access import conversations
 
 
-def closed_port() -> int:
+def closed_port(cluster: Cluster) -> int:
+    """A port the operator lists for model endpoints (WONDER_MODEL_ALLOWED_HOSTS) on which
+    nothing listens."""
+    port = cluster.model_ports[0]
     with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])  # closed when the block ends: nothing listens
+        probe.bind(("127.0.0.1", port))  # fails if something listens there
+    return port
 
 
 async def test_an_unreachable_endpoint_is_retried_then_fails_the_turn_retriably(
@@ -30,7 +33,7 @@ async def test_an_unreachable_endpoint_is_retried_then_fails_the_turn_retriably(
             id=f"openai-{new_id().lower()}",
             provider="openai",
             model="default",
-            base_url=f"http://127.0.0.1:{closed_port()}/v1",
+            base_url=f"http://127.0.0.1:{closed_port(ray_cluster)}/v1",
         ),
         utc_now(),
     )

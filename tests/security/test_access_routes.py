@@ -335,6 +335,16 @@ CONVERSATION_FREE: dict[tuple[str, str], str] = {
     ("GET", "/v1/keys/{key_id}"): "the client's keys (admin-scope key)",
     ("POST", "/v1/keys/{key_id}/revoke"): "the client's keys (admin-scope key)",
     ("POST", "/v1/keys/{key_id}/rotate"): "the client's keys (admin-scope key)",
+    **{
+        (method, "/v1/secrets" + path): "the client's write-only secrets (admin-scope key to "
+        "write); values are never returned"
+        for method, path in (
+            ("PUT", "/{name}"),
+            ("GET", ""),
+            ("GET", "/{name}"),
+            ("DELETE", "/{name}"),
+        )
+    },
     ("POST", "/v1/hooks/{hook_id}"): "a delivery: no key and no user header, the hook's "
     "signature is the credential; it posts as the hook's maker, checked where it lands "
     "(test_a_hook_delivers_as_its_maker_and_stops_when_its_access_goes)",

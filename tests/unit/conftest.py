@@ -30,11 +30,11 @@ def _no_real_models(monkeypatch: pytest.MonkeyPatch) -> None:
 
     real = serving.models.chat_model_for
 
-    def scripted_only(profile: Any) -> Any:
+    def scripted_only(profile: Any, *access: Any) -> Any:
         if profile.provider != "scripted":
             raise RuntimeError(
                 f"unit tests make no real model calls (profile {profile.id} is {profile.provider})"
             )
-        return real(profile)
+        return real(profile, *access)
 
     monkeypatch.setattr(serving.models, "chat_model_for", scripted_only)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from cluster import bootstrap, cli, processes
+from cluster.cli import api_client, chat, local, operator, state
 from core.settings import Settings
 from core.store import Store
 
@@ -22,6 +23,7 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("WONDER_DATA_DIR", str(tmp_path))
     monkeypatch.delenv("WONDER_RAY_ADDRESS", raising=False)
     monkeypatch.delenv("WONDER_API_KEY", raising=False)
+    monkeypatch.delenv("WONDER_KEY", raising=False)
     return tmp_path
 
 
@@ -39,6 +41,18 @@ def store_in(data_dir: Path) -> Store:
         (["chat"], "AGENT_ID"),
         (["library", "apply"], "DIR"),
         (["keys", "create"], "NAME"),
+        (["keys", "create"], "--operator"),
+        (["doctor"], "misconfigured"),
+        (["agents", "create"], "--persona"),
+        (["conversations", "list"], "--ancestry"),
+        (["conversations", "tail"], "reconnects from the last seq"),
+        (["conversations", "fork"], "--turn"),
+        (["turns", "show"], "TURN_ID"),
+        (["workflows", "run"], "--wait"),
+        (["memories", "search"], "QUERY"),
+        (["projects", "merge"], "--conversation"),
+        (["library", "get"], "KIND"),
+        (["quota", "show"], "exit 3"),
     ],
 )
 def test_help(argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -55,20 +69,45 @@ def test_unknown_arguments_are_refused(capsys: pytest.CaptureFixture[str]) -> No
     assert "unrecognized arguments: --bogus" in capsys.readouterr().err
 
 
-def test_job_passes_everything_through(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import sys
-    import types
+def test_job_help_lists_the_jobs(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["job", "--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    for job in ("embed", "consolidate", "compact"):
+        assert f"    {job}" in out
+    assert "``" not in out  # a user's description, not a module docstring
 
-    seen: list[list[str]] = []
-    fake = types.ModuleType("cluster.jobs")
-    fake.main = lambda argv: seen.append(argv) or 0  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "cluster.jobs", fake)
-    assert cli.main(["job", "embed", "--model", "m", "--help"]) == 0
-    assert seen == [["embed", "--model", "m", "--help"]]
+
+@pytest.mark.parametrize(
+    ("job", "flags"),
+    [
+        ("consolidate", ["--min-age-hours", "--group-size", "--model-profile", "--parallel"]),
+        ("embed", ["--model", "--all", "--batch-size", "--output"]),
+        ("compact", ["--keep-versions-hours", "--rebuild-vector-index"]),
+    ],
+)
+def test_a_jobs_help_shows_its_own_flags(
+    job: str, flags: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["job", job, "--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: wonder job {job}")
+    for flag in [*flags, "--address", "--local", "--no-wait"]:
+        assert flag in out
+
+
+def test_a_jobs_mistyped_flag_fails_before_submitting(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["job", "consolidate", "--min-age-hourz", "3"])
+    assert exited.value.code == 2
+    assert "unrecognized arguments: --min-age-hourz" in capsys.readouterr().err
 
 
 def test_library_apply_shipped_library(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["library", "apply", str(cli.default_library_dir())]) == 0
+    assert cli.main(["library", "apply", str(operator.default_library_dir())]) == 0
     out = capsys.readouterr().out
     assert "calculator" in out and "new version" in out
     store = store_in(data_dir)
@@ -77,7 +116,7 @@ def test_library_apply_shipped_library(data_dir: Path, capsys: pytest.CaptureFix
     for tool_id in persona.tool_ids:
         tool = store.tools.get(tool_id)
         assert store.tasks.get(tool.target_id).id == tool.target_id
-    assert cli.main(["library", "apply", str(cli.default_library_dir())]) == 0
+    assert cli.main(["library", "apply", str(operator.default_library_dir())]) == 0
     assert "0 new versions" in capsys.readouterr().out
 
 
@@ -112,16 +151,16 @@ def test_keys_create(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None
 def test_first_client_is_made_once(data_dir: Path) -> None:
     settings = Settings()
     store = store_in(data_dir)
-    first = cli.first_client(settings, store)
-    assert cli.first_client(settings, store) == first
+    first = local.first_client(settings, store)
+    assert local.first_client(settings, store) == first
     assert store.agents.get(first["agent_id"]).persona_ref.id == "assistant"  # type: ignore[union-attr]
-    assert (data_dir / cli.FIRST_CLIENT_FILE).stat().st_mode & 0o777 == 0o600
-    assert cli.chat_key(settings, None) == first["api_key"]
-    assert cli.chat_key(settings, "given") == "given"
+    assert (data_dir / state.FIRST_CLIENT_FILE).stat().st_mode & 0o777 == 0o600
+    assert api_client.api_key(settings, None) == first["api_key"]
+    assert api_client.api_key(settings, "given") == "given"
 
 
 def test_chat_without_key_fails_plainly(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["chat", "agent_x"]) == 1
+    assert cli.main(["chat", "agent_x"]) == 4  # refused: no key
     assert "no API key" in capsys.readouterr().err
 
 
@@ -202,9 +241,9 @@ def agent_message(turn_id: str, seq: int, content: str) -> dict[str, object]:
 
 async def printed(*events: dict[str, object]) -> tuple[str, bool, int]:
     out = io.StringIO()
-    chat = cli.TerminalChat("http://127.0.0.1:1", "wk_x", lambda: None, out)
-    ended = await chat.print_reply(frames(*events), cli.Reply())
-    return out.getvalue(), ended, chat.last_seq
+    chat_ = chat.TerminalChat("http://127.0.0.1:1", "wk_x", lambda: None, out)
+    ended = await chat_.print_reply(frames(*events), chat.Reply())
+    return out.getvalue(), ended, chat_.last_seq
 
 
 async def test_chat_prints_the_streamed_tokens_once() -> None:

@@ -29,6 +29,7 @@ from fastapi.testclient import TestClient
 from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import events, from_schema
 
+from core.client_secrets import ensure_key_file
 from core.ids import new_id, utc_now
 from core.store import Store
 from serving.gateway.app import create_api
@@ -50,12 +51,15 @@ class Gateway:
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     data_dir: Path = tmp_path_factory.mktemp("contract")
-    cluster = InProcessCluster({"WONDER_DATA_DIR": str(data_dir), "WONDER_EMBEDDER": "local"})
+    ensure_key_file(data_dir / "secrets.key")  # the operator's key: secrets can be stored
+    env = {"WONDER_DATA_DIR": str(data_dir), "WONDER_EMBEDDER": "local"}
+    cluster = InProcessCluster(env)
     context = GatewayContext(
         store=cluster.store,
         conversations=cluster,  # type: ignore[arg-type]
         workflows=cluster.workflows,
         memory=cluster.memory,
+        settings_env=env,
     )
     yield Gateway(create_api(context), add_client(cluster.store, "contract"), cluster.store)
     cluster.close()
@@ -141,7 +145,18 @@ def schemathesis_config() -> SchemathesisConfig:
                             "expected-statuses": ["2xx", "401", "403", "404", "409", "422", "429"]
                         }
                     },
-                }
+                },
+                {
+                    # A schedule's days must exist and its firings be at least the deployment's
+                    # WONDER_TRIGGER_MIN_INTERVAL_S apart: rules of the calendar and the
+                    # operator, answered with 400 naming the schedule.
+                    "include-path-regex": r"^/v1/triggers$",
+                    "checks": {
+                        "positive_data_acceptance": {
+                            "expected-statuses": ["2xx", "400", "401", "403", "404", "422", "429"]
+                        }
+                    },
+                },
             ],
         }
     )

@@ -98,10 +98,10 @@ def test_cli_keys_list_and_revoke(data_dir: Path, capsys: pytest.CaptureFixture[
     assert f"{listed['id']} revoked at" in capsys.readouterr().out
     assert cli.main(["keys", "list", client_id, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["status"] == "revoked"
-    assert cli.main(["keys", "revoke", "key_000000000000000000000000"]) == 1
+    assert cli.main(["keys", "revoke", "key_000000000000000000000000"]) == 3  # not found
     assert "not found" in capsys.readouterr().err
-    assert cli.main(["keys", "list", "client_nobody", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == []
+    assert cli.main(["keys", "list", "client_nobody", "--json"]) == 3
+    assert "client client_nobody not found" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("argv", "expected"), [(["keys", "revoke"], "KEY_ID")])
@@ -138,7 +138,7 @@ def test_library_apply_into_a_client_or_the_system(
     assert store.personas.find("mine", client_id=client_id).owner == client_id
     assert store.personas.owner_of("mine", None) is None  # not in the system library
     assert store.personas.owner_of("mine", "client_other") is None
-    assert cli.main(["library", "apply", str(lib), "--client", "client_nobody"]) == 1
+    assert cli.main(["library", "apply", str(lib), "--client", "client_nobody"]) == 3
     assert "client client_nobody not found" in capsys.readouterr().err
     assert cli.main(["library", "apply", str(lib), "--system"]) == 0
     assert store.personas.find("mine").owner == SYSTEM

@@ -67,12 +67,13 @@ def test_cli_sets_quotas_admin_keys_and_audits(
     assert json.loads(capsys.readouterr().out) == {"requests_per_second": 5.0, "conversations": 9}
     assert main(["quota", "set", client_id, "--unlimited", "conversations", "--burst", "7"]) == 0
     assert store.quotas.get(client_id) == Quota(requests_per_second=5, burst=7)
-    assert main(["quota", "set", client_id, "--burst", "0"]) == 1
-    assert main(["quota", "set", "client_nope", "--burst", "2"]) == 1
+    assert main(["quota", "set", client_id, "--burst", "0"]) == 2  # invalid input
+    assert main(["quota", "set", "client_nope", "--burst", "2"]) == 3  # not found
 
     actions = [(e.action, e.target) for e in store.audit.list(client_id)]
+    (created,) = store.keys.list(client_id)
     assert actions == [
-        ("key.create", f"client:{client_id}"),
+        ("key.create", f"key:{created.id}"),
         ("quota.set", f"client:{client_id}"),
         ("quota.set", f"client:{client_id}"),
     ]

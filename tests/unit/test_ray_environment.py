@@ -55,10 +55,12 @@ def entry_point_modules() -> list[str]:
 
 
 def cluster_modules() -> list[str]:
+    """Every module of the package, its subpackages' too (``cluster.cli.up``), but no
+    ``__main__`` (importing one runs its command)."""
     return sorted(
-        "cluster." + path.stem
-        for path in (ROOT / "cluster").glob("*.py")
-        if path.stem != "__init__"
+        ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        for path in (ROOT / "cluster").rglob("*.py")
+        if path.stem not in ("__init__", "__main__")
     )
 
 

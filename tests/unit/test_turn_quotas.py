@@ -350,9 +350,9 @@ def test_cli_sets_a_users_quota(
     assert json.loads(capsys.readouterr().out) == {"concurrent_turns": 2, "tokens_per_day": 900}
     assert main([*args, "--unlimited", "tokens_per_day", "--requests-per-second", "3"]) == 0
     capsys.readouterr()
-    assert main([*args, "--memories", "5"]) == 1
+    assert main([*args, "--memories", "5"]) == 2  # usage
     assert "memories are the client's only" in capsys.readouterr().err
-    assert main(["quota", "set", client_id, "--user", "bad user", "--burst", "2"]) == 1
+    assert main(["quota", "set", client_id, "--user", "bad user", "--burst", "2"]) == 2
     assert main(["quota", "show", client_id, "--user", "alice"]) == 0
     assert json.loads(capsys.readouterr().out) == {
         "requests_per_second": 3.0,
