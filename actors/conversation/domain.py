@@ -500,6 +500,7 @@ class StartOperation:
     call: ToolCallRequested
     operation: AsyncOperation
     ack: ToolResult
+    tool: Tool | None = None  # what it calls (an agent tool in loop_in mode joins at once)
 
 
 @dataclass(frozen=True, slots=True)

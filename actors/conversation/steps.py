@@ -279,9 +279,11 @@ class TurnSteps:
             match plan:
                 case ReturnToolError(result=result):
                     return result
-                case StartOperation(operation=operation, ack=ack):
+                case StartOperation(operation=operation, ack=ack, tool=tool):
+                    # An agent looped in joins at once; its answer is what comes later.
+                    joined = await self.tools.join_now(tool, operation, ack)
                     await self.ports.operations.start(operation.id, agent_id)
-                    return ack
+                    return joined or ack
                 case DispatchTool():
                     return await self.tools.dispatch(turn_id, agent_id, plan)
 

@@ -115,7 +115,8 @@ def plan_tool_calls(
                     input=tool_input,
                     created_at=at,
                 )
-                plans.append(StartOperation(call, operation, async_ack(call.id, op_id)))
+                ack = async_ack(call.id, op_id)
+                plans.append(StartOperation(call, operation, ack, tool))
             case planned:
                 plans.append(planned)
     return tuple(plans)
