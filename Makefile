@@ -17,15 +17,16 @@ install: $(STAMP) system-packages
 # From Debian's packages, a no-op when already on the machine: PostgreSQL (the tests start servers
 # themselves on 127.0.0.1 with initdb/pg_ctl in a temp dir), Redis (the multi-node tier's head
 # keeps the GCS's tables in a redis-server the tests start on 127.0.0.1: GCS fault tolerance),
-# bubblewrap and git (shell.exec runs each command in a bubblewrap sandbox, docs/workspaces.md;
-# git drives workspaces), Node.js (tests/security runs the web console's script under it), curl
-# and jq (the README's example).
+# bubblewrap, socat and git (shell.exec runs each command in a bubblewrap sandbox, socat bridges
+# its egress proxy in, docs/workspaces.md; git drives workspaces), Node.js (tests/security runs the
+# web console's script under it), curl and jq (the README's example).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 system-packages:
 	@missing=""; \
 	  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	  command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	  command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	  command -v socat >/dev/null || missing="$$missing socat"; \
 	  command -v git >/dev/null || missing="$$missing git"; \
 	  command -v node >/dev/null || missing="$$missing nodejs"; \
 	  command -v curl >/dev/null || missing="$$missing curl"; \

@@ -5,7 +5,8 @@ user/PID/IPC/UTS/network namespaces, tmpfs mounts and binds) in a ``WorkspaceAct
 bare repository and worktree in a temp dir. Both sides go through the same runner
 (``actors.workspace.sandbox.run_argv``: own process group, capped pipes), so the difference is the
 sandbox. Repetitions are interleaved (plain, sandboxed, plain, ...) so machine load hits both.
-Add ``--network`` to measure a sandbox that keeps the host network (no network namespace).
+Add ``--network`` to measure a sandbox with egress: its proxy on the host and the ``socat`` bridge
+started inside it before the command (no traffic is sent).
 
 Figures: ``plain_ms`` and ``sandboxed_ms`` (median and p95), ``overhead_ms`` (median difference),
 ``ratio`` (median sandboxed / median plain). Prints ONE JSON object as the last line.
@@ -25,6 +26,7 @@ from pathlib import Path
 from actors.workspace.actor import WorkspaceActor
 from actors.workspace.sandbox import run_argv
 from core.git import GitRepository
+from core.shell_egress import EgressPolicy
 from core.workspaces import SandboxPolicy, WorkspaceSpec
 
 
@@ -53,7 +55,10 @@ async def measure(repetitions: int, network: bool) -> dict[str, object]:
             data_dir=str(root),
         )
         workspace = WorkspaceActor(spec, idle_ttl_s=3600, lifecycle=NeverExits())
-        policy = SandboxPolicy(network=network, hidden_paths=["/root", "/home", "/run"])
+        egress = EgressPolicy(persona_hosts=["*"], operator_hosts=["example.invalid"])
+        policy = SandboxPolicy(
+            egress=egress if network else None, hidden_paths=["/root", "/home", "/run"]
+        )
         plain: list[float] = []
         sandboxed: list[float] = []
         for _ in range(3):  # warm-up: page cache, first exec of each binary
@@ -89,7 +94,7 @@ async def measure(repetitions: int, network: bool) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repetitions", type=int, default=100)
-    parser.add_argument("--network", action="store_true", help="keep the host network")
+    parser.add_argument("--network", action="store_true", help="with the egress proxy and bridge")
     args = parser.parse_args()
     print(json.dumps(asyncio.run(measure(args.repetitions, args.network))))
 

@@ -161,6 +161,7 @@ def start_local_head(settings: Settings, report: Report) -> HeadInfo:
     data_dir.mkdir(parents=True, exist_ok=True)
     temp_dir = ray_temp_dir(settings)
     temp_dir.mkdir(parents=True, exist_ok=True)
+    _forget_stopped_session(temp_dir)
     gcs_port = free_port()
     dashboard_port = settings.dashboard_port
     if not port_is_free(dashboard_port):
@@ -217,9 +218,22 @@ def _wait_for_head(process: subprocess.Popen[bytes], info: HeadInfo) -> None:
 
 
 def _session_ready(temp_dir: Path) -> bool:
-    # `ray start` writes the session's node info last; the raylet socket means workers can start.
-    latest = temp_dir / "session_latest"
-    return (latest / "sockets" / "raylet").exists()
+    """Whether the session's raylet accepts connections: workers and drivers can start.
+
+    A socket file alone proves nothing: a head stopped by SIGKILL leaves its sockets behind, and
+    ``session_latest`` points at that session until the new head replaces the link."""
+    raylet = temp_dir / "session_latest" / "sockets" / "raylet"
+    with socket.socket(socket.AF_UNIX) as probe:
+        try:
+            probe.connect(str(raylet))
+        except OSError:
+            return False
+    return True
+
+
+def _forget_stopped_session(temp_dir: Path) -> None:
+    """Remove ``session_latest`` when no head runs: it names a dead session's sockets."""
+    (temp_dir / "session_latest").unlink(missing_ok=True)
 
 
 def stop_local_head(settings: Settings, report: Report) -> bool:

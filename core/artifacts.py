@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from core.errors import Conflict, InvalidInput, NotFound, PermissionDenied
-from core.git import EMPTY_TREE, GitRepository, run_git
+from core.git import DIFF_SAFETY, EMPTY_TREE, GitRepository
 
 ARTIFACTS_BRANCH = "main"
 WRITE_ATTEMPTS = 30
@@ -57,27 +57,22 @@ class ArtifactRepository:
             parent = self.repo.resolve(f"refs/heads/{ARTIFACTS_BRANCH}")
             with tempfile.TemporaryDirectory(prefix="wonder-artifact-") as scratch:
                 index_env = {**env, "GIT_INDEX_FILE": os.path.join(scratch, "index")}
-                run_git(self.repo.path, "read-tree", parent or EMPTY_TREE, env=index_env)
-                run_git(
-                    self.repo.path,
+                self.repo.run("read-tree", parent or EMPTY_TREE, env=index_env, check=True)
+                self.repo.run(
                     "update-index",
                     "--add",
                     "--cacheinfo",
                     f"100644,{blob},{clean}",
                     env=index_env,
+                    check=True,
                 )
-                tree = run_git(self.repo.path, "write-tree", env=index_env).stdout.strip()
+                tree = self.repo.run("write-tree", env=index_env, check=True).stdout.strip()
             parents = ["-p", parent] if parent else []
-            commit = run_git(
-                self.repo.path, "commit-tree", tree, *parents, "-m", message, env=env
+            commit = self.repo.run(
+                "commit-tree", tree, *parents, "-m", message, env=env, check=True
             ).stdout.strip()
-            moved = run_git(
-                self.repo.path,
-                "update-ref",
-                f"refs/heads/{ARTIFACTS_BRANCH}",
-                commit,
-                parent or "",
-                check=False,
+            moved = self.repo.run(
+                "update-ref", f"refs/heads/{ARTIFACTS_BRANCH}", commit, parent or ""
             )
             if moved.returncode == 0:
                 return commit
@@ -90,7 +85,7 @@ class ArtifactRepository:
         commit = self.repo.resolve(rev)
         if commit is None:
             raise NotFound(f"artifact version {rev} not found")
-        shown = run_git(self.repo.path, "show", f"{commit}:{clean}", check=False)
+        shown = self.repo.run("show", *DIFF_SAFETY, f"{commit}:{clean}")
         if shown.returncode != 0:
             raise NotFound(f"artifact {clean} not found at {rev}")
         last = self.versions(clean, limit=1, at=commit)

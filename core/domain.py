@@ -242,8 +242,9 @@ class Constraints(Model):
     shell_hosts: list[str] = Field(
         default_factory=list,
         max_length=64,
-        description="Hosts shell.exec may reach; none = no network (any = the host's network, "
-        "not filtered per host)",
+        description="Hosts shell.exec may reach through Wonder's egress proxy (name, *.domain, "
+        "* for any, an IP; each optionally :port), of those the operator allows the client; "
+        "none = no network",
     )
 
 
@@ -391,6 +392,12 @@ class Project(Model):
     )
     artifacts_repository: str
     created_at: datetime
+    status: Literal["ready", "cloning", "failed"] = Field(
+        "ready",
+        description="cloning: the repository is being cloned (poll this project); failed: the "
+        "clone did not succeed (error says why; delete the project)",
+    )
+    error: str | None = Field(None, description="Why the clone failed")
 
 
 class ConversationStatus(StrEnum):

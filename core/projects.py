@@ -4,6 +4,8 @@ A project names the git repository agents work on. Wonder keeps its own reposito
 ``<data_dir>/projects/<project_id>/``: ``code.git`` when it creates one (no repository given) or
 clones one (a URL given), and always ``artifacts.git``. A local path names a repository Wonder works
 in place (never inside Wonder's data dir: that holds other clients' repositories and workspaces).
+Which paths and URLs a client may name is the operator's policy (``core.project_sources``); a clone
+is slow, so ``create_project`` only stores it ``cloning`` and ``core.project_clones`` clones.
 
 An agent is scoped to projects (``Agent.project_ids``) and touches only those. Who works on which
 branch (seed 001, "Shell Operations and Branch Context"):
@@ -25,26 +27,43 @@ from __future__ import annotations
 import asyncio
 import shutil
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from core.domain import Agent, Conversation, Project
-from core.errors import Conflict, InvalidInput, NotFound, PermissionDenied, WonderError
+from core.errors import (
+    Conflict,
+    InvalidInput,
+    NotFound,
+    PermissionDenied,
+    QuotaExceeded,
+    WonderError,
+)
 from core.git import (
-    GitError,
     GitRepository,
     MergeOutcome,
+    RemoteAccess,
     branch_owner,
     conversation_branch,
     looks_like_url,
     run_branch,
+    unsafe_config_keys,
 )
 from core.ids import new_id, utc_now
 from core.ports import Workspaces
+from core.project_sources import (
+    RemoteSource,
+    check_local,
+    check_remote,
+    parse_remote,
+    sources_for,
+)
 from core.settings import Settings
 from core.store import Store
 from core.workspaces import WorkspaceSpec
 
 CODE_REPOSITORY = "code.git"
+CLONE_GRACE_S = 60.0
 ARTIFACTS_REPOSITORY = "artifacts.git"
 
 
@@ -59,27 +78,62 @@ def workspaces_root(settings: Settings) -> Path:
     return settings.data_dir.resolve() / "workspaces"
 
 
-def _local_repository(settings: Settings, location: str) -> GitRepository:
+def wonders_directories(settings: Settings) -> list[Path]:
+    """Where no project's repository may be: Wonder's data and workspaces directories."""
+    return [settings.data_dir.resolve(), workspaces_root(settings)]
+
+
+def _local_repository(settings: Settings, client_id: str, location: str) -> GitRepository:
     path = Path(location)
     if not path.is_absolute():
         raise InvalidInput(f"repository: a local path must be absolute, got {location!r}")
-    resolved = path.resolve()
-    for wonders in (settings.data_dir.resolve(), workspaces_root(settings)):
-        if resolved == wonders or wonders in resolved.parents:
-            raise PermissionDenied(
-                "repository: paths inside Wonder's data directory are not allowed"
-            )
-    roots = [Path(root).resolve() for root in settings.project_path_roots]
-    if roots and not any(resolved == r or r in resolved.parents for r in roots):
-        raise PermissionDenied(f"repository: {location} is outside the allowed project roots")
-    return GitRepository.open(resolved)
-
-
-def _cloned(url: str, path: Path) -> GitRepository:
+    sources = sources_for(settings, client_id)
+    check_local(sources, location, path.resolve(), wonders_directories(settings))
     try:
-        return GitRepository.clone_bare(url, path)
-    except GitError as exc:  # nothing there to clone (or not reachable from here)
-        raise NotFound(f"repository: cannot clone {url}: {exc.message}") from None
+        repo = GitRepository.open(path.resolve())
+    except NotFound:
+        raise NotFound(
+            f"repository: {location} is not a git repository (a bare repository, or a checkout "
+            "with a .git directory)"
+        ) from None
+    check_repository_config(repo, location)
+    return repo
+
+
+def check_repository_config(repo: GitRepository, location: str) -> None:
+    """Refuse a repository whose own configuration names commands or redirects git (Wonder's
+    git would not obey it, and the repository's owner would expect it to), or whose objects
+    come from other repositories."""
+    unsafe = unsafe_config_keys(repo.config_names())
+    if unsafe:
+        raise PermissionDenied(
+            f"repository: {location} sets {', '.join(unsafe)} in its git configuration; Wonder "
+            "runs no repository-defined commands or redirections: remove them to use it"
+        )
+    if repo.has_alternates():
+        raise PermissionDenied(
+            f"repository: {location} borrows objects from other repositories (alternates)"
+        )
+
+
+def remote_source(settings: Settings, client_id: str, location: str) -> RemoteSource:
+    """A URL to clone from, once the operator's policy for the client allows it."""
+    source = parse_remote(location)
+    sources = sources_for(settings, client_id)
+    check_remote(sources, source)
+    if source.scheme == "file":
+        path = Path(source.path)
+        check_local(sources, source.path, path.resolve(), wonders_directories(settings))
+    return source
+
+
+def _check_clones(store: Store, settings: Settings, client_id: str) -> None:
+    cloning = [p for p in store.projects.list_for_client(client_id) if p.status == "cloning"]
+    if len(cloning) >= settings.project_clones_per_client:
+        raise QuotaExceeded(
+            f"{len(cloning)} projects of this client are still cloning: wait for one to finish",
+            retry_after_s=30.0,
+        )
 
 
 def create_project(
@@ -92,46 +146,72 @@ def create_project(
     default_branch: str | None = None,
     push_on_merge: bool = False,
 ) -> Project:
-    """Create a project: a new bare repository, a bare clone of a URL, or a local repository.
+    """Create a project: a new bare repository, a local repository, or a clone of a URL.
 
-    The default branch must exist (a new repository gets one empty initial commit on it).
-    ``push_on_merge`` needs an origin (a project cloned from a URL).
+    The first two are ready at once. A URL is checked against the operator's policy, and the
+    project is stored ``cloning``: the clone itself is ``core.project_clones.complete_clone``'s,
+    which the caller runs off its request path. The default branch must exist (a new repository
+    gets one empty initial commit on it). ``push_on_merge`` needs an origin (a cloned project).
     """
     if push_on_merge and (repository is None or not looks_like_url(repository)):
         raise InvalidInput("push_on_merge: only a project cloned from a URL has an origin")
     project_id = new_id("proj")
     home = projects_root(settings) / project_id
+    if repository is not None and looks_like_url(repository):
+        remote_source(settings, client_id, repository)
+        _check_clones(store, settings, client_id)
+        return store.projects.insert(
+            Project(
+                id=project_id,
+                client_id=client_id,
+                name=name,
+                repository=str(home / CODE_REPOSITORY),
+                origin=repository,
+                managed=True,
+                default_branch=default_branch or "main",
+                push_on_merge=push_on_merge,
+                artifacts_repository=str(home / ARTIFACTS_REPOSITORY),
+                created_at=utc_now(),
+                status="cloning",
+            )
+        )
     try:
         if repository is None:
             repo = GitRepository.init_bare(home / CODE_REPOSITORY, default_branch or "main")
-        elif looks_like_url(repository):
-            repo = _cloned(repository, home / CODE_REPOSITORY)
+            # Worktrees on other nodes' disks look missing from here: git gc must never prune them.
+            repo.git("config", "gc.worktreePruneExpire", "never")
         else:
-            repo = _local_repository(settings, repository)
+            repo = _local_repository(settings, client_id, repository)
         branch = default_branch or repo.head_branch() or "main"
         if not repo.has_branch(branch):
             raise NotFound(f"default_branch: {branch} does not exist in the repository")
-        if repository is None or looks_like_url(repository):
-            # Worktrees on other nodes' disks look missing from here: git gc must never prune them.
-            repo.git("config", "gc.worktreePruneExpire", "never")
         artifacts = GitRepository.init_bare(home / ARTIFACTS_REPOSITORY, "main")
     except BaseException:
         shutil.rmtree(home, ignore_errors=True)
         raise
-    managed = repository is None or looks_like_url(repository)
     project = Project(
         id=project_id,
         client_id=client_id,
         name=name,
         repository=str(repo.path),
-        origin=repository if managed and repository else None,
-        managed=managed,
+        managed=repository is None,
         default_branch=branch,
         push_on_merge=push_on_merge,
         artifacts_repository=str(artifacts.path),
         created_at=utc_now(),
     )
     return store.projects.insert(project)
+
+
+def project_view(project: Project, now: datetime, clone_timeout_s: float) -> Project:
+    """A project as its client sees it: a clone that should have ended long ago (its gateway
+    replica stopped mid-clone) reads as failed."""
+    overdue = project.created_at + timedelta(seconds=clone_timeout_s + CLONE_GRACE_S)
+    if project.status == "cloning" and now > overdue:
+        return project.model_copy(
+            update={"status": "failed", "error": "the clone did not finish (it was interrupted)"}
+        )
+    return project
 
 
 def update_project(
@@ -176,6 +256,10 @@ def delete_project(store: Store, settings: Settings, project: Project) -> None:
 
 
 def repository_of(project: Project) -> GitRepository:
+    """The project's repository; ``Conflict`` while it is still cloning, or when it failed."""
+    if project.status != "ready":
+        why = project.error or "its repository is still being cloned"
+        raise Conflict(f"project {project.id} is {project.status}: {why}")
     return GitRepository(Path(project.repository))
 
 
@@ -307,7 +391,9 @@ class MergeReport:
     push_error: str | None = None
 
 
-def merge_into_default(project: Project, branch: str, message: str | None = None) -> MergeReport:
+def merge_into_default(
+    project: Project, settings: Settings, branch: str, message: str | None = None
+) -> MergeReport:
     """Merge ``branch`` into the project's default branch (a conflict changes nothing); with
     ``push_on_merge``, push the default branch back to the origin after a merge. A failed push
     leaves the merge in place and says why."""
@@ -315,13 +401,13 @@ def merge_into_default(project: Project, branch: str, message: str | None = None
     if outcome.status != "merged" or not project.push_on_merge:
         return MergeReport(outcome)
     try:
-        push_default_branch(project)
+        push_default_branch(project, settings)
     except WonderError as exc:
         return MergeReport(outcome, pushed=False, push_error=exc.message)
     return MergeReport(outcome, pushed=True)
 
 
-def push_default_branch(project: Project) -> str:
+def push_default_branch(project: Project, settings: Settings) -> str:
     """Push the default branch of a project cloned from a URL back to it; the commit pushed.
 
     Raises:
@@ -331,7 +417,9 @@ def push_default_branch(project: Project) -> str:
     """
     if project.origin is None:
         raise Conflict(f"project {project.id} has no origin: it was not cloned from a URL")
-    return repository_of(project).push(project.default_branch)
+    source = remote_source(settings, project.client_id, project.origin)
+    access = RemoteAccess(protocols=(source.scheme,))
+    return repository_of(project).push(project.default_branch, access)
 
 
 def retire_branch(project: Project, branch: str) -> bool:

@@ -6,13 +6,14 @@ the SQLite file, the LanceDB directory and the object-store directory.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.allow_list import parse_entry
@@ -20,6 +21,8 @@ from core.client_address import Network, parse_networks
 from core.cron import parse_cron
 from core.errors import InvalidInput
 from core.memory.tuning import VectorIndexKind, VectorTuning
+
+URL_SCHEMES = frozenset({"https", "http", "ssh", "git", "file"})
 
 
 class LlmModelSettings(BaseModel):
@@ -39,6 +42,29 @@ class LlmModelSettings(BaseModel):
     max_model_len: int | None = None
     lora_modules: dict[str, str] = Field(default_factory=dict, description="adapter name → dir")
     max_lora_rank: int = Field(16, ge=1)
+
+
+class ProjectSources(BaseModel):
+    """Where one client's projects may come from (``WONDER_PROJECT_CLIENT_SOURCES``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path_roots: list[str] = Field(default_factory=list)
+    url_schemes: list[str] = Field(default_factory=lambda: ["https"])
+    url_hosts: list[str] = Field(default_factory=list)
+
+    @field_validator("url_schemes")
+    @classmethod
+    def _schemes(cls, value: list[str]) -> list[str]:
+        return known_schemes(value)
+
+
+def known_schemes(value: list[str]) -> list[str]:
+    """``value`` when every scheme in it is one Wonder clones over (``ValueError`` otherwise)."""
+    unknown = sorted(set(value) - URL_SCHEMES)
+    if unknown:
+        raise ValueError(f"unknown URL schemes {unknown} (known: {sorted(URL_SCHEMES)})")
+    return value
 
 
 class Settings(BaseSettings):
@@ -218,7 +244,31 @@ class Settings(BaseSettings):
     )
     project_path_roots: list[str] = Field(
         default_factory=list,
-        description="Local repository paths a project may name (empty: any outside data_dir)",
+        description="Directories whose repositories a project may name by path or file:// URL "
+        "(symlinks resolved; never inside data_dir); empty: no local repositories",
+    )
+    project_url_schemes: list[str] = Field(
+        default_factory=lambda: ["https"],
+        description="URL schemes a project may be cloned over: https, http, ssh, git, file",
+    )
+    project_url_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hosts a project may be cloned from (name, *.domain, or * for any public "
+        "host, each optionally :port); empty: no remote repositories",
+    )
+    project_client_sources: dict[str, ProjectSources] = Field(
+        default_factory=dict,
+        description="Per client id: the repository sources of that client (replaces the three "
+        "settings above for it)",
+    )
+    project_clone_timeout_s: float = Field(
+        600.0, gt=0, description="Longest a clone may take (then the project fails)"
+    )
+    project_clone_workers: int = Field(
+        2, ge=1, description="Clones a gateway replica runs at once (others wait their turn)"
+    )
+    project_clones_per_client: int = Field(
+        4, ge=1, description="Clones one client may have waiting or running at once"
     )
     workspace_idle_ttl_s: float = Field(600.0, gt=0, description="Idle workspace actors exit")
     workspaces_dir: Path | None = Field(
@@ -234,6 +284,40 @@ class Settings(BaseSettings):
     shell_hidden_paths: list[str] = Field(
         default_factory=lambda: ["/tmp", "/root", "/home", "/var/tmp", "/dev/shm", "/run"],
         description="Host directories a shell.exec sandbox sees empty (besides the data dir)",
+    )
+    shell_max_processes: int = Field(
+        256, ge=8, description="Processes and threads one shell.exec command may have at once"
+    )
+    shell_cgroup_dir: str | None = Field(
+        None,
+        description="A cgroup directory (v2 delegated with the pids controller, or v1 pids) for "
+        "per-command process limits; None: this process's v1 pids cgroup when writable",
+    )
+    shell_tmp_mb: int = Field(512, ge=1, description="Size of a shell.exec command's private /tmp")
+    shell_disk_mb: int = Field(
+        8192, ge=1, description="What a workspace's worktree may hold on disk (its quota)"
+    )
+    shell_max_files: int = Field(
+        500_000, ge=100, description="Files and directories a workspace's worktree may hold"
+    )
+    shell_allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hosts shell.exec may reach through the egress proxy, for personas that ask "
+        "(name, *.domain, *, an IP; each optionally :port); empty: no network",
+    )
+    shell_client_hosts: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Per client id: the hosts that client's commands may reach (replaces "
+        "shell_allowed_hosts for it)",
+    )
+    shell_egress_networks: list[str] = Field(
+        default_factory=list,
+        description="Non-public networks (CIDR) the egress proxy may connect to: loopback, "
+        "private, link-local... are refused unless listed here",
+    )
+    shell_egress_ports: list[int] = Field(
+        default_factory=lambda: [80, 443],
+        description="Ports a host pattern without :port allows",
     )
 
     llm_model_dir: str | None = Field(None, description="Model directory served by vLLM")
@@ -325,6 +409,18 @@ class Settings(BaseSettings):
     def compact_schedule(self) -> str | None:
         """The memories table's compaction schedule, None when it is off."""
         return None if self.memory_compact_schedule == "off" else self.memory_compact_schedule
+
+    @field_validator("shell_egress_networks")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for network in value:
+            ipaddress.ip_network(network, strict=False)  # a ValueError names the bad entry
+        return value
+
+    @field_validator("project_url_schemes")
+    @classmethod
+    def _schemes(cls, value: list[str]) -> list[str]:
+        return known_schemes(value)
 
     @field_validator("trusted_proxies")
     @classmethod

@@ -18,6 +18,7 @@ from pydantic import Field
 
 from core.domain import Model, Persona
 from core.settings import Settings
+from core.shell_egress import EgressPolicy
 
 
 class WorkspaceSpec(Model):
@@ -35,29 +36,62 @@ class WorkspaceSpec(Model):
 
 
 class SandboxPolicy(Model):
-    """Limits of one ``shell.exec`` command (from settings, and the persona for the network)."""
+    """Limits of one ``shell.exec`` command (from settings; its network from the persona's
+    ``shell_hosts`` narrowed by the operator's hosts for the client)."""
 
-    network: bool = False
+    egress: EgressPolicy | None = Field(
+        None, description="Hosts the command may reach through the egress proxy; None: none"
+    )
     cpu_s: int = Field(120, ge=1)
     memory_mb: int = Field(2048, ge=16)
     file_size_mb: int = Field(256, ge=1)
     output_bytes: int = Field(64_000, ge=1)
     hidden_paths: list[str] = Field(default_factory=list)
+    max_processes: int = Field(256, ge=8)
+    cgroup_dir: str | None = None
+    tmp_mb: int = Field(512, ge=1)
+    disk_mb: int = Field(8192, ge=1)
+    max_files: int = Field(500_000, ge=100)
 
     @classmethod
-    def of(cls, settings: Settings, persona: Persona | None) -> SandboxPolicy:
+    def of(cls, settings: Settings, persona: Persona | None, client_id: str) -> SandboxPolicy:
         return cls(
-            network=bool(persona and persona.constraints.shell_hosts),
+            egress=egress_policy(settings, persona, client_id),
             cpu_s=settings.shell_cpu_s,
             memory_mb=settings.shell_memory_mb,
             file_size_mb=settings.shell_file_size_mb,
             output_bytes=settings.shell_output_bytes,
             hidden_paths=list(settings.shell_hidden_paths),
+            max_processes=settings.shell_max_processes,
+            cgroup_dir=settings.shell_cgroup_dir,
+            tmp_mb=settings.shell_tmp_mb,
+            disk_mb=settings.shell_disk_mb,
+            max_files=settings.shell_max_files,
         )
 
 
+def egress_policy(
+    settings: Settings, persona: Persona | None, client_id: str
+) -> EgressPolicy | None:
+    """What a command of ``persona`` (an agent of ``client_id``) may reach: the persona's
+    ``shell_hosts`` where the operator's hosts for the client allow them; None when either list is
+    empty (the command has no network at all)."""
+    asked = persona.constraints.shell_hosts if persona is not None else []
+    allowed = settings.shell_client_hosts.get(client_id, settings.shell_allowed_hosts)
+    if not asked or not allowed:
+        return None
+    return EgressPolicy(
+        persona_hosts=list(asked),
+        operator_hosts=list(allowed),
+        networks=list(settings.shell_egress_networks),
+        ports=list(settings.shell_egress_ports),
+    )
+
+
 class ExecResult(Model):
-    """What a sandboxed command did. ``truncated``: output went past the cap and was cut."""
+    """What a sandboxed command did. ``truncated``: output went past the cap and was cut;
+    ``limits_hit``: the limits it ran into (``processes``, ``disk``); ``notice``: why it was
+    stopped or held back, when it was."""
 
     exit_code: int | None
     stdout: str
@@ -65,6 +99,8 @@ class ExecResult(Model):
     truncated: bool = False
     timed_out: bool = False
     duration_s: float
+    limits_hit: list[str] = Field(default_factory=list)
+    notice: str | None = None
 
 
 class RepoTree(Model):

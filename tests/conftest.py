@@ -172,6 +172,9 @@ def ray_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     data_dir = Path(tempfile.mkdtemp(prefix="wonder-test-"))
     ensure_key_file(data_dir / "secrets.key")  # the operator's key sealing client secrets
     ray_tmp = tempfile.mkdtemp(prefix="wr", dir="/tmp")
+    # The operator lets clients name (and clone over file://) repositories the tests make in
+    # their tmp_path; nothing else of the host.
+    repositories = request.getfixturevalue("tmp_path_factory").getbasetemp()
     # Model endpoints the operator allows (WONDER_MODEL_ALLOWED_HOSTS): the session's Serve (its
     # /llm/v1) and a few loopback ports tests may listen on; any other port is refused.
     serve_port, model_ports = free_port(), tuple(free_port() for _ in range(3))
@@ -183,6 +186,8 @@ def ray_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         "WONDER_SCHEDULER_TICK_S": "1",
         "WONDER_MAX_RESIDENT_CONVERSATIONS": "64",
         "WONDER_HTTP_ALLOWED_HOSTS": '["127.0.0.1"]',
+        "WONDER_PROJECT_PATH_ROOTS": json.dumps([str(repositories)]),
+        "WONDER_PROJECT_URL_SCHEMES": '["https", "file"]',
         "WONDER_MODEL_ALLOWED_HOSTS": json.dumps(model_hosts),
         "WONDER_ALLOW_TEST_DOUBLES": "true",
         "WONDER_LIBRARY_CALLABLES": '["tests.callables"]',

@@ -100,7 +100,8 @@ async def shell_exec(params: JsonObject, data: JsonObject, ctx: ActionContext) -
     timeout = min(float(timeout), max(1.0, settings.action_timeout_s - ACTION_MARGIN_S))
     specs = command_env_specs(params)  # from the task definition only, never from the input
     workspaces, spec = await _workspace(ctx)
-    policy = SandboxPolicy.of(settings, await asyncio.to_thread(_persona, ctx))
+    persona = await asyncio.to_thread(_persona, ctx)
+    policy = SandboxPolicy.of(settings, persona, spec.client_id)
     env = await resolve_command_env(specs, ctx)
     result = await workspaces.exec(spec, command, timeout, policy, env or None)
     return result.model_dump()
@@ -186,7 +187,8 @@ async def repo_merge(params: JsonObject, data: JsonObject, ctx: ActionContext) -
     _, spec = await _workspace(ctx)
     store = ctx.services.store
     project = await asyncio.to_thread(store.projects.get, spec.project_id)
-    report = await asyncio.to_thread(merge_into_default, project, spec.branch, message)
+    settings = ctx.services.settings
+    report = await asyncio.to_thread(merge_into_default, project, settings, spec.branch, message)
     outcome = report.outcome
     if outcome.status == "conflicts":
         raise Conflict(

@@ -5,24 +5,25 @@ the owner being the conversation or workflow run whose branch it is). On start i
 out in its worktree (``<workspaces_dir>/<owner id>``; an existing one is reused, so an evicted
 workspace comes back with its uncommitted work; a missing one, its node lost, is checked out
 afresh from the branch). Git operations run one at a time in a thread (they share
-the worktree's index); commands run concurrently, each in its own sandbox (``sandbox``). When no
-call has arrived for ``idle_ttl_s`` it leaves the cluster through its ``Lifecycle``; the worktree
-stays on disk.
+the worktree's index); commands run concurrently, each in its own sandbox (``sandbox``), and a git
+that reads the worktree's files waits for them to end (``quiet``). ``repo.read``/``write``/``tree``
+open by descriptor, beneath the worktree (``paths``). When no call has arrived for ``idle_ttl_s`` it
+leaves the cluster through its ``Lifecycle``; the worktree stays on disk.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
-from actors.workspace.paths import confined, relative_to_root
+from actors.workspace.paths import confined, list_tree, read_file, write_file
+from actors.workspace.quiet import WorktreeQuiet
 from actors.workspace.sandbox import SandboxLayout, run_sandboxed
-from core.errors import InvalidInput, NotFound
-from core.git import GitRepository, Worktree
+from core.errors import NotFound
+from core.git import GitRepository
 from core.ports import Lifecycle
 from core.workspaces import (
     ExecResult,
@@ -36,6 +37,7 @@ from core.workspaces import (
     WorkspaceSpec,
     WorkspaceStatus,
 )
+from core.worktree import Worktree
 
 T = TypeVar("T")
 ALWAYS_HIDDEN = (Path("/tmp"),)
@@ -50,12 +52,14 @@ class WorkspaceActor:
         self.root = Path(spec.worktree)
         self._repository = GitRepository(Path(spec.repository))
         self._repository.add_worktree(self.root, spec.branch)
-        self._tree = Worktree(self.root)
-        self._git_dir = self._tree.git_dir()
+        # The repository says where this worktree's git directory is; the tree's own ``.git``
+        # (which a command may rewrite) is never consulted.
+        self._tree = Worktree.registered(self._repository, self.root)
         self._common_dir = self._repository.common_dir()
         self._idle_ttl_s = idle_ttl_s
         self._lifecycle = lifecycle
         self._git_lock = asyncio.Lock()
+        self._quiet = WorktreeQuiet()
         self._in_flight = 0
         self._last_used = time.monotonic()
         self._watchdog: asyncio.Task[None] | None = None
@@ -77,6 +81,11 @@ class WorkspaceActor:
         async with self._git_lock:
             return await asyncio.to_thread(fn)
 
+    async def _quiet_git(self, fn: Callable[[], T]) -> T:
+        """A git operation that reads the worktree's files: with no command running."""
+        async with self._quiet.quiet():
+            return await self._git(fn)
+
     async def _watch_idle(self) -> None:
         while True:
             await asyncio.sleep(min(self._idle_ttl_s / 4, 30.0))
@@ -92,7 +101,6 @@ class WorkspaceActor:
         hidden = (*ALWAYS_HIDDEN, *others, *map(Path, policy.hidden_paths))
         return SandboxLayout(
             worktree=self.root,
-            worktree_git_dir=self._git_dir,
             repository_git_dir=self._common_dir,
             hidden=tuple(hidden),
         )
@@ -109,7 +117,12 @@ class WorkspaceActor:
         """Run ``command`` (``sh -c``) in a fresh sandbox in the worktree, with ``env`` added to
         its environment."""
         layout = self._layout(policy)
-        return await self._use(lambda: run_sandboxed(layout, policy, command, timeout_s, env))
+
+        async def run() -> ExecResult:
+            async with self._quiet.shared():
+                return await run_sandboxed(layout, policy, command, timeout_s, env)
+
+        return await self._use(run)
 
     # ------------------------------------------------------------------ repo.*
 
@@ -117,31 +130,14 @@ class WorkspaceActor:
         return await self._use(lambda: asyncio.to_thread(self._list, path, max_entries))
 
     def _list(self, path: str, max_entries: int) -> RepoTree:
-        start = confined(self.root, path)
-        if not start.is_dir():
-            raise NotFound(f"{path!r} is not a directory of the worktree")
-        entries: list[str] = []
-        for folder, dirs, files in os.walk(start):
-            dirs[:] = sorted(d for d in dirs if d != ".git")
-            here = Path(folder)
-            names = [f"{relative_to_root(self.root, here / d)}/" for d in dirs]
-            names += [relative_to_root(self.root, here / f) for f in sorted(files) if f != ".git"]
-            for name in names:
-                entries.append(name)
-                if len(entries) >= max_entries:
-                    return RepoTree(path=path or ".", entries=entries, truncated=True)
-        return RepoTree(path=path or ".", entries=entries)
+        entries, truncated = list_tree(self.root, path, max_entries)
+        return RepoTree(path=path or ".", entries=entries, truncated=truncated)
 
     async def read(self, path: str, max_bytes: int = 200_000) -> RepoFile:
         return await self._use(lambda: asyncio.to_thread(self._read, path, max_bytes))
 
     def _read(self, path: str, max_bytes: int) -> RepoFile:
-        target = confined(self.root, path)
-        if not target.is_file():
-            raise NotFound(f"{path!r} is not a file of the worktree")
-        size = target.stat().st_size
-        with target.open("rb") as handle:
-            data = handle.read(max_bytes)
+        data, size = read_file(self.root, path, max_bytes)
         text = data.decode(errors="replace")
         return RepoFile(path=path, content=text, size=size, truncated=size > max_bytes)
 
@@ -149,42 +145,37 @@ class WorkspaceActor:
         return await self._use(lambda: self._git(lambda: self._write(path, content)))
 
     def _write(self, path: str, content: str) -> RepoFile:
-        target = confined(self.root, path)
-        if target == self.root.resolve() or target.is_dir():
-            raise InvalidInput(f"{path!r} is a directory")
-        target.parent.mkdir(parents=True, exist_ok=True)
         data = content.encode()
-        # O_NOFOLLOW: a symlink planted after the check is refused, not followed.
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+        write_file(self.root, path, data)
         return RepoFile(path=path, size=len(data))
 
     async def search(self, pattern: str, path: str = "", max_hits: int = 100) -> RepoSearch:
-        return await self._use(lambda: self._git(lambda: self._search(pattern, path, max_hits)))
+        return await self._use(
+            lambda: self._quiet_git(lambda: self._search(pattern, path, max_hits))
+        )
 
     def _search(self, pattern: str, path: str, max_hits: int) -> RepoSearch:
-        where = relative_to_root(self.root, confined(self.root, path))
+        where = str(confined(self.root, path))
         hits, more = self._tree.grep(pattern, where, max_hits)
         found = [SearchHit(path=p, line=n, text=t) for p, n, t in hits]
         return RepoSearch(pattern=pattern, hits=found, truncated=more)
 
     async def diff(self, base: str | None = None) -> RepoDiff:
-        return await self._use(lambda: self._git(lambda: self._diff(base)))
+        return await self._use(lambda: self._quiet_git(lambda: self._diff(base)))
 
     def _diff(self, base: str | None) -> RepoDiff:
         if base is not None and self._repository.resolve(base) is None:
             raise NotFound(f"no commit or branch {base!r}")
         text, truncated = self._tree.diff(base, MAX_DIFF_BYTES)
-        names = self._tree.git("diff", "--name-only", base or "HEAD", "--")
-        return RepoDiff(base=base, diff=text, files=names.split(), truncated=truncated)
+        names = self._tree.changed_names(base)
+        return RepoDiff(base=base, diff=text, files=names, truncated=truncated)
 
     async def commit(self, message: str, author: str | None = None) -> RepoCommit:
-        return await self._use(lambda: self._git(lambda: self._commit(message, author)))
+        return await self._use(lambda: self._quiet_git(lambda: self._commit(message, author)))
 
     def _commit(self, message: str, author: str | None) -> RepoCommit:
         commit = self._tree.commit_all(message, author)
-        files = self._tree.git("show", "--name-only", "--format=", "HEAD").split() if commit else []
+        files = self._tree.committed_files() if commit else []
         return RepoCommit(branch=self.spec.branch, commit=commit, files=files)
 
     async def remove(self) -> None:

@@ -22,6 +22,8 @@ def cmd_create(args: argparse.Namespace) -> int:
         print_json(project)
     else:
         print(f"{project['id']}  {project['name']}  (default branch {project['default_branch']})")
+        if project.get("status") == "cloning":
+            print(f"cloning: `wonder projects show {project['id']}` says when it is ready")
     return 0
 
 

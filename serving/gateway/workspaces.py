@@ -8,7 +8,7 @@ read the project's repository directly; the status asks the live workspace actor
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
@@ -16,11 +16,13 @@ from starlette.concurrency import run_in_threadpool
 from core.domain import Project
 from core.errors import Conflict, Unavailable
 from core.projects import merge_into_default, repository_of, workspace_spec
+from core.settings import Settings
 from core.workspaces import WorkspaceStatus
 from serving.gateway.audit_trail import Audit, Auditor
 from serving.gateway.auth import ClientId, Context
 from serving.gateway.context import GatewayContext
 from serving.gateway.errors import error_body
+from serving.gateway.projects import remote_git
 
 router = APIRouter(prefix="/v1/conversations/{conversation_id}", tags=["workspaces"])
 run_router = APIRouter(prefix="/v1/workflow-runs/{run_id}", tags=["workspaces"])
@@ -121,10 +123,14 @@ def _diff(workplace: Workplace) -> BranchDiffOut:
 
 
 def _merge(
-    workplace: Workplace, body: MergeRequest | None, audit: Auditor, target: str
+    workplace: Workplace,
+    settings: Settings,
+    body: MergeRequest | None,
+    audit: Auditor,
+    target: str,
 ) -> MergeResult | JSONResponse:
     project, name = workplace
-    report = merge_into_default(project, name, body.message if body else None)
+    report = merge_into_default(project, settings, name, body.message if body else None)
     outcome = report.outcome
     merged = {
         "project_id": project.id,
@@ -170,16 +176,34 @@ def diff(conversation_id: str, context: Context, client_id: ClientId) -> BranchD
     return _diff(_of_conversation(context, client_id, conversation_id))
 
 
+async def _merge_off_the_pool(
+    request: Request,
+    context: GatewayContext,
+    workplace: Workplace,
+    body: MergeRequest | None,
+    audit: Auditor,
+    target: str,
+) -> MergeResult | JSONResponse:
+    """A merge may push to the origin: it runs with the replica's remote git, not on the
+    request pool."""
+    settings = context.settings
+    return await remote_git(request, settings).run(
+        lambda: _merge(workplace, settings, body, audit, target)
+    )
+
+
 @router.post("/merge", response_model=MergeResult, summary=MERGE)
-def merge(
+async def merge(
     conversation_id: str,
+    request: Request,
     context: Context,
     client_id: ClientId,
     audit: Audit,
     body: MergeRequest | None = None,
 ) -> MergeResult | JSONResponse:
-    workplace = _of_conversation(context, client_id, conversation_id)
-    return _merge(workplace, body, audit, f"conversations:{conversation_id}")
+    workplace = await run_in_threadpool(_of_conversation, context, client_id, conversation_id)
+    target = f"conversations:{conversation_id}"
+    return await _merge_off_the_pool(request, context, workplace, body, audit, target)
 
 
 @router.get(
@@ -206,11 +230,14 @@ def run_diff(run_id: str, context: Context, client_id: ClientId) -> BranchDiffOu
 
 
 @run_router.post("/merge", response_model=MergeResult, summary=MERGE)
-def run_merge(
+async def run_merge(
     run_id: str,
+    request: Request,
     context: Context,
     client_id: ClientId,
     audit: Audit,
     body: MergeRequest | None = None,
 ) -> MergeResult | JSONResponse:
-    return _merge(_of_run(context, client_id, run_id), body, audit, f"workflow-runs:{run_id}")
+    workplace = await run_in_threadpool(_of_run, context, client_id, run_id)
+    target = f"workflow-runs:{run_id}"
+    return await _merge_off_the_pool(request, context, workplace, body, audit, target)

@@ -14,8 +14,9 @@ import pytest
 
 from cluster import wiring
 from cluster.naming import existing_actor, workspace_actor_name
-from core.git import GitRepository, Worktree, run_git
+from core.git import GitRepository, run_git
 from core.projects import workspaces_root
+from core.worktree import Worktree
 from tests.conftest import Cluster, wait_for
 from tests.factories import make_client
 from tests.integration.test_gateway import deploy_gateway, http_client, unique
@@ -48,7 +49,7 @@ def source_repo(tmp_path: Path) -> Path:
     (tmp_path / "calc.py").write_text(BROKEN)
     (tmp_path / "test_calc.py").write_text(TESTS)
     (tmp_path / ".gitignore").write_text("__pycache__/\n")
-    assert Worktree(tmp_path).commit_all("calculator") is not None
+    assert Worktree.checkout(tmp_path).commit_all("calculator") is not None
     return tmp_path
 
 
@@ -70,9 +71,15 @@ def put_task_tool(api: httpx.Client, name: str, kind: str, properties: dict[str,
 def test_an_agent_fixes_code_runs_tests_commits_and_the_diff_shows(
     api: httpx.Client, source_repo: Path, ray_cluster: Cluster
 ) -> None:
-    project = api.post(
-        "/v1/projects", json={"name": "calc", "repository": f"file://{source_repo}"}
-    ).json()
+    started = api.post("/v1/projects", json={"name": "calc", "repository": f"file://{source_repo}"})
+    assert started.status_code == 202, started.text  # cloned in the background: poll it
+
+    def cloned() -> dict[str, Any] | None:
+        found: dict[str, Any] = api.get(started.headers["Location"]).json()
+        return found if found["status"] != "cloning" else None
+
+    project = wait_for(cloned, timeout=120)
+    assert project["status"] == "ready", project
     tools = [
         put_task_tool(api, "write_file", "repo.write", {"path": {}, "content": {}}),
         put_task_tool(api, "run", "shell.exec", {"command": {}, "timeout_s": {}}),

@@ -72,10 +72,17 @@ def new_conversation(store: Store, agent: Agent, project_id: str) -> Conversatio
 class Session:
     """One conversation's view: run an action as its agent's tool call would."""
 
-    def __init__(self, cluster: Cluster, conversation: Conversation, agent_id: str) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        conversation: Conversation,
+        agent_id: str,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.cluster = cluster
         self.conversation = conversation
         self.agent_id = agent_id
+        self.env = {**cluster.env, **(env or {})}  # the operator's settings for these calls
 
     def run(self, kind: str, **params: Any) -> TaskOutcome:
         task = TaskDef(
@@ -93,9 +100,9 @@ class Session:
             client_id=self.conversation.client_id,
             conversation_id=self.conversation.id,
             agent_id=self.agent_id,
-            settings_env=self.cluster.env,
+            settings_env=self.env,
         )
-        runner = wiring.task_runner(self.cluster.env)
+        runner = wiring.task_runner(self.env)
         return asyncio.run(runner.run(task, task_input, context))
 
     def ok(self, kind: str, **params: Any) -> Any:
@@ -232,25 +239,50 @@ def tcp_server() -> Iterator[int]:
     server.close()
 
 
-def test_network_only_when_the_persona_allows_hosts(ray_cluster: Cluster, tcp_server: int) -> None:
+def test_network_only_through_the_proxy_when_persona_and_operator_allow(
+    ray_cluster: Cluster, tcp_server: int
+) -> None:
     store = ray_cluster.store
     client_id, _ = make_client(store, "net")
     project = create_project(store, ray_cluster.settings, client_id=client_id, name="net")
     closed = new_agent(store, client_id, [project.id])
-    open_ = new_agent(store, client_id, [project.id], shell_hosts=["127.0.0.1"])
+    open_ = new_agent(store, client_id, [project.id], shell_hosts=[f"127.0.0.1:{tcp_server}"])
+    operator = {
+        "WONDER_SHELL_ALLOWED_HOSTS": f'["127.0.0.1:{tcp_server}"]',
+        "WONDER_SHELL_EGRESS_NETWORKS": '["127.0.0.1/32"]',
+    }
     sessions = [
-        Session(ray_cluster, new_conversation(store, agent, project.id), agent.id)
+        Session(ray_cluster, new_conversation(store, agent, project.id), agent.id, operator)
         for agent in (closed, open_)
     ]
-    probe = (
+    direct = (
         "python3 -c \"import socket; s = socket.create_connection(('127.0.0.1', "
         f'{tcp_server}), timeout=3); print(s.recv(10).decode().strip())"'
     )
+    # The one way out: a CONNECT tunnel through the egress proxy (HTTPS_PROXY names it).
+    tunnel = f"""python3 - <<'EOF'
+import os, socket
+s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
+s.sendall(b"CONNECT 127.0.0.1:{tcp_server} HTTP/1.1\\r\\n\\r\\n")
+data = b""
+while chunk := s.recv(100):
+    data += chunk
+head, _, body = data.decode().partition("\\r\\n\\r\\n")
+print(head)
+print(body.strip())
+print(os.environ["HTTPS_PROXY"])
+EOF"""
     try:
-        blocked = sessions[0].sh(probe)
-        assert blocked["exit_code"] != 0 and "pong" not in blocked["stdout"], blocked
-        allowed = sessions[1].sh(probe)
-        assert allowed["exit_code"] == 0 and allowed["stdout"] == "pong\n", allowed
+        for session in sessions:
+            blocked = session.sh(direct)
+            assert blocked["exit_code"] != 0 and "pong" not in blocked["stdout"], blocked
+        assert sessions[0].sh(tunnel)["exit_code"] != 0  # no proxy without hosts
+        allowed = sessions[1].sh(tunnel)
+        assert allowed["stdout"].splitlines() == [
+            "HTTP/1.1 200 Connection Established",
+            "pong",
+            "http://127.0.0.1:3128",
+        ], allowed
     finally:
         for session in sessions:
             wiring.workspaces(ray_cluster.env).stop(session.conversation.id)

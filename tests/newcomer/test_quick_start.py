@@ -33,8 +33,8 @@ pytestmark = pytest.mark.timeout(2400)
 UP_TIMEOUT_S = 1200.0
 TURN_TIMEOUT_S = 300.0
 INHERITED = ("PATH", "LANG", "LC_ALL", "TERM", "USER", "LOGNAME", "TMPDIR")
-# What `make up` may print: make's own lines, Wonder's (`==> `, the model's preparation, the
-# summary). Ray's and Serve's log records (JSON lines, `INFO 2026-…`, `(raylet)`) go to a file.
+# What `wonder up` may print: its own lines (`==> `, the model's preparation, the summary) and
+# make's. Ray's and Serve's log records (JSON lines, `INFO 2026-…`, `(raylet)`) go to a file.
 OWN_LINE = re.compile(
     r"^(==> |wonder model: |\.venv/bin/wonder |make(\[\d+\])?: |Wonder is up\.$"
     r"|  (gateway|dashboard|api key|agent) |Try: |Stop: |$)"
@@ -74,8 +74,10 @@ class Newcomer:
         assert result.returncode == 0, output[-4000:]
         self.key = _printed(output, "api key")
         self.agent_id = _printed(output, "agent")
-        noise = [line for line in output.splitlines() if not OWN_LINE.match(line)]
-        assert not noise, f"`make up` printed lines that are not its own: {noise[:5]}"
+        # What `wonder up` printed (before it, make may install what changed since last time).
+        printed = output[output.index(".venv/bin/wonder up") :]
+        noise = [line for line in printed.splitlines() if not OWN_LINE.match(line)]
+        assert not noise, f"`wonder up` printed lines that are not its own: {noise[:5]}"
 
 
 def _printed(output: str, label: str) -> str:

@@ -22,10 +22,10 @@ VALUE = "shell-secret-6a0c-never-in-argv"
 
 
 def _layout(tmp_path: Path) -> SandboxLayout:
-    dirs = [tmp_path / name for name in ("worktree", "worktree.git", "repo.git")]
+    dirs = [tmp_path / name for name in ("worktree", "repo.git")]
     for folder in dirs:
         folder.mkdir()
-    return SandboxLayout(dirs[0], dirs[1], dirs[2], hidden=())
+    return SandboxLayout(worktree=dirs[0], repository_git_dir=dirs[1], hidden=())
 
 
 def _argv_holding(text: str) -> list[str]:

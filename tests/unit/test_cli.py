@@ -279,3 +279,17 @@ async def test_chat_prints_each_agent_message_of_a_turn_once() -> None:
         {"seq": 8, "type": "turn.completed", "turn_id": "t1"},
     )
     assert text == "agent> let me look. found it\n"
+
+
+def test_a_dead_sessions_socket_is_not_a_ready_head(tmp_path: Path) -> None:
+    sockets = tmp_path / "session_1" / "sockets"
+    sockets.mkdir(parents=True)
+    (tmp_path / "session_latest").symlink_to(tmp_path / "session_1")
+    with socket.socket(socket.AF_UNIX) as raylet:
+        raylet.bind(str(sockets / "raylet"))
+        assert not bootstrap._session_ready(tmp_path)  # bound, not listening: a dead raylet's
+        raylet.listen()
+        assert bootstrap._session_ready(tmp_path)
+    assert not bootstrap._session_ready(tmp_path)  # closed: its file stays behind
+    bootstrap._forget_stopped_session(tmp_path)
+    assert not (tmp_path / "session_latest").exists()

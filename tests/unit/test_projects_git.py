@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -13,16 +14,36 @@ import pytest
 from fastapi.testclient import TestClient
 
 from core.errors import InvalidInput
-from core.git import GitRepository, Worktree, branch_owner, conversation_branch, run_branch, run_git
+from core.git import (
+    GitRepository,
+    RemoteAccess,
+    branch_owner,
+    conversation_branch,
+    run_branch,
+    run_git,
+)
 from core.store import Store
+from core.worktree import Worktree
 from serving.gateway.app import create_api
 from serving.gateway.context import GatewayContext
+from tests.conftest import wait_for
 from tests.unit.test_gateway_api import NoRuntime, RecordingConversations, add_client, error_of
+
+LOCAL = RemoteAccess(protocols=("file",))
+
+
+def worktree_at(path: Path) -> Worktree:
+    """The worktree at ``path`` as a test sees it: a checkout, or a linked worktree whose ``.git``
+    file this (trusted) test reads."""
+    if (path / ".git").is_dir():
+        return Worktree.checkout(path)
+    pointer = (path / ".git").read_text().removeprefix("gitdir:").strip()
+    return Worktree(path, Path(pointer))
 
 
 def commit_file(worktree: Path, name: str, text: str, message: str) -> str:
     (worktree / name).write_text(text)
-    commit = Worktree(worktree).commit_all(message)
+    commit = worktree_at(worktree).commit_all(message)
     assert commit is not None
     return commit
 
@@ -65,7 +86,7 @@ def test_branches_worktrees_diff_and_merge(repo: GitRepository, tmp_path: Path) 
 def test_worktree_status_diff_commit_and_grep(repo: GitRepository, tmp_path: Path) -> None:
     repo.create_branch("work", "main")
     repo.add_worktree(tmp_path / "w", "work")
-    tree = Worktree(tmp_path / "w")
+    tree = Worktree.registered(repo, tmp_path / "w")
     assert tree.branch() == "work" and tree.changed_files() == []
     (tmp_path / "w" / "app.py").write_text("def answer():\n    return 42\n")
     assert tree.changed_files() == ["app.py"]
@@ -104,7 +125,13 @@ def api(store: Store, tmp_path: Path) -> Iterator[TestClient]:
         conversations=RecordingConversations(),
         workflows=NoRuntime(),
         memory=NoRuntime(),
-        settings_env={"WONDER_DATA_DIR": str(tmp_path / "data")},
+        settings_env={
+            "WONDER_DATA_DIR": str(tmp_path / "data"),
+            # The operator lets clients name repositories under this test's directory, and
+            # clone over file://.
+            "WONDER_PROJECT_PATH_ROOTS": json.dumps([str(tmp_path)]),
+            "WONDER_PROJECT_URL_SCHEMES": '["file"]',
+        },
     )
     with TestClient(create_api(context), raise_server_exceptions=False) as client:
         client.headers["Authorization"] = f"Bearer {add_client(store, 'alice')}"
@@ -112,6 +139,20 @@ def api(store: Store, tmp_path: Path) -> Iterator[TestClient]:
 
 
 PERSONA = {"system_prompt": "You code.", "model_profile_id": "local"}
+
+
+def cloned(api: TestClient, body: dict[str, Any]) -> dict[str, Any]:
+    """A project cloned from a URL: ``202`` at once, then ``ready`` (or ``failed``) when polled."""
+    started = api.post("/v1/projects", json=body)
+    assert started.status_code == 202, started.text
+    assert started.json()["status"] == "cloning"
+    location = started.headers["Location"]
+
+    def settled() -> dict[str, Any] | None:
+        project: dict[str, Any] = api.get(location).json()
+        return project if project["status"] != "cloning" else None
+
+    return wait_for(settled, timeout=60)
 
 
 def agent_for(api: TestClient, project_ids: list[str]) -> dict[str, Any]:
@@ -167,16 +208,18 @@ def test_projects_from_a_path_or_a_url_and_scoping(
     in_place = api.post("/v1/projects", json={"name": "local", "repository": str(source)}).json()
     assert in_place["default_branch"] == "trunk" and not in_place["managed"]
     assert in_place["repository"] == str(source)
-    cloned = api.post(
-        "/v1/projects", json={"name": "clone", "repository": f"file://{source}"}
-    ).json()
-    assert cloned["managed"] and cloned["origin"] == f"file://{source}"
-    assert GitRepository(Path(cloned["repository"])).has_branch("trunk")
+    clone = cloned(api, {"name": "clone", "repository": f"file://{source}"})
+    assert clone["status"] == "ready" and clone["default_branch"] == "trunk", clone
+    assert clone["managed"] and clone["origin"] == f"file://{source}"
+    assert GitRepository(Path(clone["repository"])).has_branch("trunk")
+    absent = cloned(api, {"name": "x", "repository": f"file://{tmp_path / 'absent'}"})
+    assert absent["status"] == "failed" and "cannot clone" in absent["error"], absent
+    assert str(tmp_path / "data") not in absent["error"]  # no path of Wonder's
+    assert not (tmp_path / "data" / "projects" / absent["id"]).exists()
 
     for body, status in (
         ({"name": "x", "repository": "relative/path"}, 422),  # the schema's pattern
         ({"name": "x", "repository": str(tmp_path / "absent")}, 404),
-        ({"name": "x", "repository": f"file://{tmp_path / 'absent'}"}, 404),  # nothing to clone
         ({"name": "x", "repository": str(tmp_path / "data" / "projects")}, 403),
         ({"name": "x", "repository": str(source), "default_branch": "main"}, 404),
         ({"name": "x", "default_branch": "bad..name"}, 422),  # not a branch name
@@ -193,8 +236,8 @@ def test_projects_from_a_path_or_a_url_and_scoping(
     other = TestClient(api.app, raise_server_exceptions=False)
     other.headers["Authorization"] = f"Bearer {add_client(store, 'bob')}"
     assert other.get(f"/v1/projects/{in_place['id']}").status_code == 404
-    assert api.delete(f"/v1/projects/{cloned['id']}").status_code == 204
-    assert not Path(cloned["repository"]).exists()
+    assert api.delete(f"/v1/projects/{clone['id']}").status_code == 204
+    assert not Path(clone["repository"]).exists()
     assert subprocess.run(["git", "-C", str(source), "status"], capture_output=True).returncode == 0
 
 
@@ -282,18 +325,18 @@ def origin(tmp_path: Path) -> Path:
     seed.mkdir()
     run_git(seed, "init", "--quiet", "--initial-branch=main")
     commit_file(seed, "README", "hello\n", "first")
-    run_git(tmp_path, "clone", "--bare", "--quiet", str(seed), str(tmp_path / "origin.git"))
+    origin = tmp_path / "origin.git"
+    run_git(tmp_path, "clone", "--bare", "--quiet", str(seed), str(origin), remote=LOCAL)
     return tmp_path / "origin.git"
 
 
 def test_a_clone_pushes_its_default_branch_back(
     api: TestClient, origin: Path, tmp_path: Path
 ) -> None:
-    project = api.post(
-        "/v1/projects",
-        json={"name": "pushed", "repository": f"file://{origin}", "push_on_merge": True},
-    ).json()
-    assert project["push_on_merge"]
+    project = cloned(
+        api, {"name": "pushed", "repository": f"file://{origin}", "push_on_merge": True}
+    )
+    assert project["push_on_merge"] and project["status"] == "ready"
     agent = agent_for(api, [project["id"]])
     conversation = api.post("/v1/conversations", json={"agent_id": agent["id"]}).json()
     repo = GitRepository(Path(project["repository"]))
@@ -309,9 +352,9 @@ def test_a_clone_pushes_its_default_branch_back(
 
     # Someone else pushes to the origin: the next push is refused (409), the merge stands.
     other = tmp_path / "other"
-    run_git(tmp_path, "clone", "--quiet", str(origin), str(other))
+    run_git(tmp_path, "clone", "--quiet", str(origin), str(other), remote=LOCAL)
     commit_file(other, "theirs.txt", "theirs\n", "theirs")
-    run_git(other, "push", "--quiet", "origin", "main")
+    run_git(other, "push", "--quiet", "origin", "main", remote=LOCAL)
     commit_file(tree, "more.txt", "more\n", "more")
     again = api.post(f"/v1/conversations/{conversation['id']}/merge").json()
     assert again["status"] == "merged" and not again["pushed"]
