@@ -163,3 +163,25 @@ def test_thinking_in_a_turns_model_config(tenant: dict[str, Any]) -> None:
     assert turn["status"] == "completed"
     assert turn["model"]["used"]["thinking"] == {"enabled": True, "effort": "high"}
     assert turn["model"]["used"]["model_profile_id"] == profile_id
+
+
+def test_smart_routing_weighs_only_what_the_sender_may_write_in(
+    tenant: dict[str, Any], gateway_url: str, ray_cluster: Cluster, embedder_app: str
+) -> None:
+    api, agent = tenant["api"], tenant["agent"]
+    private = conversation_about(
+        api, agent.id, "secret", "The vault combination is kept in the ledger database."
+    )
+    body = {"content": "Where is the vault combination kept?", "to": {"auto": True}}
+    # A user of the same client who is a member of nothing: no candidate at all.
+    as_eve = api.post("/v1/messages", json=body, headers={"X-Wonder-User": "eve"})
+    assert as_eve.status_code == 409 and private not in as_eve.text
+    assert "no candidate" in as_eve.json()["error"]["message"]
+    # Another client: never another client's conversations.
+    _, key = make_client(ray_cluster.store, "stranger")
+    with http_client(gateway_url, key) as other:
+        refused = other.post("/v1/messages", json=body)
+    assert refused.status_code == 409 and private not in refused.text
+    # The client itself does route there.
+    mine = api.post("/v1/messages", json=body)
+    assert mine.status_code == 202 and mine.json()["conversation_id"] == private
