@@ -66,7 +66,7 @@ status:
 PG_INTEGRATION := $(addprefix tests/integration/,test_conversation_actor.py test_gateway_stream.py \
   test_workflows.py test_memory_recall.py test_conversation_tree.py)
 test: install
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest --durations=40 tests
 	$(BIN)/python -m pytest --database=postgresql $(PG_INTEGRATION)
 
 test-postgres: install

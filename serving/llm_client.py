@@ -96,7 +96,7 @@ class VllmHandleModel:
         body = {**body, "model": _model_name(body.get("model"), self.model), "stream": True}
         key = conversation_key(body) if self.affinity else None
         body.pop("prompt_cache_key", None)  # routing only: vLLM would log it as unknown
-        translator = StreamTranslator()
+        translator = StreamTranslator(model=str(body["model"]))
         batches = self._payload_batches(body, key)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s

@@ -62,7 +62,8 @@ class OpenAIHttpModel:
             headers["Authorization"] = f"Bearer {key}"
         if body.get("prompt_cache_key"):  # Ray Serve routes a session to one replica by this
             headers["x-session-id"] = str(body["prompt_cache_key"])
-        translator = StreamTranslator()
+        model = str(body.get("model") or "")
+        translator = StreamTranslator(model=model)
         try:
             async with (
                 httpx.AsyncClient(timeout=timeout_s, trust_env=False) as client,
@@ -74,7 +75,7 @@ class OpenAIHttpModel:
                     extensions=pinned.extensions(),
                 ) as response,
             ):
-                raise_for_status(response)
+                raise_for_status(response, model)
                 async for data in _sse_data(response):
                     for chunk in translator.feed(data):
                         yield chunk
@@ -94,12 +95,13 @@ class StreamTranslator:
     ``finish()`` with the usage, after the stream ends.
     """
 
+    model: str = ""  # the model asked for, named in a rejection (ours, not the provider's text)
     calls: dict[int, dict[str, str]] = field(default_factory=dict)
     finished: ModelFinished = field(default_factory=ModelFinished)
 
     def feed(self, data: JsonObject) -> list[ChatChunk]:
         if data.get("error"):
-            raise error_from_payload(data["error"])
+            raise error_from_payload(data["error"], self.model)
         out: list[ChatChunk] = []
         usage = data.get("usage") or {}
         finish_reason: str | None = None
@@ -139,18 +141,19 @@ class StreamTranslator:
 
 SAFE_TOKEN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 SAFE_REASON = re.compile(r"^[A-Za-z -]{1,40}$")
+MODEL_NAME_SHOWN = 200
 
 
-def error_from_payload(error: JsonObject | str) -> WonderError:
+def error_from_payload(error: JsonObject | str, model: str = "") -> WonderError:
     """An OpenAI-style ``{"error": {...}}`` payload as the error it means for retries. Only its
-    numeric code and a short identifier (``type``/``code``, when it is one) are kept: the
-    provider's text never reaches a turn's events."""
+    numeric code and a short identifier (``type``/``code``, when it is one) are kept, beside the
+    model the request named: the provider's text never reaches a turn's events."""
     if isinstance(error, str):
         return RetryableError("model endpoint error")
     code = error.get("code")
     kind = _safe_kind(error)
     if isinstance(code, int) and 400 <= code < 500 and code not in (408, 429):
-        return InvalidInput(f"model endpoint rejected the request ({code}{kind})")
+        return InvalidInput(f"model endpoint rejected the request{_for(model)} ({code}{kind})")
     number = code if isinstance(code, int) else "stream"
     return RetryableError(f"model endpoint error ({number}{kind})")
 
@@ -163,8 +166,13 @@ def _safe_kind(error: JsonObject) -> str:
     return ""
 
 
-def raise_for_status(response: httpx.Response) -> None:
-    """A status of 400 or more as an error naming the status only (the body is not read)."""
+def _for(model: str) -> str:
+    return f" for model {model[:MODEL_NAME_SHOWN]!r}" if model else ""
+
+
+def raise_for_status(response: httpx.Response, model: str = "") -> None:
+    """A status of 400 or more as an error naming the status and the model asked for only (the
+    body is not read)."""
     status = response.status_code
     if status < 400:
         return
@@ -172,7 +180,7 @@ def raise_for_status(response: httpx.Response) -> None:
     summary = f"{status} {reason}".strip()
     if status in (408, 429) or status >= 500:
         raise RetryableError(f"model endpoint returned {summary}")
-    raise InvalidInput(f"model endpoint rejected the request ({summary})")
+    raise InvalidInput(f"model endpoint rejected the request{_for(model)} ({summary})")
 
 
 async def _sse_data(response: httpx.Response) -> AsyncIterator[JsonObject]:

@@ -71,6 +71,11 @@ EXEMPT: dict[tuple[str, str], tuple[int, str]] = {
         )
         for method in ("GET", "PUT", "DELETE")
     },
+    ("PUT", "/v1/secrets/{name}"): (
+        200,
+        "secret names are per client: a second client's PUT stores a secret of its own under "
+        "that name; the first client's secret is checked unchanged (its version)",
+    ),
     ("POST", "/v1/hooks/{hook_id}"): (
         401,
         "webhook deliveries authenticate by the hook's HMAC signature, not by an API key: a "
@@ -179,6 +184,8 @@ def _others(owner: Owner) -> None:
     trigger = {"schedule": "0 3 * * *", "template": "tick", "route": {"persona": persona}}
     owner.ids["trigger_id"] = ok(api.post("/v1/triggers", json=trigger), 201)["id"]
     ok(api.put(f"/v1/users/{owner.ids['user_id']}/quota", json={"concurrent_turns": 3}))
+    ok(api.put("/v1/secrets/sweep-token", json={"value": "s3cr3t-of-the-owner"}))
+    owner.ids["secret"] = "sweep-token"
 
 
 @pytest.fixture(scope="module")
@@ -226,7 +233,14 @@ FACTORIES: dict[str, Callable[[Owner, str], str]] = {
     "label": lambda o, _path: o.ids["label"],
     "hook_id": lambda o, _path: o.ids["hook_id"],
     "trigger_id": lambda o, _path: o.ids["trigger_id"],
+    "name": lambda o, path: _secret_name(o, path),
 }
+
+
+def _secret_name(owner: Owner, path: str) -> str:
+    if not path.startswith("/v1/secrets/"):
+        raise LookupError(f"{{name}} in {path}: not a secret's name, the sweep knows no other")
+    return owner.ids["secret"]
 
 
 class CannotBuild(Exception):
@@ -378,6 +392,7 @@ def _snapshot(owner: Owner) -> dict[str, Any]:
         "hook": ok(api.get(f"/v1/hooks/{ids['hook_id']}")),
         "trigger": ok(api.get(f"/v1/triggers/{ids['trigger_id']}")),
         "user_quota": ok(api.get(f"/v1/users/{ids['user_id']}/quota")),
+        "secret": ok(api.get(f"/v1/secrets/{ids['secret']}")),
         "library": {
             kind: ok(api.get(f"/v1/{kind}/{ids[kind]}/versions")) for kind in LIBRARY_KINDS
         },

@@ -339,6 +339,16 @@ def test_translator_raises_error_payloads_by_retryability() -> None:
     assert isinstance(error_from_payload({"message": "busy", "code": 429}), RetryableError)
 
 
+def test_a_rejection_names_the_model_asked_for_never_the_providers_text() -> None:
+    payload = {"error": {"message": "key sk-secret is not valid", "code": 404, "type": "NotFound"}}
+    with pytest.raises(InvalidInput) as rejected:
+        StreamTranslator(model="no-such-model").feed(payload)
+    assert str(rejected.value) == (
+        "model endpoint rejected the request for model 'no-such-model' (404, NotFound)"
+    )
+    assert "sk-secret" not in str(error_from_payload(payload["error"], "m"))
+
+
 # --------------------------------------------------------------------------- shortcuts
 
 CALC = ToolSpec(
