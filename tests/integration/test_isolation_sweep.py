@@ -186,6 +186,8 @@ def _others(owner: Owner) -> None:
     ok(api.put(f"/v1/users/{owner.ids['user_id']}/quota", json={"concurrent_turns": 3}))
     ok(api.put("/v1/secrets/sweep-token", json={"value": "s3cr3t-of-the-owner"}))
     owner.ids["secret"] = "sweep-token"
+    ok(api.put(f"/v1/conversations/{conv}/context/sweep-plan", json={"value": {"step": 1}}))
+    owner.ids["context_key"] = "sweep-plan"
 
 
 @pytest.fixture(scope="module")
@@ -234,7 +236,14 @@ FACTORIES: dict[str, Callable[[Owner, str], str]] = {
     "hook_id": lambda o, _path: o.ids["hook_id"],
     "trigger_id": lambda o, _path: o.ids["trigger_id"],
     "name": lambda o, path: _secret_name(o, path),
+    "key": lambda o, path: _context_key(o, path),
 }
+
+
+def _context_key(owner: Owner, path: str) -> str:
+    if not path.startswith("/v1/conversations/{conversation_id}/context/"):
+        raise LookupError(f"{{key}} in {path}: not a context entry's key, the sweep knows no other")
+    return owner.ids["context_key"]
 
 
 def _secret_name(owner: Owner, path: str) -> str:
@@ -288,6 +297,8 @@ def example(schema: dict[str, Any], spec: dict[str, Any], where: str) -> Any:
         return max(schema.get("minimum", 1), 1)
     if kind == "boolean":
         return False
+    if kind is None and not schema.keys() - {"title", "description", "examples"}:
+        return "x1"  # any JSON value
     raise CannotBuild(f"{where}: no example for schema {schema!r}")
 
 
@@ -393,6 +404,8 @@ def _snapshot(owner: Owner) -> dict[str, Any]:
         "trigger": ok(api.get(f"/v1/triggers/{ids['trigger_id']}")),
         "user_quota": ok(api.get(f"/v1/users/{ids['user_id']}/quota")),
         "secret": ok(api.get(f"/v1/secrets/{ids['secret']}")),
+        "context": ok(api.get(f"/v1/conversations/{conv}/context")),
+        "memory_upkeep": ok(api.get(f"/v1/agents/{ids['agent_id']}/memory-upkeep")),
         "library": {
             kind: ok(api.get(f"/v1/{kind}/{ids[kind]}/versions")) for kind in LIBRARY_KINDS
         },
