@@ -22,7 +22,8 @@ query, through the default path (resident vectors) and through the index path (w
 too large to hold gets, ``resident_mib=0``). A fresh service per day and path pays its cold load
 in the ``--warmup`` queries, which are not counted. Printed per day: p50 per copy and path, the
 agent's rows, the table's fragments and versions, and the upkeep's seconds; the last stdout line
-is one JSON object with the first and last days' p50s and their ratios.
+is one JSON object with the first and last days' p50s, their ratios, and each day's no-upkeep
+p50 over its upkeep p50 (the same-run figure: both copies are searched in the same minutes).
 
 Progress goes to stderr.
 """
@@ -304,6 +305,31 @@ def summary(days: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, A
         },
         "stats_last_day": last["stats"],
         "per_day_p50_ms": [{"day": d["day"], **d["p50_ms"]} for d in days],
+        "no_upkeep_over_upkeep": same_day_ratios(days),
+    }
+
+
+def same_day_ratios(days: list[dict[str, Any]]) -> dict[str, Any]:
+    """No-upkeep p50 ÷ upkeep p50 of the same day and path (both copies searched interleaved,
+    so a machine's load swings cancel out): per day, and the median over the days with writes."""
+    per_day = [
+        {
+            "day": d["day"],
+            **{
+                path: round(
+                    d["p50_ms"]["no_upkeep"][path] / max(d["p50_ms"]["upkeep"][path], 1e-9), 2
+                )
+                for path in PATHS
+            },
+        }
+        for d in days
+    ]
+    written = [r for r in per_day if r["day"] > 0] or per_day
+    return {
+        "per_day": per_day,
+        "median_over_days_with_writes": {
+            path: round(statistics.median(r[path] for r in written), 2) for path in PATHS
+        },
     }
 
 

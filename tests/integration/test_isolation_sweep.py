@@ -194,6 +194,9 @@ def _others(owner: Owner) -> None:
 def owner(gateway_url: str, ray_cluster: Cluster, embedder_app: str) -> Iterator[Owner]:
     client_id, key = make_client(ray_cluster.store, "sweep-owner")
     with http_client(gateway_url, key) as api:
+        # Making the objects waits on turns and a workflow run (wait_s 60): on a loaded machine
+        # they answer after the default 30 s.
+        api.timeout = httpx.Timeout(120)
         made = Owner(api, client_id)
         _library(made)
         _conversation(made)
