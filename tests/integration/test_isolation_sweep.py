@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import pytest
@@ -330,9 +331,19 @@ def probes(spec: dict[str, Any], owner: Owner) -> tuple[list[Probe], list[str]]:
             except (CannotBuild, LookupError) as exc:
                 problems.append(f"{name}: {exc}")
                 continue
-            path = template.format(**values)
+            path = template.format(**values) + _query(operation, spec, name)
             built.append(Probe(method.upper(), template, path, tuple(values.values()), body))
     return built, problems
+
+
+def _query(operation: dict[str, Any], spec: dict[str, Any], where: str) -> str:
+    """The operation's required query parameters (a search's ``q``), as a query string."""
+    required = {
+        p["name"]: example(p.get("schema", {}), spec, f"{where} ?{p['name']}")
+        for p in operation.get("parameters", [])
+        if p.get("in") == "query" and p.get("required")
+    }
+    return f"?{urlencode(required)}" if required else ""
 
 
 def _fill(param: str, owner: Owner, template: str) -> str:
