@@ -10,29 +10,38 @@ export RAY_USAGE_STATS_ENABLED ?= 0
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 
-.PHONY: install system-packages up down status test test-postgres test-unit lint bench clean
+.PHONY: install system-packages test-system-packages up down status test test-postgres test-unit lint bench clean
 
 install: $(STAMP) system-packages
 
-# From Debian's packages, a no-op when already on the machine: PostgreSQL (the tests start servers
-# themselves on 127.0.0.1 with initdb/pg_ctl in a temp dir), Redis (the multi-node tier's head
-# keeps the GCS's tables in a redis-server the tests start on 127.0.0.1: GCS fault tolerance),
+# From Debian's packages, a no-op when already on the machine. What running Wonder needs:
 # bubblewrap, socat and git (shell.exec runs each command in a bubblewrap sandbox, socat bridges
-# its egress proxy in, docs/workspaces.md; git drives workspaces), Node.js (tests/security runs the
-# web console's script under it), curl and jq (the README's example).
+# its egress proxy in, docs/workspaces.md; git drives workspaces), curl and jq (the README's
+# example).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 system-packages:
 	@missing=""; \
-	  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
-	  command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	  command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
 	  command -v socat >/dev/null || missing="$$missing socat"; \
 	  command -v git >/dev/null || missing="$$missing git"; \
-	  command -v node >/dev/null || missing="$$missing nodejs"; \
 	  command -v curl >/dev/null || missing="$$missing curl"; \
 	  command -v jq >/dev/null || missing="$$missing jq"; \
 	  if [ -n "$$missing" ]; then \
 	    echo "==> installing Debian packages:$$missing"; \
+	    $(SUDO) apt-get update -q && \
+	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; fi
+
+# What only the tests need: PostgreSQL (the tests start servers themselves on 127.0.0.1 with
+# initdb/pg_ctl in a temp dir), Redis (the multi-node tier's head keeps the GCS's tables in a
+# redis-server the tests start on 127.0.0.1: GCS fault tolerance), Node.js (tests/security runs the
+# web console's script under it).
+test-system-packages:
+	@missing=""; \
+	  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	  command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	  command -v node >/dev/null || missing="$$missing nodejs"; \
+	  if [ -n "$$missing" ]; then \
+	    echo "==> installing Debian packages for the tests:$$missing"; \
 	    $(SUDO) apt-get update -q && \
 	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; fi
 
@@ -65,11 +74,11 @@ status:
 # load 35-130 here: too long for `make test`; run it when the store changes.
 PG_INTEGRATION := $(addprefix tests/integration/,test_conversation_actor.py test_gateway_stream.py \
   test_workflows.py test_memory_recall.py test_conversation_tree.py)
-test: install
+test: install test-system-packages
 	$(BIN)/python -m pytest --durations=40 tests
 	$(BIN)/python -m pytest --database=postgresql $(PG_INTEGRATION)
 
-test-postgres: install
+test-postgres: install test-system-packages
 	$(BIN)/python -m pytest --database=postgresql tests/integration
 
 test-unit: install

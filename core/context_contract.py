@@ -1,5 +1,5 @@
 """The context-assembly hook's contract (version 1): what a persona's hook is given and what it
-may answer (docs/contracts.md "Hooks").
+may answer (docs/internals/contracts.md "Hooks").
 
 The hook is given everything the turn knows — the conversation, the turn, the persona, the model
 profile, the resolved tool specs, the agent id — and the request the loop would send without it

@@ -83,7 +83,7 @@ class Settings(BaseSettings):
         4, ge=0, description="Extra connections a process may open briefly (never more)"
     )
     s3_endpoint_url: str | None = Field(None, description="S3-compatible endpoint for s3:// URIs")
-    # Memory vector search (core/memory/tuning.py, docs/memory.md "Indexes").
+    # Memory vector search (core/memory/tuning.py, docs/internals/memory.md "Indexes").
     memory_vector_index: VectorIndexKind = Field(
         "ivf_sq", description="Vector index the compact job builds: ivf_sq, ivf_pq, ivf_hnsw_sq"
     )
@@ -116,11 +116,13 @@ class Settings(BaseSettings):
     )
 
     ray_address: str | None = Field(None, description="Ray cluster to attach to; None = start one")
-    ray_namespace: str = "wonder"
+    ray_namespace: str = Field("wonder", description="Ray namespace of Wonder's named actors")
     ray_num_cpus: int | None = Field(None, description="Logical CPUs for a locally started Ray")
 
-    gateway_host: str = "127.0.0.1"
-    gateway_port: int = 8000
+    gateway_host: str = Field(
+        "127.0.0.1", description="Address the gateway (Serve's proxy) listens on"
+    )
+    gateway_port: int = Field(8000, description="Port of the gateway: REST, WebSocket and /llm/v1")
     gateway_num_replicas: int = Field(
         1, ge=1, description="Gateway replicas (Serve spreads them over non-accelerator nodes)"
     )
@@ -156,10 +158,14 @@ class Settings(BaseSettings):
     cursor_secret: SecretStr | None = Field(
         None, description="Signs page cursors; default: a secret the store makes once (shared)"
     )
-    dashboard_port: int = 8265
+    dashboard_port: int = Field(8265, description="Ray dashboard port of a locally started head")
 
-    conversation_idle_ttl_s: float = Field(600.0, gt=0)
-    max_resident_conversations: int = Field(64, ge=1)
+    conversation_idle_ttl_s: float = Field(
+        600.0, gt=0, description="An idle conversation actor persists and exits after this long"
+    )
+    max_resident_conversations: int = Field(
+        64, ge=1, description="Live conversation actors at most (the idlest leave first)"
+    )
     max_starting_conversations: int | None = Field(
         None,
         ge=1,
@@ -172,7 +178,9 @@ class Settings(BaseSettings):
     max_waiting_conversations: int = Field(
         512, ge=0, description="Activations queued for a start slot before refusing with 503"
     )
-    max_delegation_depth: int = Field(3, ge=0, le=20)
+    max_delegation_depth: int = Field(
+        3, ge=0, le=20, description="How deep agents may delegate to agents"
+    )
 
     # Egress (docs/security.md "Egress"): where http.request and model providers may connect.
     http_allowed_hosts: list[str] = Field(
@@ -339,8 +347,12 @@ class Settings(BaseSettings):
     llm_min_replicas: int | None = Field(None, ge=0, description="Autoscaling floor")
     llm_max_replicas: int | None = Field(None, ge=1, description="Autoscaling ceiling")
     llm_target_ongoing_requests: float = Field(8.0, gt=0, description="Streams per replica")
-    llm_upscale_delay_s: float = Field(10.0, ge=0)
-    llm_downscale_delay_s: float = Field(120.0, ge=0)
+    llm_upscale_delay_s: float = Field(
+        10.0, ge=0, description="Autoscaling: load held this long adds a replica"
+    )
+    llm_downscale_delay_s: float = Field(
+        120.0, ge=0, description="Autoscaling: idleness held this long removes a replica"
+    )
     llm_allow_scale_to_zero: bool = Field(
         False, description="Let the primary model scale to 0 (a first message then waits)"
     )
@@ -374,7 +386,7 @@ class Settings(BaseSettings):
     llm_lora_modules: dict[str, str] = Field(
         default_factory=dict, description="LoRA adapters of the primary model: name → directory"
     )
-    llm_max_lora_rank: int = Field(16, ge=1)
+    llm_max_lora_rank: int = Field(16, ge=1, description="Largest LoRA rank the engine accepts")
     llm_models: list[LlmModelSettings] = Field(
         default_factory=list, description="More models served side by side (JSON list)"
     )

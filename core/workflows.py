@@ -637,7 +637,7 @@ class NodeRecord(_Model):
 
     Everything the coordinator's planning knows about the token is here (its fan-out item and
     index, a join's branches, the fan-out it started), so a re-created coordinator rebuilds the
-    run from these records (docs/workflows.md, "A coordinator that dies").
+    run from these records (docs/internals/workflows.md, "A coordinator that dies").
     """
 
     run_id: str

@@ -9,7 +9,7 @@ job is safe while conversations write, and a rerun finishes whatever an interrup
 
 A selection of at most ``--in-process-max-rows`` rows is embedded in the job's own process instead
 (same model, same write-back): an actor pool's fixed cost — a worker process, its imports and the
-model load, Ray Data's start — is what dominates a small job (docs/memory.md "Benchmark").
+model load, Ray Data's start — is what dominates a small job (docs/internals/memory.md "Benchmark").
 
 ``--output URI`` writes a complete new memories table at ``URI`` with ``write_lance`` instead (a
 model with a different dimension: point ``WONDER_LANCE_URI`` at it when done).

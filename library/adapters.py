@@ -42,9 +42,9 @@ def adapter_openai(data: dict[str, Any]) -> dict[str, Any]:
 
 @library_callable
 def newest_first_with_index(data: dict[str, Any]) -> dict[str, Any]:
-    """An example of a hook that chooses what history the model sees (docs/contracts.md): an index
-    of the earlier questions in the system message, the earlier exchanges newest first, and the
-    current message last."""
+    """An example of a hook that chooses what history the model sees
+    (docs/internals/contracts.md): an index of the earlier questions in the system message, the
+    earlier exchanges newest first, and the current message last."""
     task_input = data.get("input") or {}
     request = dict(task_input.get("request") or {})
     messages = [dict(m) for m in request.get("messages") or []]

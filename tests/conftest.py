@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -19,9 +20,16 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # The suite uses the scripted model (a test double: off unless the operator enables it) and the
-# callables of tests/callables.py (registered the way an operator adds a module).
+# callables of tests/callables.py (registered the way an operator adds a module), with the module
+# docs/tutorials/custom-tool.md has a reader write, on the path the way the page puts it there.
+TUTORIAL_TOOLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tutorials", "tools")
+LIBRARY_CALLABLES = '["tests.callables", "wordtools"]'
 os.environ["WONDER_ALLOW_TEST_DOUBLES"] = "true"
-os.environ["WONDER_LIBRARY_CALLABLES"] = '["tests.callables"]'
+os.environ["WONDER_LIBRARY_CALLABLES"] = LIBRARY_CALLABLES
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (os.environ.get("PYTHONPATH", ""), TUTORIAL_TOOLS) if p
+)  # Ray's workers and the suite's subprocesses inherit it
+sys.path.append(TUTORIAL_TOOLS)
 
 
 def free_port() -> int:
@@ -190,7 +198,7 @@ def ray_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         "WONDER_PROJECT_URL_SCHEMES": '["https", "file"]',
         "WONDER_MODEL_ALLOWED_HOSTS": json.dumps(model_hosts),
         "WONDER_ALLOW_TEST_DOUBLES": "true",
-        "WONDER_LIBRARY_CALLABLES": '["tests.callables"]',
+        "WONDER_LIBRARY_CALLABLES": LIBRARY_CALLABLES,
         "RAY_AUTH_MODE": "disabled",
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",

@@ -3,7 +3,7 @@
 Every command prints its result on stdout: lines for a person, or with ``--json`` one JSON
 document (the API's own JSON for a read) and nothing else there; progress and errors go to
 stderr in JSON mode. A failure is one line on stderr, ``wonder: <message>``, and an exit code
-that says what kind of failure it was (``ExitCode``; docs/cli.md lists them).
+that says what kind of failure it was (``ExitCode``; docs/reference/cli.md lists them).
 """
 
 from __future__ import annotations

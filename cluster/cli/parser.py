@@ -36,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="wonder",
         description="Run Wonder (LLM agents as a Ray actor cluster) and talk to it.",
-        epilog="Settings are WONDER_* environment variables; see docs/cli.md.\n" + EXIT_CODES_HELP,
+        epilog="Settings are WONDER_* environment variables; see docs/reference/cli.md.\n"
+        + EXIT_CODES_HELP,
         formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=wonder_version())

@@ -6,7 +6,7 @@ the searching process (``core.memory.resident_cache``, within ``resident_mib``);
 serves larger agents and processes with no room.
 
 Measured on 1M synthetic memories, one agent of 10k prefiltered (``benchmarks/memory_search.py``,
-docs/memory.md "Benchmark"): IVF_SQ with ~√rows rows per partition, 20 probes and the pool
+docs/internals/memory.md "Benchmark"): IVF_SQ with ~√rows rows per partition, 20 probes and the pool
 re-scored on full vectors keeps recall@10 ≥ 0.95 against exact search at a fraction of a full
 scan. An agent holding at most ``flat_max_rows`` memories is searched exactly (flat over its
 rows): IVF probes find too few of a small agent's rows.

@@ -13,6 +13,7 @@ from serving.gateway import (
     admin,
     agents,
     api_docs,
+    api_examples,
     callables,
     console,
     context_channel,
@@ -122,4 +123,5 @@ def create_api(context: GatewayContext) -> FastAPI:
     # Webhook deliveries authenticate by the hook's signature, not by an API key; each posts as
     # the user who made the hook, checked where it lands (serving/gateway/hooks.py).
     api.include_router(hooks.delivery_router, responses=ERROR_RESPONSES)
+    api_examples.document(api)  # each route's description and examples (docs/reference/api.md)
     return api

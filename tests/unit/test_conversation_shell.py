@@ -567,7 +567,10 @@ async def test_extraction_gets_the_turns_moves(cluster: InProcessCluster) -> Non
     )
     ack = await cluster.post_message(conv, "what is 6*7?", "user-1")
     assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
-    transcript = cluster.store.context.get(conv, "transcript")
+    # Extraction runs off the reply's path: the turn completes before it has written.
+    transcript = await async_wait_for(
+        lambda: cluster.store.context.get(conv, "transcript"), timeout=20
+    )
     assert [entry["role"] for entry in transcript] == ["user", "tool_call", "agent"]
     call = transcript[1]
     assert call["name"] == "calc" and call["arguments"] == {"expression": "6*7"}

@@ -1,0 +1,697 @@
+"""What the API reference says of each route beyond its summary: a description, an example
+request body and an example answer, kept here beside the routes and put into the OpenAPI
+document by ``document`` (so ``/docs``, ``/openapi.json`` and ``docs/reference/api.md`` all
+show them). ``tests/unit/test_reference_docs.py`` fails when a route has no entry.
+
+Examples are illustrations: ids and times are made up; shapes are the routes' own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+
+T = "2026-01-06T10:14:02Z"
+CLIENT, AGENT, CONV, TURN, MSG = "client_01J9", "agent_01J9", "conv_01J9", "turn_01J9", "msg_01J9"
+RUN, PROJECT, KEY, HOOK, TRIGGER = "run_01J9", "proj_01J9", "key_01J9", "hook_01J9", "trig_01J9"
+
+PERSONA = {
+    "id": "pirate",
+    "version": 1,
+    "owner": CLIENT,
+    "system_prompt": "You are a pirate. Answer in one short sentence.",
+    "model_profile_id": "local",
+    "tool_ids": ["calculator"],
+}
+PROFILE = {"id": "fast", "version": 1, "owner": CLIENT, "provider": "vllm", "model": "default"}
+TOOL = {
+    "id": "word_count",
+    "version": 1,
+    "owner": CLIENT,
+    "name": "word_count",
+    "description": "Count the words of a text exactly.",
+    "target_type": "task",
+    "target_id": "word_count",
+    "input_schema": {
+        "type": "object",
+        "required": ["text"],
+        "properties": {"text": {"type": "string"}},
+    },
+}
+TASK = {
+    "id": "word_count",
+    "version": 1,
+    "owner": CLIENT,
+    "description": "Count the words of a text.",
+    "actions": [{"kind": "python", "params": {"callable": "wordtools:count_words"}}],
+}
+WORKFLOW = {
+    "id": "floor_price",
+    "version": 1,
+    "owner": CLIENT,
+    "nodes": [
+        {
+            "id": "area",
+            "kind": "task",
+            "target_id": "calculator",
+            "input_mapping": {"expression": "{{input.width}} * {{input.length}}"},
+        }
+    ],
+    "edges": [],
+}
+LIBRARY = {
+    "personas": PERSONA,
+    "model-profiles": PROFILE,
+    "tools": TOOL,
+    "tasks": TASK,
+    "workflows": WORKFLOW,
+}
+AGENT_OUT = {
+    "id": AGENT,
+    "client_id": CLIENT,
+    "name": "Captain",
+    "persona_ref": {"id": "pirate", "version": None, "owner": None},
+    "project_ids": [],
+    "created_at": T,
+}
+CONVERSATION = {
+    "id": CONV,
+    "client_id": CLIENT,
+    "agent_id": AGENT,
+    "participants": [{"type": "agent", "id": AGENT}],
+    "status": "active",
+    "title": "Plans",
+    "depth": 0,
+    "concurrency_policy": "parallel",
+    "created_at": T,
+}
+MESSAGE = {
+    "id": MSG,
+    "conversation_id": CONV,
+    "turn_id": TURN,
+    "role": "user",
+    "author": CLIENT,
+    "content": "What is 12*7?",
+    "seq": 2,
+    "source": "human",
+    "created_at": T,
+    "inherited_from": None,
+}
+TURN_OUT = {
+    "id": TURN,
+    "conversation_id": CONV,
+    "agent_id": AGENT,
+    "parent_turn_id": None,
+    "caller": "user",
+    "input": "What is 12*7?",
+    "status": "completed",
+    "usage": {"prompt_tokens": 212, "completion_tokens": 9},
+    "created_at": T,
+    "completed_at": T,
+}
+MOVE = {
+    "index": 0,
+    "tool_call": {"id": "call_1", "name": "calculator", "input": {"expression": "12*7"}},
+    "tool_result": {"success": True, "result": {"expression": "12*7", "result": 84}},
+}
+RUN_OUT: dict[str, Any] = {
+    "run": {
+        "id": RUN,
+        "workflow_id": "floor_price",
+        "workflow_version": 1,
+        "status": "completed",
+        "input": {"width": 3, "length": 4.5},
+        "output": {"area_m2": 13.5},
+        "error": None,
+        "created_at": T,
+        "finished_at": T,
+        "events": [],
+    },
+    "nodes": [
+        {
+            "run_id": RUN,
+            "token_id": "tok_1",
+            "seq": 1,
+            "node_id": "area",
+            "kind": "task",
+            "state": "done",
+            "input": {"expression": "3 * 4.5"},
+            "output": {"expression": "3 * 4.5", "result": 13.5},
+        }
+    ],
+}
+MEMORY = {
+    "id": "mem_01J9",
+    "agent_id": AGENT,
+    "type": "fact",
+    "content": "The user lives in Lyon.",
+    "significance": 0.7,
+    "subject": "user.city",
+    "metadata": "{}",
+    "created_at": T,
+    "updated_at": T,
+}
+PROJECT_OUT = {
+    "id": PROJECT,
+    "client_id": CLIENT,
+    "name": "notes",
+    "repository": "/var/wonder/projects/proj_01J9",
+    "origin": None,
+    "managed": True,
+    "default_branch": "main",
+    "push_on_merge": False,
+    "artifacts_repository": "/var/wonder/projects/proj_01J9-artifacts",
+    "created_at": T,
+    "status": "ready",
+}
+BRANCH = {
+    "project_id": PROJECT,
+    "branch": f"wonder/conv-{CONV}",
+    "default_branch": "main",
+    "head": "9c1e2f0",
+    "ahead": 1,
+    "behind": 0,
+    "commits": [{"commit": "9c1e2f0", "subject": "Start the notes"}],
+}
+DIFF = {
+    "base": "3f2a7d1",
+    "branch": f"wonder/conv-{CONV}",
+    "files": ["NOTES.md"],
+    "diff": "diff --git a/NOTES.md b/NOTES.md\n+# Notes\n",
+    "truncated": False,
+}
+MERGED = {
+    "status": "merged",
+    "commit": "b41d9e2",
+    "default_branch": "main",
+    "pushed": False,
+    "push_error": None,
+}
+QUOTA = {"requests_per_second": 20, "burst": 40, "concurrent_turns": 8, "tokens_per_day": 2000000}
+USER_QUOTA = {"requests_per_second": 2, "burst": 5, "concurrent_turns": 1}
+KEY_OUT = {
+    "id": KEY,
+    "client_id": CLIENT,
+    "name": "mobile app",
+    "scope": "app",
+    "status": "active",
+    "created_at": T,
+    "expires_at": "2026-12-31T23:59:59Z",
+    "revoked_at": None,
+}
+SECRET = {
+    "name": "openai-key",
+    "version": 1,
+    "created_at": T,
+    "created_by": f"client:{CLIENT}",
+    "rotated_at": None,
+    "rotated_by": None,
+    "size": 51,
+}
+MEMBER = {
+    "conversation_id": CONV,
+    "user_id": "ann",
+    "level": "writer",
+    "granted_at": T,
+    "granted_by": "owner-user",
+}
+HOOK_OUT = {
+    "id": HOOK,
+    "route": {"kind": "session", "target": "inbox"},
+    "title": "Inbox",
+    "created_at": T,
+}
+TRIGGER_OUT = {
+    "id": TRIGGER,
+    "client_id": CLIENT,
+    "schedule": "0 8 * * 1-5",
+    "template": "Good morning: what is on today?",
+    "route": {"kind": "session", "target": "daily"},
+    "next_due": T,
+    "created_at": T,
+}
+DELIVERED = {"conversation_id": CONV, "turn_id": TURN, "message_id": MSG, "seq": 2}
+
+
+@dataclass(frozen=True)
+class RouteDoc:
+    """A route's description and examples (``request`` None: the route takes no body)."""
+
+    description: str
+    response: Any
+    request: Any = None
+
+
+def _library(kind: str) -> dict[tuple[str, str], RouteDoc]:
+    obj = LIBRARY[kind]
+    body = {k: v for k, v in obj.items() if k not in ("id", "version", "owner")}
+    path = f"/v1/{kind}/{{obj_id}}"
+    return {
+        ("PUT", path): RouteDoc(
+            "Stores the body as the next version under the path's id (an unchanged body returns "
+            "the current version). Ids the system library holds are read-only (403); the body "
+            "is validated whole (422 naming the field) and its references checked.",
+            obj,
+            body,
+        ),
+        ("GET", path): RouteDoc(
+            "Your object with that id, else the system library's; `?version=N` for an older "
+            "version, `?owner=system` for the system's even when you have your own.",
+            obj,
+        ),
+        ("GET", f"/v1/{kind}"): RouteDoc(
+            "The latest version of every object you can use: the system library's and yours "
+            "(at most WONDER_LIST_MAX_ITEMS).",
+            {"items": [obj]},
+        ),
+        ("GET", f"{path}/versions"): RouteDoc(
+            "Every stored version, oldest first.", {"items": [{**obj, "version": 1}]}
+        ),
+    }
+
+
+ROUTES: dict[tuple[str, str], RouteDoc] = {
+    ("GET", "/healthz"): RouteDoc(
+        "Answers while the gateway runs and its store answers; needs no key.", {"status": "ok"}
+    ),
+    **{key: doc for kind in LIBRARY for key, doc in _library(kind).items()},
+    ("GET", "/v1/library/callables"): RouteDoc(
+        "The registered functions a task's `python` action may name: the shipped library's and "
+        "the operator's (WONDER_LIBRARY_CALLABLES).",
+        {
+            "items": [
+                {
+                    "name": "library.callables:calculate",
+                    "description": "Task callable: evaluate an arithmetic expression.",
+                    "async": False,
+                }
+            ]
+        },
+    ),
+    ("POST", "/v1/agents"): RouteDoc(
+        "An agent runs a persona (yours, else the system's; pin a version or not) and may be "
+        "scoped to projects.",
+        AGENT_OUT,
+        {"name": "Captain", "persona_ref": {"id": "pirate"}},
+    ),
+    ("GET", "/v1/agents"): RouteDoc("Your agents, oldest first.", {"items": [AGENT_OUT]}),
+    ("GET", "/v1/agents/{agent_id}"): RouteDoc(
+        "One of your agents (404: unknown or not yours).", AGENT_OUT
+    ),
+    ("POST", "/v1/conversations"): RouteDoc(
+        "A conversation with an agent (and, with `project_id`, its own branch of the project). "
+        "Its first event, `conversation_started`, is seq 1.",
+        CONVERSATION,
+        {"agent_id": AGENT, "title": "Plans"},
+    ),
+    ("GET", "/v1/conversations"): RouteDoc(
+        "A page of your conversations (`ancestry=roots|children|all`), ordered by creation; pass "
+        "`next_cursor` as `after_cursor` for the next page.",
+        {"items": [CONVERSATION], "next_cursor": None},
+    ),
+    ("GET", "/v1/conversations/{conversation_id}"): RouteDoc(
+        "One conversation: its agent, participants, status, branch and policy.", CONVERSATION
+    ),
+    ("DELETE", "/v1/conversations/{conversation_id}"): RouteDoc(
+        "Deletes the conversation and every child it started, with their workspaces; refused "
+        "(409) while a fork inherits from any of them.",
+        {"deleted": [CONV]},
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/children"): RouteDoc(
+        "Conversations this one started by delegating to agents.",
+        {"items": [{**CONVERSATION, "id": "conv_01K2", "depth": 1}], "next_cursor": None},
+    ),
+    ("POST", "/v1/conversations/{conversation_id}/complete"): RouteDoc(
+        "Marks the conversation completed: later messages are refused (409).",
+        {**CONVERSATION, "status": "completed"},
+    ),
+    ("POST", "/v1/conversations/{conversation_id}/forks"): RouteDoc(
+        "A new conversation whose history is this one's up to and including `turn_id` (which "
+        "must have ended: 409 while it runs). Nothing is copied.",
+        {
+            **CONVERSATION,
+            "id": "conv_01K2",
+            "forked_from_conversation_id": CONV,
+            "forked_at_turn_id": TURN,
+        },
+        {"turn_id": TURN, "title": "Another way"},
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/forks"): RouteDoc(
+        "The forks made from this conversation.",
+        {
+            "items": [{**CONVERSATION, "id": "conv_01K2", "forked_from_conversation_id": CONV}],
+            "next_cursor": None,
+        },
+    ),
+    ("POST", "/v1/conversations/{conversation_id}/messages"): RouteDoc(
+        "Takes the message and starts a turn in the background (202 once it is stored); follow "
+        "it on the WebSocket stream or the events. A conversation that rejects messages mid-turn "
+        "answers 409.",
+        {"turn_id": TURN, "message_id": MSG, "seq": 2},
+        {"content": "What is 12*7?"},
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/messages"): RouteDoc(
+        "Messages in order: forward from `after_seq`, or backward from `before_seq` / the end "
+        "(`tail=true`); a fork's inherited messages carry `inherited_from`.",
+        {"items": [MESSAGE], "older_before_seq": None},
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/turns"): RouteDoc(
+        "The conversation's turns, oldest first: status, input, usage, failure.",
+        {"items": [TURN_OUT]},
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/turns/{turn_id}"): RouteDoc(
+        "One turn with its moves: the model's tool calls and their results, in order.",
+        {**TURN_OUT, "moves": [MOVE]},
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/events"): RouteDoc(
+        "The durable events (what the stream replays, without token deltas), by seq.",
+        {
+            "items": [{"seq": 1, "type": "conversation_started", "conversation_id": CONV, "at": T}],
+            "older_before_seq": None,
+        },
+    ),
+    ("GET", "/v1/threads/{turn_id}"): RouteDoc(
+        "A turn with the chain of turns it continues from (across forks), its depth, tokens, "
+        "whether anything continues from it, the persona that ran it and the thread's messages.",
+        {
+            "turn_id": TURN,
+            "conversation_id": CONV,
+            "ancestry": [TURN],
+            "ancestry_conversations": [CONV],
+            "depth": 1,
+            "total_tokens": 221,
+            "has_children": False,
+            "persona": PERSONA,
+            "messages": [MESSAGE],
+        },
+    ),
+    ("PUT", "/v1/sessions/{label}"): RouteDoc(
+        "Names a conversation with a stable label: an existing one, or a new one with an agent.",
+        {"label": "atlas:main", "conversation_id": CONV, "head_turn_id": None, "created_at": T},
+        {"agent_id": AGENT},
+    ),
+    ("GET", "/v1/sessions/{label}"): RouteDoc(
+        "A session and its head: the latest turn of its conversation.",
+        {"label": "atlas:main", "conversation_id": CONV, "head_turn_id": TURN, "created_at": T},
+    ),
+    ("DELETE", "/v1/sessions/{label}"): RouteDoc(
+        "Removes the label; the conversation stays.", {"deleted": ["atlas:main"]}
+    ),
+    ("GET", "/v1/sessions"): RouteDoc(
+        "Your sessions by label.",
+        {
+            "items": [
+                {
+                    "label": "atlas:main",
+                    "conversation_id": CONV,
+                    "head_turn_id": TURN,
+                    "created_at": T,
+                }
+            ],
+            "next_after": None,
+        },
+    ),
+    ("POST", "/v1/messages"): RouteDoc(
+        "Sends a message where `to` says: a thread (a turn: forked when it is not the tip), a "
+        "session, or a persona (a new conversation); says where it went.",
+        {
+            "conversation_id": CONV,
+            "turn_id": TURN,
+            "message_id": MSG,
+            "seq": 4,
+            "forked": False,
+            "session": "atlas:main",
+        },
+        {"content": "And tomorrow?", "to": {"session": "atlas:main"}},
+    ),
+    ("POST", "/v1/triggers"): RouteDoc(
+        "A cron schedule that sends `template` as a message along `route` (at least "
+        "WONDER_TRIGGER_MIN_INTERVAL_S between firings).",
+        TRIGGER_OUT,
+        {
+            "schedule": "0 8 * * 1-5",
+            "template": "Good morning: what is on today?",
+            "route": {"session": "daily"},
+        },
+    ),
+    ("GET", "/v1/triggers"): RouteDoc("Your cron triggers.", {"items": [TRIGGER_OUT]}),
+    ("GET", "/v1/triggers/{trigger_id}"): RouteDoc(
+        "A trigger and the times it fired.", {**TRIGGER_OUT, "fired": [T]}
+    ),
+    ("DELETE", "/v1/triggers/{trigger_id}"): RouteDoc(
+        "Stops and deletes the trigger.", {"deleted": [TRIGGER]}
+    ),
+    ("PUT", "/v1/conversations/{conversation_id}/policy"): RouteDoc(
+        "What a message arriving while a turn is active does: `parallel` (a turn beside it), "
+        "`queue` (after it), `reject` (409), `interrupt` (cancels it).",
+        {"concurrency_policy": "queue"},
+        {"concurrency_policy": "queue"},
+    ),
+    ("POST", "/v1/conversations/{conversation_id}/turns/{turn_id}/cancel"): RouteDoc(
+        "Cancels a running turn; its open tool calls are closed with an error result. The body "
+        "is optional.",
+        {"turn_id": TURN, "status": "cancelled"},
+        {"reason": "not needed"},
+    ),
+    ("POST", "/v1/conversations/{conversation_id}/participants"): RouteDoc(
+        "Loops one of your agents in: from then on it answers messages that mention "
+        "`@<agent_id>`, with the shared history.",
+        {"agent_id": "agent_01K2", "joined": True},
+        {"agent_id": "agent_01K2"},
+    ),
+    ("DELETE", "/v1/conversations/{conversation_id}/participants/{agent_id}"): RouteDoc(
+        "The looped-in agent stops answering here.", {"agent_id": "agent_01K2", "left": True}
+    ),
+    ("POST", "/v1/workflows/{workflow_id}/runs"): RouteDoc(
+        "Starts a run; the input is checked against the workflow's `input_schema` (400). With "
+        "`wait_s` the answer waits up to that long for the run to end; with `project_id` the run "
+        "works on its own branch.",
+        RUN_OUT,
+        {"input": {"width": 3, "length": 4.5}, "wait_s": 60},
+    ),
+    ("GET", "/v1/workflow-runs/{run_id}"): RouteDoc(
+        "A run as it stands: status, output or error, events, and one record per node visit.",
+        RUN_OUT,
+    ),
+    ("GET", "/v1/workflow-runs"): RouteDoc(
+        "Your runs, newest first (`workflow_id`, `limit`).", {"items": [RUN_OUT["run"]]}
+    ),
+    ("POST", "/v1/workflow-runs/{run_id}/cancel"): RouteDoc(
+        "Cancels the run and what it has running (tasks, child runs, agent turns).",
+        {"run": {**RUN_OUT["run"], "status": "cancelled", "output": None}, "nodes": []},
+        {"reason": "not needed"},
+    ),
+    ("GET", "/v1/agents/{agent_id}/memories"): RouteDoc(
+        "The agent's memories, newest first (`types`, `include_consolidated`, paged).",
+        {"items": [MEMORY], "next_cursor": None},
+    ),
+    ("POST", "/v1/agents/{agent_id}/memories"): RouteDoc(
+        "Stores a memory; with `dedupe: auto` a fact on a known `subject` updates that one.",
+        {"action": "created", "memory": MEMORY},
+        {
+            "type": "fact",
+            "subject": "user.city",
+            "content": "The user lives in Lyon.",
+            "significance": 0.7,
+        },
+    ),
+    ("POST", "/v1/agents/{agent_id}/memories/search"): RouteDoc(
+        "The memories nearest the query (vector, full text or hybrid), ranked with significance.",
+        {"items": [{**MEMORY, "relevance": 0.82, "score": 0.78}]},
+        {"query": "where does the user live?", "k": 5},
+    ),
+    ("GET", "/v1/agents/{agent_id}/memories/{memory_id}"): RouteDoc(
+        "One memory with its full content.", MEMORY
+    ),
+    ("DELETE", "/v1/agents/{agent_id}/memories/{memory_id}"): RouteDoc(
+        "Deletes one memory.", {"deleted": ["mem_01J9"]}
+    ),
+    ("POST", "/v1/projects"): RouteDoc(
+        "A project: a new repository (201), or a clone of `repository` (202: it clones in the "
+        "background; `status` says when it is ready). Local paths and URLs only where the "
+        "operator allows them (403).",
+        PROJECT_OUT,
+        {"name": "notes"},
+    ),
+    ("GET", "/v1/projects"): RouteDoc("Your projects.", {"items": [PROJECT_OUT]}),
+    ("GET", "/v1/projects/{project_id}"): RouteDoc(
+        "A project, and how its clone goes (`status`, `error`).", PROJECT_OUT
+    ),
+    ("PATCH", "/v1/projects/{project_id}"): RouteDoc(
+        "Renames the project, changes its default branch or whether merges push.",
+        {**PROJECT_OUT, "name": "team notes"},
+        {"name": "team notes"},
+    ),
+    ("DELETE", "/v1/projects/{project_id}"): RouteDoc(
+        "Deletes a project no agent is scoped to (409 otherwise), with its workspaces.", None
+    ),
+    ("POST", "/v1/projects/{project_id}/push"): RouteDoc(
+        "Pushes the default branch to the origin it was cloned from.",
+        {"project_id": PROJECT, "branch": "main", "commit": "b41d9e2"},
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/branch"): RouteDoc(
+        "The conversation's working branch against the default branch.",
+        {**BRANCH, "conversation_id": CONV},
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/diff"): RouteDoc(
+        "The branch's committed changes since it left the default branch.", DIFF
+    ),
+    ("POST", "/v1/conversations/{conversation_id}/merge"): RouteDoc(
+        "Merges the branch into the default branch; a conflict changes nothing and answers "
+        "409 naming the files. The body is optional.",
+        MERGED,
+        {"message": "Merge the notes"},
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/workspace"): RouteDoc(
+        "The workspace: its branch's head and the files changed but not committed.",
+        {
+            "workspace_id": CONV,
+            "branch": f"wonder/conv-{CONV}",
+            "head": "9c1e2f0",
+            "worktree": f"/var/wonder/workspaces/{CONV}",
+            "changed_files": ["draft.md"],
+        },
+    ),
+    ("GET", "/v1/workflow-runs/{run_id}/branch"): RouteDoc(
+        "The run's working branch against the default branch.",
+        {**BRANCH, "run_id": RUN, "branch": f"wonder/run-{RUN}"},
+    ),
+    ("GET", "/v1/workflow-runs/{run_id}/diff"): RouteDoc(
+        "The run's committed changes since its branch left the default branch.",
+        {**DIFF, "branch": f"wonder/run-{RUN}"},
+    ),
+    ("POST", "/v1/workflow-runs/{run_id}/merge"): RouteDoc(
+        "Merges the run's branch into the default branch (409 naming conflicting files).",
+        MERGED,
+        {"message": "Merge the notes"},
+    ),
+    ("GET", "/v1/quota"): RouteDoc("Your client's quota (unset fields: unlimited).", QUOTA),
+    ("GET", "/v1/clients/{client_id}/quota"): RouteDoc(
+        "Any client's quota (an operator key).", QUOTA
+    ),
+    ("PUT", "/v1/clients/{client_id}/quota"): RouteDoc(
+        "Sets a client's quota (an operator key); omitted fields are unlimited.", QUOTA, QUOTA
+    ),
+    ("GET", "/v1/audit"): RouteDoc(
+        "Recorded changes, oldest first: yours (an operator key: everyone's).",
+        {
+            "items": [
+                {
+                    "id": "aud_01J9",
+                    "at": T,
+                    "actor": f"client:{CLIENT}",
+                    "client_id": CLIENT,
+                    "action": "library.put",
+                    "target": "personas:pirate",
+                    "details": {"version": 1},
+                }
+            ],
+            "next_cursor": None,
+        },
+    ),
+    ("GET", "/v1/user-quotas"): RouteDoc(
+        "Your users that have a quota of their own.",
+        {"items": [{"user_id": "ann", "quota": USER_QUOTA}]},
+    ),
+    ("GET", "/v1/users/{user_id}/quota"): RouteDoc(
+        "A user's own quota in your client (empty: only the client's applies).", USER_QUOTA
+    ),
+    ("PUT", "/v1/users/{user_id}/quota"): RouteDoc(
+        "Sets a user's quota (an admin-scope key); omitted fields are unlimited.",
+        USER_QUOTA,
+        USER_QUOTA,
+    ),
+    ("DELETE", "/v1/users/{user_id}/quota"): RouteDoc(
+        "Clears a user's quota: only the client's applies.", {}
+    ),
+    ("GET", "/v1/keys"): RouteDoc("Your client's keys, never their secrets.", {"items": [KEY_OUT]}),
+    ("POST", "/v1/keys"): RouteDoc(
+        "A new key; its secret (`api_key`) is shown once, here.",
+        {"key": KEY_OUT, "api_key": "wk_01J9EXAMPLE"},
+        {"name": "mobile app", "scope": "app", "expires_at": "2026-12-31T23:59:59Z"},
+    ),
+    ("GET", "/v1/keys/{key_id}"): RouteDoc("One of your client's keys.", KEY_OUT),
+    ("POST", "/v1/keys/{key_id}/revoke"): RouteDoc(
+        "The key stops working at once, on REST and on its open WebSockets.",
+        {**KEY_OUT, "status": "revoked", "revoked_at": T},
+    ),
+    ("POST", "/v1/keys/{key_id}/rotate"): RouteDoc(
+        "A new secret for the key (same name and scope); the old one is revoked, or expires "
+        "after `grace_s`. The body is optional.",
+        {"key": KEY_OUT, "api_key": "wk_01K2EXAMPLE"},
+        {"grace_s": 300},
+    ),
+    ("PUT", "/v1/secrets/{name}"): RouteDoc(
+        "Stores a secret's value (or a new version of it), sealed with the operator's key; the "
+        "value is never returned.",
+        SECRET,
+        {"value": "sk-example"},
+    ),
+    ("GET", "/v1/secrets/{name}"): RouteDoc("A secret's metadata, without its value.", SECRET),
+    ("DELETE", "/v1/secrets/{name}"): RouteDoc("Deletes the secret (an admin-scope key).", None),
+    ("GET", "/v1/secrets"): RouteDoc(
+        "Your secrets' names and metadata.", {"items": [SECRET], "next_cursor": None}
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/members"): RouteDoc(
+        "The users who may use the conversation, and at which level.", {"items": [MEMBER]}
+    ),
+    ("PUT", "/v1/conversations/{conversation_id}/members/{user_id}"): RouteDoc(
+        "Grants a user a level: reader, writer, manager or owner (a manager grants up to "
+        "manager; owner needs an owner).",
+        MEMBER,
+        {"level": "writer"},
+    ),
+    ("DELETE", "/v1/conversations/{conversation_id}/members/{user_id}"): RouteDoc(
+        "Revokes a user's access; answers the members left.", {"items": []}
+    ),
+    ("POST", "/v1/stream-tickets"): RouteDoc(
+        "A one-use ticket (30 s) for a browser to open a conversation's stream with `?ticket=` "
+        "instead of putting a key in the URL.",
+        {"ticket": "wt_01J9EXAMPLE", "conversation_id": CONV, "user_id": None, "expires_at": T},
+        {"conversation_id": CONV},
+    ),
+    ("POST", "/v1/hooks"): RouteDoc(
+        "A webhook: deliveries signed with its secret (shown once, here) become messages along "
+        "`route`.",
+        {**HOOK_OUT, "secret": "whsec_01J9EXAMPLE"},
+        {"route": {"session": "inbox"}, "title": "Inbox"},
+    ),
+    ("GET", "/v1/hooks"): RouteDoc("Your webhooks, without secrets.", {"items": [HOOK_OUT]}),
+    ("GET", "/v1/hooks/{hook_id}"): RouteDoc("A webhook, without its secret.", HOOK_OUT),
+    ("DELETE", "/v1/hooks/{hook_id}"): RouteDoc("Deletes the webhook.", {"deleted": [HOOK]}),
+    ("POST", "/v1/hooks/{hook_id}"): RouteDoc(
+        "A delivery: authenticated by `X-Wonder-Signature` (sha256 HMAC of "
+        "`<timestamp>.<body>` with the hook's secret) and `X-Wonder-Timestamp`, not by a key. "
+        'The body (or its JSON `content`, as in `{"content": "Order #1234 arrived"}`) '
+        "becomes a message; a repeat within the replay window "
+        "answers 200 with the first's result.",
+        {**DELIVERED, "forked": False, "session": "inbox", "replayed": False},
+    ),
+}
+
+
+def _status(route: APIRoute) -> str:
+    return str(route.status_code or 200)
+
+
+def document(api: FastAPI) -> None:
+    """Put each route's description and examples into ``api``'s OpenAPI document."""
+    for route in api.routes:
+        if not isinstance(route, APIRoute) or not route.include_in_schema:
+            continue
+        for method in route.methods:
+            doc = ROUTES.get((method, route.path_format))
+            if doc is None:
+                continue
+            route.description = doc.description
+            extra: dict[str, Any] = dict(route.openapi_extra or {})
+            if doc.response is not None:
+                content = {"application/json": {"example": doc.response}}
+                extra["responses"] = {_status(route): {"content": content}}
+            if doc.request is not None:
+                content = {"application/json": {"example": doc.request}}
+                extra["requestBody"] = {"content": content}
+            route.openapi_extra = extra
