@@ -30,6 +30,7 @@ from core.errors import ErrorCode, WonderError
 from core.jsontypes import JsonObject
 from core.llm.protocol import ChatModel
 from core.memory.embedding import Embedder
+from core.memory_policy import MemoryUpkeepPolicy
 from core.quotas import Refusal, TurnAdmission
 from core.workflows import ConversationParent, NodeRecord, WorkflowParent, WorkflowRun
 from core.workspaces import (
@@ -299,6 +300,22 @@ class TurnQuotas(Protocol):
     def acting_user(self, client_id: str, caller: Caller) -> str | None:
         """The user a new turn works for: a user caller (not the client acting as itself), or
         the user of the turn whose delegation or workflow calls."""
+        ...
+
+
+class MemoryUpkeepRunner(Protocol):
+    """Runs scheduled memory upkeep off the scheduler (a Ray task each), answering its totals.
+
+    Failures raise (``WonderError`` for expected ones): the scheduler records them on the entry."""
+
+    async def agent(
+        self, agent_id: str, client_id: str, policy: MemoryUpkeepPolicy, now: datetime
+    ) -> JsonObject:
+        """Consolidation and retention of one agent's memories (``jobs.upkeep``)."""
+        ...
+
+    async def compact(self) -> JsonObject:
+        """Indexes and compaction of the memories table (``jobs.compact``)."""
         ...
 
 

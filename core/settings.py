@@ -18,6 +18,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.allow_list import parse_entry
 from core.client_address import Network, parse_networks
+from core.cron import parse_cron
+from core.errors import InvalidInput
 from core.memory.tuning import VectorIndexKind, VectorTuning
 
 URL_SCHEMES = frozenset({"https", "http", "ssh", "git", "file"})
@@ -101,6 +103,17 @@ class Settings(BaseSettings):
     )
     memory_resident_max_rows: int = Field(
         50_000, ge=0, description="Agents with more memories are searched through the index"
+    )
+    memory_compact_schedule: str = Field(
+        "41 * * * *",
+        description="When the platform compacts the memories table and folds new rows into its "
+        "indexes (five cron fields, UTC); 'off': never (run `wonder job compact` yourself)",
+    )
+    memory_upkeep_reconcile_s: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="How often the scheduler reads agents' memory upkeep policies",
     )
 
     # Observability (docs/observability.md): model call records, turn traces, their retention.
@@ -434,6 +447,22 @@ class Settings(BaseSettings):
     embedder_placement: Literal["cpu", "accelerator", "any"] = Field(
         "cpu", description="cpu|accelerator|any: where embedder replicas go"
     )
+
+    @field_validator("memory_compact_schedule")
+    @classmethod
+    def _compact_schedule(cls, value: str) -> str:
+        if value.strip().lower() in ("", "off"):
+            return "off"
+        try:
+            parse_cron(value)
+        except InvalidInput as exc:
+            raise ValueError(exc.message) from None
+        return value.strip()
+
+    @property
+    def compact_schedule(self) -> str | None:
+        """The memories table's compaction schedule, None when it is off."""
+        return None if self.memory_compact_schedule == "off" else self.memory_compact_schedule
 
     @field_validator("shell_egress_networks")
     @classmethod

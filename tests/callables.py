@@ -121,3 +121,12 @@ def previous_as_context(data: dict[str, Any]) -> dict[str, Any]:
     """A context-assembly hook's answer: the previous action's ``value`` as system context."""
     previous = data.get("previous") or {}
     return {"system_context": str(previous.get("value"))}
+
+
+@library_callable
+def pending_as_context(data: dict[str, Any]) -> dict[str, Any]:
+    """A context-assembly hook's answer: the pending operations it was given, as system context
+    (``tool@turn_id`` each)."""
+    pending = (data.get("input") or data).get("pending") or []
+    seen = ", ".join(f"{p.get('tool')}@{p.get('turn_id')}" for p in pending)
+    return {"system_context": f"hook saw pending: {seen or 'none'}"}

@@ -79,7 +79,13 @@ class AgentSetup:
 
     @property
     def extraction_task_id(self) -> str | None:
-        return self.persona.memory_extraction_task_id
+        """The memory-extraction hook: a library task's id, or a workflow's
+        (``extraction_is_workflow``)."""
+        return self.persona.extraction_hook
+
+    @property
+    def extraction_is_workflow(self) -> bool:
+        return self.persona.memory_extraction_workflow is not None
 
 
 class TurnPhase(StrEnum):
@@ -500,6 +506,7 @@ class StartOperation:
     call: ToolCallRequested
     operation: AsyncOperation
     ack: ToolResult
+    tool: Tool | None = None  # what it calls (an agent tool in loop_in mode joins at once)
 
 
 @dataclass(frozen=True, slots=True)

@@ -591,6 +591,7 @@ def _finish(
         turn_id=turn_id,
         agent_id=agent_id or setup.agent.id,
         task_id=task_id,
+        workflow=setup.extraction_is_workflow,
     )
     return [
         CompleteTurn(turn_id, usage, at, extraction=pending),

@@ -42,7 +42,7 @@ from actors.conversation.log import token_event
 from actors.conversation.ports import ConversationPorts
 from actors.conversation.records import WAITING
 from actors.conversation.setups import AgentSetups
-from actors.conversation.tool_calls import arguments_problem
+from actors.conversation.tool_calls import arguments_problem, narrowed
 from actors.conversation.tool_dispatch import ToolDispatcher
 from actors.conversation.turn_spans import (
     HookRun,
@@ -117,6 +117,10 @@ class TurnSteps:
         # A message may override its turn's model (seed 004): applied and recorded here.
         profile = turn_profile(self.store, turn_id, setup.profile, setup.agent.client_id)
         setup = replace(setup, profile=profile)
+        # A routed message may narrow the persona's tools for its turn (seed 004 permissions).
+        routed = self.store.message_routes.for_turn(turn_id)
+        if routed is not None and routed.permissions is not None:
+            setup = replace(setup, catalog=narrowed(setup.catalog, routed.permissions.tools))
         turn = self.store.turns.get(turn_id)
         history = self._recent_history(turn_id, setup.persona.recent_turns_limit)
         pending = self.store.async_operations.list(self.conversation_id, statuses=WAITING)
@@ -342,9 +346,11 @@ class TurnSteps:
                 case ReturnToolError(result=result):
                     result_failed(self.ports.metrics, agent_id, plan.call.name, result)
                     return result
-                case StartOperation(operation=operation, ack=ack):
+                case StartOperation(operation=operation, ack=ack, tool=tool):
+                    # An agent looped in joins at once; its answer is what comes later.
+                    joined = await self.tools.join_now(tool, operation, ack)
                     await self.ports.operations.start(operation.id, agent_id)
-                    return ack
+                    return joined or ack
                 case DispatchTool():
                     with tool_span(plan, self.conversation_id, turn_id) as span:
                         result = await self.tools.dispatch(turn_id, agent_id, plan)
@@ -364,7 +370,8 @@ class TurnSteps:
         task is the one read with the setup that assembled the turn's context, when it is."""
         turn_id, agent_id, task_id = extraction.turn_id, extraction.agent_id, extraction.task_id
         setup = self.setups.last_read(agent_id)
-        task = setup.hook_task(task_id) if setup is not None else None
+        workflow = extraction.workflow
+        task = setup.hook_task(task_id) if setup is not None and not workflow else None
         messages = self.store.messages.list(self.conversation_id, turn_ids=[turn_id])
         transcript = turn_transcript(messages, self.store.moves.list(turn_id))
         payload = {
@@ -375,7 +382,7 @@ class TurnSteps:
         }
         run = HookRun("memory_extraction", task_id, turn_id, agent_id, new_id("hookrun"))
         try:
-            await self._run_hook(run, payload, MEMORY_EXTRACTION, task=task)
+            await self._run_hook(run, payload, MEMORY_EXTRACTION, workflow=workflow, task=task)
         except WonderError as exc:
             return MemoryExtractionFailed(turn_id, ToolError.of(exc), utc_now(), run.run_id)
         return MemoriesExtracted(turn_id, utc_now(), run.run_id)

@@ -24,10 +24,12 @@ from actors.conversation.tool_calls import MODE_ARGUMENT
 from core.domain import (
     Agent,
     AgentCaller,
+    AsyncOperation,
     Conversation,
     Participant,
     PersonaRef,
     TaskDef,
+    Tool,
     ToolError,
     ToolResult,
     TurnStatus,
@@ -42,6 +44,7 @@ from core.errors import (
 )
 from core.ids import new_id, utc_now
 from core.jsontypes import JsonObject
+from core.llm.protocol import ToolCallRequested
 from core.llm.recording import link_turn
 from core.mcp import target_of as mcp_target
 from core.model_calls import HookKind
@@ -106,7 +109,9 @@ class ToolDispatcher:
         the turn's hook runs it is (its model calls are recorded as that run's)."""
         context = self.task_context(turn_id, agent_id, hook, hook_run_id)
         if workflow:
-            parent = ConversationParent(conversation_id=self.conversation.id, turn_id=turn_id)
+            parent = ConversationParent(
+                conversation_id=self.conversation.id, turn_id=turn_id, agent_id=agent_id
+            )
             outcome = await self.ports.workflows.run_to_end(task_id, payload, parent=parent)
         elif task is not None:
             outcome = await self.ports.tasks.run(task, payload, context)
@@ -148,7 +153,11 @@ class ToolDispatcher:
             case "agent":
                 return await self._delegate(turn_id, agent_id, decision)
             case "workflow":
-                parent = ConversationParent(conversation_id=self.conversation.id, turn_id=turn_id)
+                # The run works for the calling agent: its tasks' model calls default to the
+                # agent's model profile, their memory actions act on the agent's memory.
+                parent = ConversationParent(
+                    conversation_id=self.conversation.id, turn_id=turn_id, agent_id=agent_id
+                )
                 return await self.ports.workflows.run_to_end(
                     tool.target_id, decision.input, parent=parent
                 )
@@ -203,6 +212,32 @@ class ToolDispatcher:
         return TaskOutcome.ok(
             {"agent_id": target.id, "joined": True, "answer": answer.content, "note": note}
         )
+
+    async def join_now(
+        self, tool: Tool | None, operation: AsyncOperation, ack: ToolResult
+    ) -> ToolResult | None:
+        """For an async agent tool in loop_in mode: the target agent joins this conversation
+        now (seed 001: the invited agent joins at once; only its answer comes later), and the
+        model hears so with ``ack``. None for any other async tool, or when the agent is not
+        available (the operation then fails as a sync call would, AGENT_DECLINED)."""
+        if tool is None or tool.target_type != "agent":
+            return None
+        call = ToolCallRequested(id=operation.tool_call_id, name=tool.name, arguments="{}")
+        decision = DispatchTool(call=call, tool=tool, input=operation.input)
+        if invocation_mode(decision) != "loop_in":
+            return None
+        try:
+            target = self._target_agent(decision)
+        except NonRetryableError:
+            return None
+        await self.ports.conversations.add_participant(self.conversation.id, target.id)
+        note = (
+            f"{target.name} joined this conversation now; address them as @{target.id}. Their "
+            "answer to the invitation runs in the background and will arrive later in this "
+            "conversation."
+        )
+        result = {**(ack.result or {}), "agent_id": target.id, "joined": True, "note": note}
+        return ack.model_copy(update={"result": result})
 
     def _target_agent(self, decision: DispatchTool) -> Agent:
         target = decision.tool.target_id

@@ -229,6 +229,7 @@ def _base_body(request: ChatRequest, messages: list[JsonObject]) -> JsonObject:
     }
     if request.cache_key:
         body["prompt_cache_key"] = request.cache_key
+    body.update(request.reasoning)
     return body
 
 

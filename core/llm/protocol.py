@@ -45,6 +45,8 @@ class ChatRequest:
     max_tokens: int = 256
     timeout_s: float = 120.0
     tool_calling: Literal["native", "constrained"] = "constrained"
+    reasoning: JsonObject = field(default_factory=dict)
+    """Request fields that ask the model to think (``core.model_override.thinking_body``)."""
     cache_key: str | None = None
     """Keeps related calls (one conversation's) on one model replica, whose prefix cache holds
     their shared prompt; sent as OpenAI's ``prompt_cache_key``. None: the local model derives a

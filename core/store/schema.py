@@ -11,6 +11,7 @@ from sqlalchemy import (
     Float,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -364,6 +365,41 @@ trigger_fires = Table(
     metadata,
     Column("trigger_id", String(64), primary_key=True),
     Column("due_at", String(40), primary_key=True),
+)
+
+# Memory upkeep on a schedule (core.memory_upkeep): one row per agent whose persona or agent sets
+# a policy, plus one for the memories table's compaction (``key`` "table:memories"). The
+# scheduler claims a due time by moving ``next_due`` from the value it read (a conditional update),
+# so a due time starts at most one run.
+memory_upkeep = Table(
+    "memory_upkeep",
+    metadata,
+    Column("key", String(80), primary_key=True),
+    Column("client_id", String(64), nullable=True, index=True),
+    Column("next_due", String(40), nullable=False, index=True),
+    Column("data", Text, nullable=False),
+)
+
+# Semantic message search (core.message_search): a message's embedding, made the first time a
+# search of its conversation needs it (float32 bytes, unit length), per embedding model.
+message_embeddings = Table(
+    "message_embeddings",
+    metadata,
+    Column("message_id", String(64), primary_key=True),
+    Column("conversation_id", String(64), nullable=False, index=True),
+    Column("model", String(128), nullable=False),
+    Column("vector", LargeBinary, nullable=False),
+)
+
+# How a routed message found its conversation (core.smart_routing: the candidates and their
+# scores, the one chosen) and the permissions it carries, written by the gateway with the message
+# (like ``turn_models``: never by the conversation's log writer).
+message_routes = Table(
+    "message_routes",
+    metadata,
+    Column("message_id", String(64), primary_key=True),
+    Column("conversation_id", String(64), nullable=False, index=True),
+    Column("data", Text, nullable=False),
 )
 
 # Client secrets (docs/security.md "Secrets"): write-only values a client stores and references by

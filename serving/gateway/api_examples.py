@@ -236,6 +236,22 @@ TRIGGER_OUT = {
 DELIVERED = {"conversation_id": CONV, "turn_id": TURN, "message_id": MSG, "seq": 2}
 
 
+UPKEEP_POLICY = {
+    "schedule": "17 3 * * *",
+    "consolidation": {"after_hours": 24, "group_size": 20},
+    "retention": {"archived_days": 90},
+}
+UPKEEP = {
+    "agent_id": AGENT,
+    "source": "agent",
+    "policy": UPKEEP_POLICY,
+    "agent_policy": UPKEEP_POLICY,
+    "next_due": T,
+    "runs": 0,
+    "last_run": None,
+}
+
+
 @dataclass(frozen=True)
 class RouteDoc:
     """A route's description and examples (``request`` None: the route takes no body)."""
@@ -582,6 +598,66 @@ ROUTES: dict[tuple[str, str], RouteDoc] = {
     ),
     ("DELETE", "/v1/agents/{agent_id}/memories/{memory_id}"): RouteDoc(
         "Deletes one memory.", {"deleted": ["mem_01J9"]}
+    ),
+    **{
+        (method, "/v1/agents/{agent_id}/memory-upkeep" + tail): RouteDoc(description, UPKEEP, body)
+        for method, tail, description, body in (
+            ("GET", "", "The memory upkeep policy in force for the agent and its schedule.", None),
+            ("PUT", "", "Sets the agent's own upkeep policy, over its persona's.", UPKEEP_POLICY),
+            ("DELETE", "", "Drops the agent's own policy; its persona's is in force again.", None),
+            (
+                "POST",
+                "/run",
+                "Runs the upkeep at the scheduler's next tick (409 without a policy).",
+                None,
+            ),
+        )
+    },
+    ("GET", "/v1/conversations/{conversation_id}/messages/search"): RouteDoc(
+        "Messages of the conversation matching `q`: every term (`mode=text`, newest first) or the "
+        "nearest by meaning (`mode=semantic`, with scores).",
+        {
+            "items": [
+                {
+                    "message": {
+                        "id": MSG,
+                        "turn_id": TURN,
+                        "role": "user",
+                        "content": "the ledger database",
+                    },
+                    "score": None,
+                }
+            ]
+        },
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/stats"): RouteDoc(
+        "Counts and token totals of the conversation (a fork's inherited ones included).",
+        {
+            "conversation_id": CONV,
+            "messages": 12,
+            "turns": 6,
+            "turns_by_status": {"completed": 6},
+            "prompt_tokens": 5400,
+            "completion_tokens": 610,
+            "total_tokens": 6010,
+            "inherited_messages": 0,
+            "inherited_turns": 0,
+        },
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/context"): RouteDoc(
+        "Every entry of the conversation's context channel (members read).",
+        {"conversation_id": CONV, "entries": {"plan": {"steps": ["draft", "review"]}}},
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/context/{key}"): RouteDoc(
+        "One entry of the context channel.", {"key": "plan", "value": {"steps": ["draft"]}}
+    ),
+    ("PUT", "/v1/conversations/{conversation_id}/context/{key}"): RouteDoc(
+        "Sets an entry of the context channel (writers only; at most 32 KiB as JSON).",
+        {"key": "plan", "value": {"steps": ["draft"]}},
+        {"value": {"steps": ["draft"]}},
+    ),
+    ("DELETE", "/v1/conversations/{conversation_id}/context/{key}"): RouteDoc(
+        "Removes an entry of the context channel (writers only).", {"deleted": ["plan"]}
     ),
     ("POST", "/v1/projects"): RouteDoc(
         "A project: a new repository (201), or a clone of `repository` (202: it clones in the "

@@ -42,7 +42,12 @@ def _signature(key: bytes, body: str) -> bytes:
 def encode_cursor(conversation: Conversation, key: bytes) -> str:
     """An opaque cursor resuming a listing after ``conversation`` (ordered by created_at, id),
     signed with ``key`` so that only cursors this API issued are accepted back."""
-    body = _b64(json.dumps([conversation.created_at.isoformat(), conversation.id]).encode())
+    return encode_position(conversation.created_at, conversation.id, key)
+
+
+def encode_position(created_at: datetime, item_id: str, key: bytes) -> str:
+    """``encode_cursor`` for any listing ordered by (created_at, id) (turns, too)."""
+    body = _b64(json.dumps([created_at.isoformat(), item_id]).encode())
     return f"{body}.{_b64(_signature(key, body))}"
 
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import pytest
@@ -193,6 +194,8 @@ def _others(owner: Owner) -> None:
     ok(api.put(f"/v1/users/{owner.ids['user_id']}/quota", json={"concurrent_turns": 3}))
     ok(api.put("/v1/secrets/sweep-token", json={"value": "s3cr3t-of-the-owner"}))
     owner.ids["secret"] = "sweep-token"
+    ok(api.put(f"/v1/conversations/{conv}/context/sweep-plan", json={"value": {"step": 1}}))
+    owner.ids["context_key"] = "sweep-plan"
 
 
 def _mcp_server(owner: Owner, server: OwnServer) -> None:
@@ -216,7 +219,9 @@ def owner(
 ) -> Iterator[Owner]:
     client_id, key = make_client(ray_cluster.store, "sweep-owner")
     with http_client(gateway_url, key) as api:
-        api.timeout = httpx.Timeout(120)  # longer than the workflow run's wait_s (60)
+        # Making the objects waits on turns and a workflow run (wait_s 60): on a loaded machine
+        # they answer after the default 30 s.
+        api.timeout = httpx.Timeout(120)
         made = Owner(api, client_id)
         _library(made)
         _conversation(made)
@@ -261,7 +266,14 @@ FACTORIES: dict[str, Callable[[Owner, str], str]] = {
     "trigger_id": lambda o, _path: o.ids["trigger_id"],
     "name": lambda o, path: _secret_name(o, path),
     "server_id": lambda o, _path: o.ids["server_id"],
+    "key": lambda o, path: _context_key(o, path),
 }
+
+
+def _context_key(owner: Owner, path: str) -> str:
+    if not path.startswith("/v1/conversations/{conversation_id}/context/"):
+        raise LookupError(f"{{key}} in {path}: not a context entry's key, the sweep knows no other")
+    return owner.ids["context_key"]
 
 
 def _secret_name(owner: Owner, path: str) -> str:
@@ -315,6 +327,8 @@ def example(schema: dict[str, Any], spec: dict[str, Any], where: str) -> Any:
         return max(schema.get("minimum", 1), 1)
     if kind == "boolean":
         return False
+    if kind is None and not schema.keys() - {"title", "description", "examples"}:
+        return "x1"  # any JSON value
     raise CannotBuild(f"{where}: no example for schema {schema!r}")
 
 
@@ -343,9 +357,19 @@ def probes(spec: dict[str, Any], owner: Owner) -> tuple[list[Probe], list[str]]:
             except (CannotBuild, LookupError) as exc:
                 problems.append(f"{name}: {exc}")
                 continue
-            path = template.format(**values)
+            path = template.format(**values) + _query(operation, spec, name)
             built.append(Probe(method.upper(), template, path, tuple(values.values()), body))
     return built, problems
+
+
+def _query(operation: dict[str, Any], spec: dict[str, Any], where: str) -> str:
+    """The operation's required query parameters (a search's ``q``), as a query string."""
+    required = {
+        p["name"]: example(p.get("schema", {}), spec, f"{where} ?{p['name']}")
+        for p in operation.get("parameters", [])
+        if p.get("in") == "query" and p.get("required")
+    }
+    return f"?{urlencode(required)}" if required else ""
 
 
 def _fill(param: str, owner: Owner, template: str) -> str:
@@ -425,6 +449,8 @@ def _snapshot(owner: Owner) -> dict[str, Any]:
         "user_quota": ok(api.get(f"/v1/users/{ids['user_id']}/quota")),
         "secret": ok(api.get(f"/v1/secrets/{ids['secret']}")),
         "mcp_server": ok(api.get(f"/v1/mcp-servers/{ids['server_id']}")),
+        "context": ok(api.get(f"/v1/conversations/{conv}/context")),
+        "memory_upkeep": ok(api.get(f"/v1/agents/{ids['agent_id']}/memory-upkeep")),
         "library": {
             kind: ok(api.get(f"/v1/{kind}/{ids[kind]}/versions")) for kind in LIBRARY_KINDS
         },

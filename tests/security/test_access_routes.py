@@ -90,6 +90,7 @@ def world(gateway_url: str, ray_cluster: Cluster) -> Iterator[World]:
         turn = _ok(made.send(OWNER, "POST", f"{base}/messages", {"content": "a secret"}), 202)
         ids["turn"] = turn["turn_id"]
         _ok(made.send(OWNER, "PUT", f"{base}/members/{READER}", {"level": "reader"}))
+        _ok(made.send(OWNER, "PUT", f"{base}/context/plan", {"value": "a private plan"}))
         ids["label"] = f"private-{new_id().lower()}"
         body = {"conversation_id": conv["id"]}
         _ok(made.send(OWNER, "PUT", f"/v1/sessions/{ids['label']}", body), 201)
@@ -201,6 +202,18 @@ PROBES: dict[tuple[str, str], Build] = {
     ),
     ("GET", "/v1/conversations/{conversation_id}/messages"): _conv("GET", "/messages"),
     ("GET", "/v1/conversations/{conversation_id}/turns"): _conv("GET", "/turns"),
+    ("GET", "/v1/conversations/{conversation_id}/messages/search"): _conv(
+        "GET", "/messages/search?q=secret"
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/stats"): _conv("GET", "/stats"),
+    ("GET", "/v1/conversations/{conversation_id}/context"): _conv("GET", "/context"),
+    ("GET", "/v1/conversations/{conversation_id}/context/{key}"): _conv("GET", "/context/plan"),
+    ("PUT", "/v1/conversations/{conversation_id}/context/{key}"): _conv(
+        "PUT", "/context/plan", {"value": "mine now"}
+    ),
+    ("DELETE", "/v1/conversations/{conversation_id}/context/{key}"): _conv(
+        "DELETE", "/context/plan"
+    ),
     ("GET", "/v1/conversations/{conversation_id}/turns/{turn_id}"): _conv("GET", "/turns/{turn}"),
     ("GET", "/v1/conversations/{conversation_id}/events"): _conv("GET", "/events"),
     ("PUT", "/v1/conversations/{conversation_id}/policy"): _conv(
@@ -341,6 +354,10 @@ CONVERSATION_FREE: dict[tuple[str, str], str] = {
             ("POST", "/v1/agents/{agent_id}/memories/search"),
             ("GET", "/v1/agents/{agent_id}/memories/{memory_id}"),
             ("DELETE", "/v1/agents/{agent_id}/memories/{memory_id}"),
+            ("GET", "/v1/agents/{agent_id}/memory-upkeep"),
+            ("PUT", "/v1/agents/{agent_id}/memory-upkeep"),
+            ("DELETE", "/v1/agents/{agent_id}/memory-upkeep"),
+            ("POST", "/v1/agents/{agent_id}/memory-upkeep/run"),
         )
     },
     **{
@@ -418,6 +435,7 @@ def _snapshot(world: World) -> dict[str, Any]:
         for path in (
             base,
             f"{base}/messages",
+            f"{base}/context",
             f"{base}/turns",
             f"{base}/members",
             f"{base}/forks",

@@ -306,7 +306,10 @@ def test_conversation_lifecycle(
 
     assert api.post(f"/v1/conversations/{conv['id']}/complete").status_code == 200
     assert access.completed == [conv["id"]]
-    assert api.get(f"/v1/conversations/{conv['id']}/turns").json() == {"items": []}
+    assert api.get(f"/v1/conversations/{conv['id']}/turns").json() == {
+        "items": [],
+        "next_cursor": None,
+    }
     assert api.get(f"/v1/conversations/{conv['id']}/turns/nope").status_code == 404
 
 

@@ -24,7 +24,13 @@ from core.store import open_store
 
 LIBRARY = Path(__file__).resolve().parents[2] / "library"
 MINE = {
-    "tasks": ["context_assembly", "memory_extraction", "memory_search", "memory_write"],
+    "tasks": [
+        "context_assembly",
+        "memory_extraction",
+        "memory_search",
+        "memory_write",
+        "memory_consolidation",
+    ],
     "tools": ["search_memory", "write_memory"],
     "personas": ["memory_assistant"],
 }
