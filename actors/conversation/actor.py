@@ -283,7 +283,8 @@ class ConversationActor:
             event = _store_lost(turn_id, exc)
         except WonderError as exc:
             log.warning("turn %s failed: %s", turn_id, exc.message)
-            event = StepFailed(turn_id, exc.message, utc_now())
+            # Its code and whether asking again may help go with the turn's failure.
+            event = StepFailed(turn_id, exc.message, utc_now(), ToolError.of(exc))
         except Exception as exc:  # a bug must not leave the turn dangling
             log.exception("turn %s crashed", turn_id)
             event = StepFailed(turn_id, f"internal error: {type(exc).__name__}: {exc}", utc_now())
