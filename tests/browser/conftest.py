@@ -35,7 +35,10 @@ def pytest_runtest_makereport(
     return report
 
 
-@pytest.fixture(scope="session")
+# One browser per module, never per session: Playwright's sync API runs an event loop on this
+# thread while it is open, and the async tests of the tiers that follow would find it running
+# ("Runner.run() cannot be called from a running event loop").
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     chromium = shutil.which("chromium")
     assert chromium, "Debian's chromium is not installed (make system-packages)"

@@ -139,9 +139,12 @@ def schemathesis_config() -> SchemathesisConfig:
                     # Rules across fields cannot be said in JSON Schema: a workflow's edges and
                     # start name its nodes (unique ids), a tool's embedded input_schema must
                     # itself be a valid JSON Schema, a project's push_on_merge needs a repository
-                    # URL. The server answers 422 naming the field; every other rule of these
+                    # URL, a memory upkeep policy (an agent's or a persona's) names one
+                    # consolidation strategy, a model profile's thinking_config needs a thinking
+                    # mode. The server answers 422 naming the field; every other rule of these
                     # bodies is in the schema. (429: the run sets user quotas it then meets.)
-                    "include-path-regex": r"^/v1/((workflows|tools)/\{obj_id\}|projects)$",
+                    "include-path-regex": r"^/v1/((workflows|tools|personas|model-profiles)"
+                    r"/\{obj_id\}|projects|agents(/\{agent_id\}(/memory-upkeep)?)?)$",
                     "checks": {
                         "positive_data_acceptance": {
                             "expected-statuses": ["2xx", "401", "403", "404", "409", "422", "429"]
