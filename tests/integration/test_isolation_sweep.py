@@ -390,8 +390,10 @@ def _body(
     request_body = operation.get("requestBody")
     if request_body is None:
         return None
-    schema = request_body["content"]["application/json"]["schema"]
-    return example(schema, spec, f"{method} {template} body")
+    content = request_body["content"]["application/json"]
+    if "schema" not in content:  # a protocol route (JSON-RPC) documents an example body only
+        return content["example"]
+    return example(content["schema"], spec, f"{method} {template} body")
 
 
 # --------------------------------------------------------------------------- the sweep
