@@ -27,6 +27,12 @@ def _walk(node: SpanNode) -> list[SpanNode]:
     return [node, *(n for child in node.children for n in _walk(child))]
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known bug: on the shared Ray the turn completes but its trace never holds three "
+    "model-call spans and an executor task's span within 60 s (the in-process test of the same "
+    "tree passes: tests/unit/test_model_call_records.py); strict, so a fix shows at once",
+)
 async def test_a_turn_is_one_trace_across_actor_executor_and_delegate(
     ray_cluster: Cluster,
 ) -> None:

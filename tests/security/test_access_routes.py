@@ -216,6 +216,13 @@ PROBES: dict[tuple[str, str], Build] = {
     ),
     ("GET", "/v1/conversations/{conversation_id}/turns/{turn_id}"): _conv("GET", "/turns/{turn}"),
     ("GET", "/v1/conversations/{conversation_id}/events"): _conv("GET", "/events"),
+    **{
+        ("GET", f"/v1/conversations/{{conversation_id}}/turns/{{turn_id}}/{part}"): _conv(
+            "GET", f"/turns/{{turn}}/{part}"
+        )
+        for part in ("calls", "links", "trace", "usage")
+    },
+    ("GET", "/v1/conversations/{conversation_id}/usage"): _conv("GET", "/usage"),
     ("PUT", "/v1/conversations/{conversation_id}/policy"): _conv(
         "PUT", "/policy", {"concurrency_policy": "queue"}
     ),
@@ -316,6 +323,8 @@ CONVERSATION_FREE: dict[tuple[str, str], str] = {
         )
     },
     ("GET", "/v1/library/callables"): "the operator's registered callables",
+    ("GET", "/v1/usage"): "the client's model calls summed (token and cost totals, optionally "
+    "one agent's): no conversation's id or content",
     **{
         (method, path): "the client's MCP servers (tool sources of its library): "
         + NOT_A_CONVERSATION
