@@ -180,7 +180,6 @@ def _short(value: object) -> str | None:
 
 SAFE_TOKEN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 SAFE_REASON = re.compile(r"^[A-Za-z -]{1,40}$")
-MODEL_NAME_SHOWN = 200
 
 
 def error_from_payload(error: JsonObject | str, model: str = "") -> WonderError:
@@ -206,7 +205,8 @@ def _safe_kind(error: JsonObject) -> str:
 
 
 def _for(model: str) -> str:
-    return f" for model {model[:MODEL_NAME_SHOWN]!r}" if model else ""
+    shown = _short(model)
+    return f" for model {shown!r}" if shown else ""
 
 
 def raise_for_status(response: httpx.Response, model: str = "") -> None:
