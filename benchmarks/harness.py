@@ -81,6 +81,31 @@ class System:
     store: Any
 
 
+def agent_ports_given() -> None:
+    """Name the node agents' ports up front (free ones) instead of letting them report the ports
+    they bound: the raylet waits a fixed 15 s for a reported port (not configurable), which the
+    agents' imports outlast on a loaded machine (the raylet then aborts the node's start). It
+    still waits for the dashboard agent's, so a very loaded machine may need another try. The
+    default dashboard agent port (52365) is fixed too: another Ray here holds it."""
+    from ray._private import parameter
+
+    original = parameter.RayParams.__init__
+    ports = {
+        "dashboard_agent_listen_port": free_port(),
+        "metrics_agent_port": free_port(),
+        "metrics_export_port": free_port(),
+        "runtime_env_agent_port": free_port(),
+    }
+
+    def with_ports(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        for name, port in ports.items():
+            if getattr(self, name) in (None, 0, 52365):
+                setattr(self, name, port)
+
+    parameter.RayParams.__init__ = with_ports  # type: ignore[method-assign]
+
+
 @contextmanager
 def local_system(progress: Callable[[str], None], **settings: str) -> Iterator[System]:
     """Start a local Ray (2 CPUs, dashboard on a free port) and the gateway; stop both after.
@@ -97,6 +122,10 @@ def local_system(progress: Callable[[str], None], **settings: str) -> Iterator[S
         "WONDER_MAX_RESIDENT_CONVERSATIONS": "64",
         "WONDER_ALLOW_TEST_DOUBLES": "true",  # the scripted echo model is a test double
         "RAY_AUTH_MODE": "disabled",
+        # Serve kills a proxy not ready in 5 s or failing a 10 s health check: on a loaded
+        # machine that is the proxy starting, not a broken one.
+        "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "120",
+        "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "60",
         # Bursts measure the platform, not the default quotas (docs/security.md).
         "WONDER_QUOTA_DEFAULT_CONCURRENT_TURNS": "0",
         "WONDER_QUOTA_DEFAULT_CONCURRENT_WEBSOCKETS": "0",
@@ -107,6 +136,7 @@ def local_system(progress: Callable[[str], None], **settings: str) -> Iterator[S
     os.environ.pop("RAY_ADDRESS", None)
     progress("starting a local Ray and the gateway")
     dashboard_port = free_port()
+    agent_ports_given()
     ray.init(
         num_cpus=2,
         namespace="wonder",

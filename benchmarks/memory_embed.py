@@ -137,7 +137,7 @@ def default_read_split() -> Iterator[None]:
 
 
 def run_in_ray(design: Design, env: dict[str, str]) -> dict[str, Any]:
-    from cluster.models import ServedEmbedders
+    from cluster.memory_access import ServedEmbedders
     from jobs.embed import EmbedOptions, run_embed
 
     options = EmbedOptions(all_rows=True, **design.options)

@@ -19,7 +19,13 @@ what is measured is Wonder's own overhead. Figures:
 - ``reactivation_p50/p99_ms``: message to an evicted conversation → acknowledged, beside
   ``bare_actor_start_p50_ms``: a bare named detached actor created and called once (its floor);
 - scale run: N conversations messaged once each, ``max_resident_actors`` sampled from the Ray
-  state API and the directory's peak, under ``--cap``.
+  state API and the directory's peak, under ``--cap``;
+- ``--recording``: instead of all the above, what recording adds to a turn
+  (docs/observability.md), in this process without Ray's noise (``harness.inprocess_cluster``):
+  the same turns (both hooks, so model calls, executor tasks and hook spans are all recorded)
+  with recording and tracing off, on, and on with OTLP export to a receiver on 127.0.0.1,
+  interleaved turn by turn; ``recording_added_p50_ms`` / ``recording_export_added_p50_ms`` are the
+  differences of the p50s against the same run's ``off`` series.
 
 Prints progress, then ONE JSON object as the last line.
 """
@@ -349,6 +355,96 @@ async def main_async(args: argparse.Namespace, store: Any, port: int) -> dict[st
     return results
 
 
+class _OtlpSink:
+    """An OTLP/HTTP receiver on 127.0.0.1 that accepts and discards (the export series)."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                self.send_response(200)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+async def recording_series(turns: int) -> dict[str, Any]:
+    """Turns with recording off, on, and on with OTLP export, alternating in rounds."""
+    from harness import inprocess_cluster, setup_store, timed_turns
+
+    from core import tracing
+    from core.conversations import create_conversation
+    from core.recording_setup import flush_records, install_recording, uninstall_recording
+    from core.settings import settings_from_env
+    from core.tracing_otlp import OtlpSpans
+
+    cluster = inprocess_cluster()
+    receiver = _OtlpSink()
+    exporter = OtlpSpans("wonder-bench", {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.url})
+    settings = settings_from_env(cluster.settings_env)
+    setup = setup_store(cluster.store)
+    conv = create_conversation(
+        cluster.store, client_id=setup["client_id"], agent_id=setup["agents"]["hooks"].id
+    )
+    actor = cluster.actor(conv.id)
+    modes = ("off", "on", "export")
+    samples: dict[str, list[float]] = {mode: [] for mode in modes}
+
+    def switch(mode: str) -> None:
+        uninstall_recording()
+        tracing.remove_exporter(exporter)
+        if mode != "off":
+            install_recording(cluster.store, settings, "bench")
+        if mode == "export":
+            tracing.add_exporter(exporter)
+
+    try:
+        for mode in modes:  # warm each: imports, the executor's services, the writer thread
+            switch(mode)
+            await timed_turns(actor, 5)
+        for _ in range(turns):  # one turn of each in turn: load drifts hit all three alike
+            for mode in modes:
+                switch(mode)  # the previous mode's records are written before this turn
+                samples[mode] += await timed_turns(actor, 1)
+        flush_records()
+        exporter.flush()
+        calls = len(cluster.store.records.calls(conversation_id=conv.id, limit=100_000))
+    finally:
+        switch("off")
+        exporter.processor.shutdown()
+        receiver.close()
+        cluster.close()
+    results = {f"recording_{mode}": ms(values) for mode, values in samples.items()}
+    for mode in modes:
+        progress(f"turn, recording {mode}: {results[f'recording_{mode}']}")
+    off = results["recording_off"]["p50"]
+    return {
+        "recording_off_p50_ms": off,
+        "recording_on_p50_ms": results["recording_on"]["p50"],
+        "recording_export_p50_ms": results["recording_export"]["p50"],
+        "recording_added_p50_ms": round(results["recording_on"]["p50"] - off, 2),
+        "recording_export_added_p50_ms": round(results["recording_export"]["p50"] - off, 2),
+        "recording_on_p99_ms": results["recording_on"]["p99"],
+        "recording_off_p99_ms": results["recording_off"]["p99"],
+        "turns_per_series": len(samples["on"]),
+        "model_calls_recorded": calls,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=200, help="turns per latency series")
@@ -364,7 +460,15 @@ def main() -> None:
     )
     parser.add_argument("--pause-min", type=float, default=5.0, help="shortest pause (s)")
     parser.add_argument("--pause-max", type=float, default=30.0, help="longest pause (s)")
+    parser.add_argument(
+        "--recording",
+        action="store_true",
+        help="only the recording on/off/export series (in this process, no Ray)",
+    )
     args = parser.parse_args()
+    if args.recording:
+        print(json.dumps(asyncio.run(recording_series(args.turns))))
+        return
 
     with local_system(progress) as system:
         DASHBOARD["url"] = system.dashboard_url

@@ -141,7 +141,7 @@ def _in_process_chain(store: Any, n: int) -> float:
 
 async def _plain_chain(task_json: str, n: int) -> float:
     from cluster.executor import execute_task
-    from cluster.wiring import executor_services
+    from cluster.executor_wiring import executor_services
     from core.ports import TaskContext
 
     ctx = TaskContext(settings_env=_env())
@@ -154,7 +154,7 @@ async def _plain_chain(task_json: str, n: int) -> float:
 
 async def _plain_fanout(task_json: str, n: int) -> float:
     from cluster.executor import execute_task
-    from cluster.wiring import executor_services
+    from cluster.executor_wiring import executor_services
     from core.ports import TaskContext
 
     ctx = TaskContext(settings_env=_env())
@@ -189,7 +189,7 @@ class _Launcher:
 
     async def fanout(self, task_json: str, n: int, settings_env: dict[str, str]) -> float:
         from cluster.executor import execute_task
-        from cluster.wiring import executor_services
+        from cluster.executor_wiring import executor_services
         from core.ports import TaskContext
 
         ctx = TaskContext(settings_env=settings_env)

@@ -6,13 +6,17 @@ Every call gets-or-creates the named detached ``conversation:<id>`` actor throug
 eight attempts over about sixteen seconds; a dead, restarting or hibernating actor is
 re-activated before the next one); ``post_message`` carries a message id so that a retry never
 stores a message twice. Ray's failures become Wonder's errors here, so nothing above sees a Ray
-exception.
+exception. A directory that answers ``AtCapacity`` (every resident actor busy) is not retried:
+the caller gets it at once, with its ``Retry-After``.
 
-A message to a conversation whose actor is not started (the directory says so at once) or does
-not answer within ``ACK_WAIT_S`` is acknowledged in the store instead
-(``actors.conversation.intake``) while the call to the actor goes on in the background; the actor
-picks the turn up when it is ready. So a ``202`` never waits for an actor process to start, nor
-for a timeout when the directory already knows the actor is not there.
+A message to a conversation whose log no actor holds (its actor is evicted, starting, or not
+created yet: the store's writer lease says so, ``actors.conversation.log``) is acknowledged in
+the store (``actors.conversation.intake``) and its activation asked for in the background, kept
+queued by the directory if the cap is full (the wait is recorded in the conversation's events); the
+actor picks the turn up when it starts. So a ``202`` never waits for an actor process to start.
+
+Events reach subscribers without the actor (``stream_events``: this process's
+``core.event_feed.EventFeed``, fed by ``cluster.conversation_events``).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Any, TypeVar
 import ray
 
 from actors.conversation.actor import ConversationActor
-from actors.conversation.directory import ConversationDirectory
+from actors.conversation.directory import AtCapacity, ConversationDirectory
 from actors.conversation.intake import Intake
 from actors.conversation.ports import ConversationPorts
 from cluster import placement
@@ -41,6 +45,8 @@ from cluster.naming import (
 )
 from cluster.preflight import live_nodes
 from core.domain import Caller, ConcurrencyPolicy
+from core.errors import WonderError
+from core.event_feed import EventFeed
 from core.ids import new_id
 from core.jsontypes import JsonObject
 from core.ports import (
@@ -51,8 +57,9 @@ from core.ports import (
     ParticipantChange,
     TurnOutcome,
 )
-from core.retry import ACTOR_CALL, STREAM_RESUME, with_retries
+from core.retry import ACTOR_CALL, with_retries
 from core.settings import Settings, settings_from_env
+from core.tracing import current_traceparent
 
 log = logging.getLogger("wonder.cluster")
 
@@ -63,10 +70,6 @@ RAY_CALL_ERRORS = (
     ray.exceptions.RayActorError,
     ray.exceptions.ActorUnavailableError,
 )
-BACKPRESSURE_EVENTS = 16
-ACK_WAIT_S = 0.05  # a ready actor acknowledges in a few ms; past this, acknowledge in the store
-READY_SEEN_S = 1.0  # a conversation seen ready this recently is not asked about again
-NOT_READY_SEEN_S = 0.25  # … and one seen not started, this recently
 HIBERNATE_WAIT_S = 5.0
 NODES_SEEN_S = 5.0  # the directory's view of the live nodes is at most this old
 SHUTDOWN_WAIT_S = 10.0
@@ -171,9 +174,11 @@ class ConversationDirectoryActor(ConversationDirectory):
         asyncio.get_running_loop().call_soon(self.refill)  # Ray builds it on its event loop
         self._reported = (0, 0)  # activations, evictions already counted in the metrics
 
-    async def activate(self, conversation_id: str, replace: bool = False) -> Any:
+    async def activate(
+        self, conversation_id: str, replace: bool = False, keep: bool = False
+    ) -> Any:
         try:
-            return await super().activate(conversation_id, replace)
+            return await super().activate(conversation_id, replace, keep)
         finally:
             self._report()
 
@@ -238,25 +243,44 @@ def directory_handle(settings_env: dict[str, str], max_resident: int, ports: Por
     return _directories[key]
 
 
+class _Refused(Exception):
+    """Carries an ``AtCapacity`` past the retry helper (it is retriable, but not by us)."""
+
+    def __init__(self, error: AtCapacity) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
 class RayConversations:
     """``Conversations`` and ``Residency`` over the directory and the conversation actors."""
 
-    def __init__(self, directory: Callable[[], Any], intake: Intake | None = None) -> None:
+    def __init__(
+        self,
+        directory: Callable[[], Any],
+        intake: Intake | None = None,
+        feed: Callable[[], EventFeed] | None = None,
+    ) -> None:
         self._directory = directory
         self._intake = intake
-        self._in_flight: set[asyncio.Future[MessageAck]] = set()
-        self._seen: dict[str, tuple[float, bool]] = {}  # conversation id → (when, ready)
+        self._feed = feed
+        self._in_flight: set[asyncio.Task[None]] = set()
 
-    async def _call(self, conversation_id: str, call: Callable[[Any], Awaitable[T]]) -> T:
-        """``call(actor)`` on the conversation's live actor, with ``ACTOR_CALL`` retries."""
+    async def _call(
+        self, conversation_id: str, call: Callable[[Any], Awaitable[T]], keep: bool = False
+    ) -> T:
+        """``call(actor)`` on the conversation's live actor, with ``ACTOR_CALL`` retries.
+        ``keep``: if the cap is full, the directory keeps the activation queued."""
         replace = False
 
         async def attempt() -> T:
             nonlocal replace
             try:
-                handle = await self._directory().activate.remote(conversation_id, replace)
+                handle = await self._directory().activate.remote(conversation_id, replace, keep)
             except RAY_CALL_ERRORS as exc:
-                raise as_wonder_error(exc, "the conversation directory") from None
+                error = as_wonder_error(exc, "the conversation directory")
+                if isinstance(error, AtCapacity):
+                    raise _Refused(error) from None
+                raise error from None
             try:
                 return await call(handle)
             except RAY_CALL_ERRORS as exc:
@@ -264,7 +288,10 @@ class RayConversations:
                 replace = replace or error.retriable  # dead, restarting or hibernating
                 raise error from None
 
-        return await with_retries(ACTOR_CALL, attempt)
+        try:
+            return await with_retries(ACTOR_CALL, attempt)
+        except _Refused as refused:
+            raise refused.error from None
 
     async def post_message(
         self,
@@ -276,36 +303,26 @@ class RayConversations:
         reply_to_message_id: str | None = None,
         message_id: str | None = None,
         agent_id: str | None = None,
-        actor_ready: bool | None = None,
     ) -> MessageAck:
         """Persist a user message, start its turn; a retry reuses the message id.
 
-        Acknowledged by the actor when it is started and answers within ``ACK_WAIT_S``, else in
-        the store (when the conversation has no active turn there; otherwise this waits for the
-        actor, which applies the concurrency policy)."""
+        Acknowledged in the store when no actor holds the conversation's log and it has no
+        active turn (the actor starts the turn once activated); otherwise by the actor, which
+        applies the concurrency policy."""
         chosen_id = message_id or new_id("msg")
-        ready = self._intake is None or (
-            actor_ready if actor_ready is not None else await self.is_ready(conversation_id)
-        )
-        posted: asyncio.Future[MessageAck] = asyncio.ensure_future(
-            self._call(
-                conversation_id,
-                lambda actor: actor.post_message.remote(
-                    content,
-                    author,
-                    message_id=chosen_id,
-                    source=source,
-                    reply_to_message_id=reply_to_message_id,
-                    agent_id=agent_id,
-                ),
+
+        def post(actor: Any) -> Awaitable[MessageAck]:
+            posted: Awaitable[MessageAck] = actor.post_message.remote(
+                content,
+                author,
+                message_id=chosen_id,
+                source=source,
+                reply_to_message_id=reply_to_message_id,
+                agent_id=agent_id,
             )
-        )
-        if self._intake is None:
-            return await posted
-        done, _pending = await asyncio.wait({posted}, timeout=ACK_WAIT_S if ready else 0)
-        if posted in done:
-            return posted.result()
-        try:
+            return posted
+
+        if self._intake is not None:
             ack = await asyncio.to_thread(
                 self._intake.acknowledge,
                 conversation_id,
@@ -316,46 +333,37 @@ class RayConversations:
                 reply_to_message_id=reply_to_message_id,
                 agent_id=agent_id,
             )
-        except BaseException:
-            self._let_run(posted, conversation_id)  # it refuses too, or picks up what is stored
-            raise
-        if ack is None:
-            return await posted
-        self._let_run(posted, conversation_id)
-        return ack
+            if ack is not None:
+                self._start_later(conversation_id, post, ack)
+                return ack
+        return await self._call(conversation_id, post)
 
-    def _let_run(self, posted: asyncio.Future[MessageAck], conversation_id: str) -> None:
-        """Keep the call to the actor going after answering: it starts the acknowledged turn."""
-        self._in_flight.add(posted)
+    def _start_later(
+        self, conversation_id: str, post: Callable[[Any], Awaitable[MessageAck]], ack: MessageAck
+    ) -> None:
+        """Activate the conversation in the background: its actor starts the acknowledged turn.
+        At the cap the directory keeps the activation queued; the wait goes in the events."""
+        intake = self._intake
+        assert intake is not None
 
-        def done(future: asyncio.Future[MessageAck]) -> None:
-            self._in_flight.discard(future)
-            if not future.cancelled() and future.exception() is not None:
+        async def start() -> None:
+            try:
+                await self._call(conversation_id, post, keep=True)
+            except AtCapacity as exc:
+                note = intake.note_waiting
+                await asyncio.to_thread(
+                    note, conversation_id, ack.turn_id, exc.message, exc.retry_after_s
+                )
+            except WonderError as exc:
                 log.info(
                     "conversation %s: the actor will pick the turn up on its next activation (%s)",
                     conversation_id,
-                    future.exception(),
+                    exc.message,
                 )
 
-        posted.add_done_callback(done)
-
-    async def is_ready(self, conversation_id: str) -> bool:
-        """Asks the directory, remembering the answer briefly (``READY_SEEN_S``,
-        ``NOT_READY_SEEN_S``: a stale answer costs a store acknowledgement or an ``ACK_WAIT_S``,
-        never a wrong one); a directory that cannot answer counts as not ready."""
-        now = time.monotonic()
-        seen = self._seen.get(conversation_id)
-        if seen is not None and now - seen[0] < (READY_SEEN_S if seen[1] else NOT_READY_SEEN_S):
-            return seen[1]
-        try:
-            ready: bool = await self._directory().is_ready.remote(conversation_id)
-        except RAY_CALL_ERRORS as exc:
-            log.info("the directory did not say whether %s is ready (%s)", conversation_id, exc)
-            return False
-        if len(self._seen) > 4096:
-            self._seen.clear()
-        self._seen[conversation_id] = (now, ready)
-        return ready
+        task = asyncio.get_running_loop().create_task(start())
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
 
     async def reserved_conversation_id(self) -> str | None:
         """An id whose conversation actor is already running (``None``: pick your own)."""
@@ -375,13 +383,19 @@ class RayConversations:
         agent_id: str | None = None,
         message_id: str | None = None,
     ) -> AgentAnswer:
+        trace = current_traceparent()  # the caller's span: the turn joins its trace
         return await self._call(
             conversation_id,
-            lambda actor: actor.start_agent_call.remote(input, caller, mode, agent_id, message_id),
+            lambda actor: actor.start_agent_call.remote(
+                input, caller, mode, agent_id, message_id, trace
+            ),
         )
 
     async def run_agent_turn(self, conversation_id: str, turn_id: str) -> AgentAnswer:
-        return await self._call(conversation_id, lambda actor: actor.run_agent_turn.remote(turn_id))
+        trace = current_traceparent()
+        return await self._call(
+            conversation_id, lambda actor: actor.run_agent_turn.remote(turn_id, trace)
+        )
 
     async def wait_for_turn(
         self, conversation_id: str, turn_id: str, timeout_s: float = 300.0
@@ -424,56 +438,15 @@ class RayConversations:
         """What a live conversation actor is doing (operators, tests, benchmarks)."""
         return await self._call(conversation_id, lambda actor: actor.status.remote())
 
-    async def stream_events(
-        self, conversation_id: str, after_seq: int = 0
+    def stream_events(
+        self, conversation_id: str, after_seq: int = 0, *, marker: bool = False
     ) -> AsyncIterator[JsonObject]:
-        """Events after ``after_seq``, then live ones, until the caller stops iterating.
-
-        If the actor dies or is evicted while streaming, the stream resumes from the last ``seq``
-        it delivered on a re-activated actor (``STREAM_RESUME``), so the caller sees no gap and no
-        duplicate. A resubscription asks for one event before that ``seq``: the actor's replay of
-        it (dropped here) proves the new subscription works even on a quiet conversation, so only
-        subscriptions that fail *in a row* count against the budget, however many times the actor
-        restarts in the stream's life.
-        """
-        last = after_seq
-        replace = False
-        failures = 0  # subscriptions in a row that failed before delivering anything
-        while True:
-            generator = None
-            try:
-                handle = await self._directory().activate.remote(conversation_id, replace)
-                # Backpressure: the actor runs at most a few events ahead of this consumer, so a
-                # slow consumer's tokens wait in the actor's queue, where they are coalesced.
-                generator = handle.events.options(
-                    num_returns="streaming", _generator_backpressure_num_objects=BACKPRESSURE_EVENTS
-                ).remote(max(last - 1, 0) if replace else last)
-                async for ref in generator:
-                    event: JsonObject = await ref
-                    failures = 0  # this subscription works: a later failure is a new one
-                    seq = event.get("seq")
-                    if seq is not None:
-                        if int(seq) <= last:
-                            continue  # the replayed event a resubscription asked for
-                        last = int(seq)
-                    yield event
-                return
-            except RAY_CALL_ERRORS as exc:
-                failures += 1
-                error = as_wonder_error(exc, f"the event stream of {conversation_id}")
-                if not error.retriable or failures >= STREAM_RESUME.attempts:
-                    log.warning(
-                        "the event stream of %s gave up after %d failed subscriptions: %s",
-                        conversation_id,
-                        failures,
-                        error.message,
-                    )
-                    raise error from None
-            finally:
-                if generator is not None:
-                    ray.cancel(generator)
-            await asyncio.sleep(STREAM_RESUME.backoff(failures))
-            replace = True
+        """Events after ``after_seq``, then live ones, from this process's feed: the store and
+        the events hub, never the conversation's actor (which may be evicted and activated any
+        number of times meanwhile)."""
+        if self._feed is None:
+            raise RuntimeError("this process has no event feed")
+        return self._feed().subscribe(conversation_id, after_seq, marker=marker)
 
     async def stop_conversations(self, conversation_ids: list[str]) -> None:
         """Stop the live actors of conversations about to be deleted (their turns cancelled)."""
@@ -484,6 +457,13 @@ class RayConversations:
         """Ask the directory to evict an idle conversation (the actor's idle watchdog)."""
         released: bool = await self._directory().release_idle.remote(conversation_id)
         return released
+
+    def note_idle(self, conversation_id: str) -> None:
+        """Tell the directory the actor's last turn ended (fire-and-forget)."""
+        try:
+            self._directory().note_idle.remote(conversation_id)
+        except RAY_CALL_ERRORS as exc:
+            log.info("the directory did not hear that %s is idle (%s)", conversation_id, exc)
 
     async def actor(self, conversation_id: str, evict_first: bool = False) -> Any:
         """The conversation's live actor handle (benchmarks and operators call it directly)."""

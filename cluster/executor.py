@@ -1,42 +1,65 @@
 """The executor on Ray: ``execute_task`` (a Ray remote function) and the ``TaskRunner`` adapter.
 
 A task runs in a Ray worker process; the collaborators its actions use (store, chat models, memory)
-are built there, once per process, by the services factory the caller passes along (a module-level
-function, so it travels by reference). Processes that only submit tasks (conversation actors, the
-coordinator) never import the actions: ``execute_task`` loads them where it runs.
+are built there, once per process, by the services factory the caller passes along: a module-level
+function (it travels by reference), or a ``ServicesRef`` naming one, resolved where the task runs.
+Processes that only submit tasks (conversation actors, the coordinator) never import the actions
+nor what builds their services: ``execute_task`` loads them where it runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import resource
 import threading
 from collections.abc import Callable, Coroutine, Iterator
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import ray
 
-from actors.actions.registry import ActionServices
 from core.domain import TaskDef
 from core.errors import ErrorCode, RetryableError, WonderError
 from core.jsontypes import JsonObject
 from core.ports import TaskContext, TaskOutcome, failed_outcome
+from core.tracing import current_traceparent
 
-ServicesFactory = Callable[[dict[str, str]], ActionServices]
+if TYPE_CHECKING:
+    from actors.actions.registry import ActionServices
+
+ServicesFactory = Callable[[dict[str, str]], "ActionServices"]
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ServicesRef:
+    """A services factory named by its module and function, imported where a task runs."""
+
+    module: str
+    name: str
+
+    def resolve(self) -> ServicesFactory:
+        return cast(ServicesFactory, getattr(importlib.import_module(self.module), self.name))
 
 
 @ray.remote(num_cpus=0, max_retries=0)
 def execute_task(
-    task_json: str, task_input: JsonObject, context: TaskContext, services: ServicesFactory
+    task_json: str,
+    task_input: JsonObject,
+    context: TaskContext,
+    services: ServicesFactory | ServicesRef,
 ) -> TaskOutcome:
     """Ray entry point: run a task definition (JSON) in a worker process (``run_here``)."""
     return run_here(task_json, task_input, context, services)
 
 
 def run_here(
-    task_json: str, task_input: JsonObject, context: TaskContext, services: ServicesFactory
+    task_json: str,
+    task_input: JsonObject,
+    context: TaskContext,
+    services: ServicesFactory | ServicesRef,
 ) -> TaskOutcome:
     """Run a task definition (JSON) in this process: a Ray task's worker, or a member of the
     executor pool (``cluster.executor_pool``).
@@ -49,7 +72,8 @@ def run_here(
     from actors.executor import run_task
 
     task = TaskDef.model_validate_json(task_json)
-    ready = services(context.settings_env)
+    factory = services.resolve() if isinstance(services, ServicesRef) else services
+    ready = factory(context.settings_env)
     try:
         with memory_limit(ready.settings.executor_memory_limit_mb):
             return run_to_end(run_task(task, task_input, context, ready))
@@ -133,11 +157,13 @@ def memory_limit(extra_mb: int | None) -> Iterator[None]:
 class RayTaskRunner:
     """``TaskRunner`` over ``execute_task``: Ray's failures become retryable errors."""
 
-    def __init__(self, services: ServicesFactory, **options: object) -> None:
+    def __init__(self, services: ServicesFactory | ServicesRef, **options: object) -> None:
         self._services = services
         self._remote = execute_task.options(**options) if options else execute_task
 
     async def run(self, task: TaskDef, task_input: JsonObject, context: TaskContext) -> TaskOutcome:
+        if context.traceparent is None:  # the caller's span travels with the task, explicitly
+            context = context.model_copy(update={"traceparent": current_traceparent()})
         ref = self._remote.remote(task.model_dump_json(), task_input, context, self._services)
         try:
             outcome: TaskOutcome = await ref

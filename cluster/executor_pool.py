@@ -31,7 +31,7 @@ from typing import Any
 import ray
 
 from cluster import placement
-from cluster.executor import RayTaskRunner, ServicesFactory, run_here
+from cluster.executor import RayTaskRunner, ServicesFactory, ServicesRef, run_here
 from cluster.naming import named_detached
 from core.domain import TaskDef
 from core.errors import RetryableError, WonderError
@@ -39,6 +39,7 @@ from core.executor_pool import choose_member
 from core.jsontypes import JsonObject
 from core.ports import TaskContext, TaskOutcome
 from core.settings import Settings
+from core.tracing import current_traceparent
 
 log = logging.getLogger("wonder.executor")
 
@@ -58,7 +59,7 @@ class ExecutorProcess:
         task_json: str,
         task_input: JsonObject,
         context: TaskContext,
-        services: ServicesFactory,
+        services: ServicesFactory | ServicesRef,
     ) -> TaskOutcome:
         return run_here(task_json, task_input, context, services)
 
@@ -93,7 +94,7 @@ class PooledTaskRunner:
     def __init__(
         self,
         settings: Settings,
-        services: ServicesFactory,
+        services: ServicesFactory | ServicesRef,
         overflow: RayTaskRunner,
         handle: Callable[[int], Any] | None = None,
     ) -> None:
@@ -111,6 +112,8 @@ class PooledTaskRunner:
         if index is None:
             return await self._overflow.run(task, task_input, context)
         self._turn = index + 1
+        if context.traceparent is None:  # the caller's span travels with the task, explicitly
+            context = context.model_copy(update={"traceparent": current_traceparent()})
         member = self._member(index)
         self._in_flight[index] += 1
         ref = member.run.remote(task.model_dump_json(), task_input, context, self._services)

@@ -17,7 +17,8 @@ from ray.serve import Application
 
 from cluster import niceness, placement, wiring
 from cluster.executor_pool import start_pool
-from cluster.models import ProcessMemory, ServedEmbedders
+from cluster.mcp import RayMcpTools
+from cluster.memory_access import ProcessMemory, ServedEmbedders
 from cluster.scheduler import scheduler_handle
 from core.settings import Settings, settings_from_env, wonder_env
 from core.store import store_for_settings
@@ -80,6 +81,7 @@ class Gateway:
             workspaces=wiring.workspaces(settings_env),
             node=ray.get_runtime_context().get_node_id(),
             models=DeployedModelNames(),
+            mcp=RayMcpTools(settings_env),
         )
         scheduler_handle(settings_env)  # cron triggers fire while a gateway is up (idempotent)
         start_pool(settings)  # executor processes up before the first turn (idempotent)

@@ -18,7 +18,8 @@ import time
 from typing import Any
 from urllib.parse import urlparse
 
-from cluster.models import ServedChatModels, ServedEmbedders
+from cluster.memory_access import ServedEmbedders
+from cluster.models import ServedChatModels
 from core.settings import Settings, settings_from_env
 from jobs import compact, consolidate, embed
 

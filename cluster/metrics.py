@@ -20,6 +20,8 @@ import time
 
 from ray.util.metrics import Counter, Gauge, Histogram
 
+from core.metrics import CallMeasure
+
 LATENCY_BOUNDARIES_S = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300]
 GAUGE_REFRESH_S = 5.0
 
@@ -86,6 +88,41 @@ class RayMetrics:
             "memory.search, embedding included",
             boundaries=[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5],
         )
+        self._model_calls = Counter(
+            "wonder_model_calls",
+            "Model calls (each request sent), by client, agent, model and outcome (ok|error)",
+            tag_keys=("client", "agent", "model", "outcome"),
+        )
+        self._model_tokens = Counter(
+            "wonder_model_tokens",
+            "Model tokens, by client, agent, model and kind (prompt|completion)",
+            tag_keys=("client", "agent", "model", "kind"),
+        )
+        self._model_cost = Counter(
+            "wonder_model_cost",
+            "Estimated model cost (the profiles' prices), by client, agent and model",
+            tag_keys=("client", "agent", "model"),
+        )
+        self._model_retries = Counter(
+            "wonder_model_retries",
+            "Model calls retried (the LLM retry policy)",
+            tag_keys=("agent",),
+        )
+        self._tool_failures = Counter(
+            "wonder_tool_failures",
+            "Tool calls that failed, by agent, tool and error code",
+            tag_keys=("agent", "tool", "code"),
+        )
+        self._hook_failures = Counter(
+            "wonder_hook_failures",
+            "Context assembly and memory extraction hooks that failed after their retries",
+            tag_keys=("agent", "hook"),
+        )
+        self._workflow_runs_ended = Counter(
+            "wonder_workflow_runs_ended",
+            "Workflow runs ended, by workflow and outcome (completed|failed|cancelled)",
+            tag_keys=("workflow", "outcome"),
+        )
         self._gauges = _RefreshedGauges()
 
     def turn_started(self) -> None:
@@ -120,6 +157,28 @@ class RayMetrics:
 
     def memory_search(self, latency_s: float) -> None:
         self._memory_search.observe(latency_s)
+
+    def model_call(self, call: CallMeasure) -> None:
+        tags = {"client": call.client, "agent": call.agent, "model": call.model}
+        self._model_calls.inc(tags={**tags, "outcome": call.outcome})
+        if call.prompt_tokens:
+            self._model_tokens.inc(call.prompt_tokens, tags={**tags, "kind": "prompt"})
+        if call.completion_tokens:
+            self._model_tokens.inc(call.completion_tokens, tags={**tags, "kind": "completion"})
+        if call.cost:
+            self._model_cost.inc(call.cost, tags=tags)
+
+    def model_retry(self, agent: str) -> None:
+        self._model_retries.inc(tags={"agent": agent or "none"})
+
+    def tool_failed(self, agent: str, tool: str, code: str) -> None:
+        self._tool_failures.inc(tags={"agent": agent or "none", "tool": tool[:100], "code": code})
+
+    def hook_failed(self, agent: str, hook: str) -> None:
+        self._hook_failures.inc(tags={"agent": agent or "none", "hook": hook})
+
+    def workflow_run_ended(self, workflow: str, outcome: str) -> None:
+        self._workflow_runs_ended.inc(tags={"workflow": workflow[:100], "outcome": outcome})
 
 
 @functools.cache

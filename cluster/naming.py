@@ -20,6 +20,7 @@ DIRECTORY_NAME = "conversation-directory"
 RUNNER_NAME = "async-operations"
 RESERVE_NAME = "workflow-reserve"
 SCHEDULER_NAME = "cron-scheduler"
+HUB_NAME = "conversation-events"
 
 
 def conversation_actor_name(conversation_id: str) -> str:

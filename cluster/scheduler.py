@@ -9,6 +9,7 @@ from typing import Any
 
 from actors.scheduler import CronScheduler, SchedulerPorts
 from cluster import placement, wiring
+from cluster.memory_upkeep import RayMemoryUpkeep
 from cluster.naming import SCHEDULER_NAME, named_detached
 from core.settings import settings_from_env
 from core.store import store_for_settings
@@ -22,6 +23,9 @@ def scheduler_ports(settings_env: dict[str, str]) -> SchedulerPorts:
         store=store,
         conversations=wiring.conversations(settings_env),
         quotas=StoredQuotas(store, defaults=default_quota(settings)),
+        upkeep=RayMemoryUpkeep(settings_env),
+        compact_schedule=settings.compact_schedule,
+        reconcile_s=settings.memory_upkeep_reconcile_s,
     )
 
 

@@ -13,29 +13,31 @@ from typing import Any
 
 import ray
 
-from actors.actions.registry import ActionServices
 from actors.conversation.intake import Intake
 from actors.conversation.ports import ConversationPorts, ToolPorts
 from actors.workflow_coordinator.ports import CoordinatorPorts
 from actors.workflow_coordinator.runs import RunLimits, WorkflowRunService
 from cluster import placement
 from cluster.async_operations import RayAsyncOperations, runner_handle
+from cluster.conversation_events import RayEventPublisher, event_listener
 from cluster.conversations import RayConversations, directory_handle
-from cluster.executor import RayTaskRunner
+from cluster.executor import RayTaskRunner, ServicesRef
 from cluster.executor_pool import PooledTaskRunner
+from cluster.mcp import RayMcpTools
 from cluster.metrics import ray_metrics
-from cluster.models import ProcessMemory, ServedChatModels, ServedEmbedders
+from cluster.models import ServedChatModels
 from cluster.workflows import RayCoordinators
 from cluster.workspaces import RayWorkspaces
+from core.recording_setup import install_recording
 from core.secret_vault import SecretVault
-from core.settings import Settings, settings_from_env, wonder_env
+from core.settings import settings_from_env, wonder_env
 from core.store import store_for_settings
 from core.turn_quotas import StoredQuotas, default_quota
 
 EnvKey = tuple[tuple[str, str], ...]
 
 
-def _key(settings_env: dict[str, str]) -> EnvKey:
+def key_of(settings_env: dict[str, str]) -> EnvKey:
     """Processes are told apart by their ``WONDER_*`` settings only (Ray's own variables may
     differ between a driver and its workers)."""
     return tuple(sorted(wonder_env(settings_env).items()))
@@ -51,13 +53,21 @@ class ActorLifecycle:
 # --------------------------------------------------------------------------- shared pieces
 
 
+@functools.lru_cache(maxsize=1)
+def event_publisher() -> RayEventPublisher:
+    """This process's way to publish conversation events (to the events hub)."""
+    return RayEventPublisher()
+
+
 @functools.lru_cache(maxsize=8)
 def _conversations(key: EnvKey) -> RayConversations:
     env = dict(key)
     settings = settings_from_env(env)
+    store = store_for_settings(settings)
     return RayConversations(
         lambda: directory_handle(env, settings.max_resident_conversations, conversation_ports),
-        Intake(store_for_settings(settings)),
+        Intake(store, event_publisher()),
+        lambda: event_listener(store, str(key)).feed,
     )
 
 
@@ -72,19 +82,24 @@ def _workflows(key: EnvKey) -> WorkflowRunService:
 
 def conversations(settings_env: dict[str, str]) -> RayConversations:
     """This process's way to the conversation actors."""
-    return _conversations(_key(settings_env))
+    return _conversations(key_of(settings_env))
 
 
 def workflows(settings_env: dict[str, str]) -> WorkflowRunService:
     """This process's way to start and watch workflow runs."""
-    return _workflows(_key(settings_env))
+    return _workflows(key_of(settings_env))
+
+
+# What executor actions use, built where a task runs (``cluster.executor_wiring``): named, not
+# imported, so the processes that only submit tasks (conversation actors) import none of it.
+EXECUTOR_SERVICES = ServicesRef("cluster.executor_wiring", "executor_services")
 
 
 def task_runner(settings_env: dict[str, str]) -> PooledTaskRunner:
     """Tasks on the executor pool (``cluster.executor_pool``), Ray tasks beyond it."""
     settings = settings_from_env(settings_env)
-    overflow = RayTaskRunner(executor_services, **placement.executor_options(settings))
-    return PooledTaskRunner(settings, executor_services, overflow)
+    overflow = RayTaskRunner(EXECUTOR_SERVICES, **placement.executor_options(settings))
+    return PooledTaskRunner(settings, EXECUTOR_SERVICES, overflow)
 
 
 # --------------------------------------------------------------------------- per kind of process
@@ -101,17 +116,20 @@ def _tool_ports(key: EnvKey) -> ToolPorts:
         tasks=task_runner(env),
         conversations=conversations(env),
         workflows=workflows(env),
+        mcp=RayMcpTools(env),
+        listeners=event_publisher(),
     )
 
 
 def tool_ports(settings_env: dict[str, str]) -> ToolPorts:
     """What the async-operations runner dispatches tools with."""
-    return _tool_ports(_key(settings_env))
+    return _tool_ports(key_of(settings_env))
 
 
 def conversation_ports(settings_env: dict[str, str]) -> ConversationPorts:
     """What a Conversation actor works with (built in its own process)."""
     tools = tool_ports(settings_env)
+    install_recording(tools.store, tools.settings, "conversation", ray_metrics())
     conversations_port = conversations(settings_env)
     runner_ports = functools.partial(tool_ports, settings_env)
     return ConversationPorts(
@@ -121,6 +139,8 @@ def conversation_ports(settings_env: dict[str, str]) -> ConversationPorts:
         tasks=tools.tasks,
         conversations=conversations_port,
         workflows=tools.workflows,
+        mcp=tools.mcp,
+        listeners=tools.listeners,
         residency=conversations_port,
         operations=RayAsyncOperations(lambda: runner_handle(settings_env, runner_ports)),
         models=ServedChatModels(tools.settings, SecretVault(tools.store, tools.settings)),
@@ -132,6 +152,7 @@ def conversation_ports(settings_env: dict[str, str]) -> ConversationPorts:
 def coordinator_ports(settings_env: dict[str, str]) -> CoordinatorPorts:
     """What a WorkflowCoordinator works with (built in its own process)."""
     tools = tool_ports(settings_env)
+    install_recording(tools.store, tools.settings, "workflow", ray_metrics())
     return CoordinatorPorts(
         store=tools.store,
         settings=tools.settings,
@@ -140,20 +161,7 @@ def coordinator_ports(settings_env: dict[str, str]) -> CoordinatorPorts:
         conversations=tools.conversations,
         workflows=tools.workflows,
         lifecycle=ActorLifecycle(),
-    )
-
-
-@functools.lru_cache(maxsize=8)
-def _executor_services(key: EnvKey) -> ActionServices:
-    env = dict(key)
-    settings: Settings = settings_from_env(env)
-    store = store_for_settings(settings)
-    return ActionServices(
-        store=store,
-        settings=settings,
-        chat_models=ServedChatModels(settings, SecretVault(store, settings)),
-        memory=ProcessMemory(settings, ServedEmbedders(env)),
-        workspaces=workspaces(env),
+        metrics=ray_metrics(),
     )
 
 
@@ -165,12 +173,7 @@ def _workspaces(key: EnvKey) -> RayWorkspaces:
 
 def workspaces(settings_env: dict[str, str]) -> RayWorkspaces:
     """This process's way to the workspace actors."""
-    return _workspaces(_key(settings_env))
-
-
-def executor_services(settings_env: dict[str, str]) -> ActionServices:
-    """What executor actions use (built once per worker process)."""
-    return _executor_services(_key(settings_env))
+    return _workspaces(key_of(settings_env))
 
 
 def operations_runner(settings_env: dict[str, str]) -> Any:

@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from core.errors import ErrorCode, WonderError
 from core.json_schemas import check_schema
 from core.jsontypes import JsonObject
+from core.memory_policy import MemoryUpkeepPolicy
 from core.strict import StrictScalars
 from core.tool_shortcuts import ShortcutError, check_pattern
 
@@ -55,6 +56,34 @@ DEFAULT_MODEL = "default"
 """The model name every local model deployment answers to, whichever model it serves."""
 
 
+class ModelPrices(Model):
+    """What a model's tokens cost, for the estimated cost of its calls (docs/observability.md)."""
+
+    input_per_million: float = Field(0.0, ge=0.0, le=100_000.0, description="Per 1M prompt tokens")
+    output_per_million: float = Field(
+        0.0, ge=0.0, le=100_000.0, description="Per 1M completion tokens"
+    )
+    currency: str = Field("USD", pattern=r"^[A-Z]{3}$")
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return (
+            prompt_tokens * self.input_per_million + completion_tokens * self.output_per_million
+        ) / 1_000_000
+
+
+ThinkingMode = Literal["none", "chat_template", "reasoning_effort"]
+
+
+class ThinkingConfig(Model):
+    """Whether the model reasons before it answers, and how hard (seed 004 ``thinking``); only
+    for a profile whose model can (``ModelProfile.thinking``)."""
+
+    enabled: bool = True
+    effort: Literal["low", "medium", "high"] | None = Field(
+        None, description="reasoning_effort models: how hard (default medium)"
+    )
+
+
 class ModelProfile(Model):
     """Which model answers and how (seed 001 ModelProfile, seed 004 per-turn override)."""
 
@@ -85,6 +114,25 @@ class ModelProfile(Model):
     script: list[ScriptStep] | None = Field(
         None, max_length=50, description="provider=scripted only: the model's steps, one per call"
     )
+    prices: ModelPrices | None = Field(
+        None, description="Token prices: each call's estimated cost is recorded with it"
+    )
+    thinking: ThinkingMode = Field(
+        "none",
+        description="Whether and how the model thinks: none (it cannot: a turn asking for "
+        "thinking is refused), chat_template (reasoning models served by vLLM: "
+        "chat_template_kwargs.enable_thinking), reasoning_effort (OpenAI-compatible reasoning "
+        "models: reasoning_effort)",
+    )
+    thinking_config: ThinkingConfig | None = Field(
+        None, description="Default thinking of this profile's turns (a message may override it)"
+    )
+
+    @model_validator(mode="after")
+    def _thinks_only_if_it_can(self) -> ModelProfile:
+        if self.thinking_config is not None and self.thinking == "none":
+            raise ValueError("thinking_config needs a thinking mode (the model must support it)")
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -123,14 +171,15 @@ class ToolShortcut(Model):
 
 
 class Tool(Model):
-    """The LLM-facing interface to a task, workflow or agent."""
+    """The LLM-facing interface to a task, workflow, agent, or a tool of an MCP server
+    (``mcp``: ``target_id`` is ``<server id>/<the server's tool name>``, ``core.mcp``)."""
 
     id: LibraryId
     version: int = 0
     name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
     description: str = Field(max_length=2000)
     input_schema: JsonObject = Field(default_factory=lambda: {"type": "object"})
-    target_type: Literal["task", "workflow", "agent"]
+    target_type: Literal["task", "workflow", "agent", "mcp"]
     target_id: str = Field(min_length=1, max_length=200)
     is_async: bool = Field(False, alias="async")
     invocation_mode: Literal["delegate", "loop_in"] = "delegate"
@@ -254,29 +303,50 @@ class Persona(Model):
     memory_extraction_task_id: str | None = Field(
         None, description="Library task that extracts memories after a turn (default: none)"
     )
+    memory_extraction_workflow: str | None = Field(
+        None,
+        description="Library workflow that extracts memories after a turn instead of a task",
+    )
+    memory_upkeep: MemoryUpkeepPolicy | None = Field(
+        None,
+        description="Consolidation and retention of the agent's memories, run by the platform "
+        "on a schedule (default: none)",
+    )
     recent_turns_limit: int = Field(20, ge=0, le=1000)
     tool_ids: list[str] = Field(default_factory=list, max_length=128)
     constraints: Constraints = Field(default_factory=Constraints)
 
-    # At most one context hook; the published schema says so too (a body the schema accepts is
-    # one the server accepts).
+    # At most one context hook and one extraction hook; the published schema says so too (a
+    # body the schema accepts is one the server accepts).
     model_config = ConfigDict(
         json_schema_extra={
-            "not": {
-                "required": ["context_assembly_task_id", "context_assembly_workflow"],
-                "properties": {
-                    "context_assembly_task_id": {"type": "string"},
-                    "context_assembly_workflow": {"type": "string"},
-                },
-            }
+            "allOf": [
+                {
+                    "not": {
+                        "required": [task, workflow],
+                        "properties": {task: {"type": "string"}, workflow: {"type": "string"}},
+                    }
+                }
+                for task, workflow in (
+                    ("context_assembly_task_id", "context_assembly_workflow"),
+                    ("memory_extraction_task_id", "memory_extraction_workflow"),
+                )
+            ]
         }
     )
 
     @model_validator(mode="after")
-    def _one_context_hook(self) -> Persona:
+    def _one_hook_each(self) -> Persona:
         if self.context_assembly_task_id is not None and self.context_assembly_workflow is not None:
             raise ValueError(
                 "context_assembly_task_id and context_assembly_workflow are exclusive: one hook"
+            )
+        if (
+            self.memory_extraction_task_id is not None
+            and self.memory_extraction_workflow is not None
+        ):
+            raise ValueError(
+                "memory_extraction_task_id and memory_extraction_workflow are exclusive: one hook"
             )
         return self
 
@@ -284,6 +354,11 @@ class Persona(Model):
     def context_hook(self) -> str | None:
         """The context-assembly hook's task or workflow id, if the persona has one."""
         return self.context_assembly_task_id or self.context_assembly_workflow
+
+    @property
+    def extraction_hook(self) -> str | None:
+        """The memory-extraction hook's task or workflow id, if the persona has one."""
+        return self.memory_extraction_task_id or self.memory_extraction_workflow
 
 
 # --------------------------------------------------------------------------- owned entities
@@ -311,6 +386,40 @@ class Agent(Model):
     persona: Persona | None = None  # inline persona
     project_ids: list[str] = Field(default_factory=list)
     created_at: datetime
+    memory_upkeep: MemoryUpkeepPolicy | None = Field(
+        None, description="This agent's memory upkeep, instead of its persona's"
+    )
+
+
+class BearerCredentials(Model):
+    """A project's credentials as a token: ``Authorization: Bearer <the secret's value>``."""
+
+    secret: str = Field(
+        pattern=SECRET_NAME_PATTERN, description="The name of one of your secrets (the token)"
+    )
+    scheme: Literal["bearer"] = "bearer"
+
+
+class BasicCredentials(Model):
+    """A project's credentials as a user and password: ``Authorization: Basic`` with
+    ``username`` and the secret's value as the password."""
+
+    secret: str = Field(
+        pattern=SECRET_NAME_PATTERN, description="The name of one of your secrets (the password)"
+    )
+    scheme: Literal["basic"]
+    username: str = Field(
+        min_length=1,
+        max_length=200,
+        pattern=r"^[!-9;-~]+$",
+        description="Printable ASCII, no ':' or space",
+    )
+
+
+ProjectCredentials = BearerCredentials | BasicCredentials
+"""What a cloned project's clones and pushes send its origin: a secret of the project's own
+client, as an HTTP ``Authorization`` header. Only the secret's name is stored; its value is read
+at each clone or push."""
 
 
 class Project(Model):
@@ -326,6 +435,10 @@ class Project(Model):
     name: str = Field(max_length=200)
     repository: str
     origin: str | None = Field(None, description="The URL a managed clone was made from")
+    credentials: ProjectCredentials | None = Field(
+        None,
+        description="The secret sent to origin on each clone and push (its name, never its value)",
+    )
     managed: bool = False
     default_branch: str = "main"
     push_on_merge: bool = Field(
@@ -564,4 +677,5 @@ class PendingExtraction(Model):
     conversation_id: str
     turn_id: str
     agent_id: str
-    task_id: str
+    task_id: str  # the hook's task id, or its workflow id when ``workflow``
+    workflow: bool = False

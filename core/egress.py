@@ -1,9 +1,10 @@
-"""Where the platform itself may connect on a client's behalf: model providers' ``base_url``s and
-``http.request`` (docs/security.md "Egress").
+"""Where the platform itself may connect on a client's behalf: model providers' ``base_url``s,
+``http.request`` and MCP servers over HTTP (docs/security.md "Egress").
 
-The operator lists destinations (``WONDER_MODEL_ALLOWED_HOSTS``, ``WONDER_HTTP_ALLOWED_HOSTS``):
-a host name (``api.example.com``), an IP address (``127.0.0.1``, ``[::1]``) or a network
-(``10.0.0.0/8``), each optionally with ``:port`` (without one, any port). A URL passes when
+The operator lists destinations (``WONDER_MODEL_ALLOWED_HOSTS``, ``WONDER_HTTP_ALLOWED_HOSTS``,
+``WONDER_MCP_ALLOWED_HOSTS``): a host name (``api.example.com``), an IP address (``127.0.0.1``,
+``[::1]``) or a network (``10.0.0.0/8``), each optionally with ``:port`` (without one, any
+port). A URL passes when
 
 1. its scheme is ``http`` or ``https``, it carries no credentials (``user:pw@``), and its host
    (with its port) matches an entry — checked where a URL is stored (``check_url``) and again
@@ -179,3 +180,10 @@ def model_egress(settings: Settings) -> EgressPolicy:
 def http_egress(settings: Settings) -> EgressPolicy:
     """Where ``http.request`` may connect."""
     return EgressPolicy.of(settings.http_allowed_hosts, "WONDER_HTTP_ALLOWED_HOSTS")
+
+
+def mcp_egress(settings: Settings) -> EgressPolicy:
+    """Where an MCP server registered over HTTP may be (a list of its own: a server gets the
+    client's credential headers and a session that lasts, which ``http.request``'s
+    destinations need not be trusted with, nor the other way round)."""
+    return EgressPolicy.of(settings.mcp_allowed_hosts, "WONDER_MCP_ALLOWED_HOSTS")

@@ -78,7 +78,14 @@ class Timeout(RetryableError):
 
 
 class Unavailable(RetryableError):
+    """Not now (a database away, every resident conversation busy); ``retry_after_s``: when
+    trying again may succeed (HTTP ``Retry-After``), if known."""
+
     code = ErrorCode.UNAVAILABLE
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class QuotaExceeded(WonderError):

@@ -173,6 +173,15 @@ def _references(item: LibraryObject) -> list[tuple[str, str]]:
             for hook in (obj.context_assembly_task_id, obj.memory_extraction_task_id)
             if hook
         ]
+        refs += [
+            ("workflows", hook)
+            for hook in (obj.context_assembly_workflow, obj.memory_extraction_workflow)
+            if hook
+        ]
+        upkeep = obj.memory_upkeep
+        strategy = upkeep.strategy if upkeep is not None else None
+        if strategy is not None:
+            refs.append((f"{strategy[0]}s", strategy[1]))
         return refs
     if item.kind == "tools" and obj.target_type in ("task", "workflow"):
         return [(f"{obj.target_type}s", obj.target_id)]

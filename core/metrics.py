@@ -10,10 +10,12 @@ latency, first-token latency and streamed tokens all follow from the event strea
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
 from core.jsontypes import JsonObject
+from core.model_calls import ModelCallRecord
 
 
 class Metrics(Protocol):
@@ -29,6 +31,11 @@ class Metrics(Protocol):
     def workflow_run_started(self) -> None: ...
     def pending_operations(self, count: int) -> None: ...
     def memory_search(self, latency_s: float) -> None: ...
+    def model_call(self, call: CallMeasure) -> None: ...
+    def model_retry(self, agent: str) -> None: ...
+    def tool_failed(self, agent: str, tool: str, code: str) -> None: ...
+    def hook_failed(self, agent: str, hook: str) -> None: ...
+    def workflow_run_ended(self, workflow: str, outcome: str) -> None: ...
 
 
 class NoMetrics:
@@ -64,8 +71,61 @@ class NoMetrics:
     def memory_search(self, latency_s: float) -> None:
         pass
 
+    def model_call(self, call: CallMeasure) -> None:
+        pass
+
+    def model_retry(self, agent: str) -> None:
+        pass
+
+    def tool_failed(self, agent: str, tool: str, code: str) -> None:
+        pass
+
+    def hook_failed(self, agent: str, hook: str) -> None:
+        pass
+
+    def workflow_run_ended(self, workflow: str, outcome: str) -> None:
+        pass
+
 
 NO_METRICS: Metrics = NoMetrics()
+
+
+@dataclass(frozen=True, slots=True)
+class CallMeasure:
+    """One finished model call, as the metrics count it (labels: ids of library objects and
+    agents, bounded by what a deployment holds; never conversations or turns)."""
+
+    client: str
+    agent: str
+    model: str
+    outcome: str  # ok | error
+    prompt_tokens: int
+    completion_tokens: int
+    cost: float
+
+
+def call_measure(record: ModelCallRecord) -> CallMeasure:
+    source = record.source
+    return CallMeasure(
+        client=source.client_id or "none",
+        agent=source.agent_id or "none",
+        model=f"{record.provider}/{record.model}"[:100],
+        outcome=record.status,
+        prompt_tokens=record.usage.prompt_tokens,
+        completion_tokens=record.usage.completion_tokens,
+        cost=record.cost or 0.0,
+    )
+
+
+class CallMetrics:
+    """A ``core.llm.recording.CallSink`` that counts each finished model call."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def model_call(self, record: ModelCallRecord) -> None:
+        self.metrics.model_call(call_measure(record))
+
 
 # Turns whose start we remember (to time their end and first token); older ones are forgotten.
 TRACKED_TURNS = 256

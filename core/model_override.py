@@ -9,21 +9,40 @@ the profile actually used is recorded for the turn (``TurnModel``).
 from __future__ import annotations
 
 from core.domain import ModelProfile
-from core.errors import NotFound
+from core.errors import InvalidInput, NotFound
 from core.store import Store
 from core.turn_model import ModelOverride, ModelUsed
 
 
-def check_override(store: Store, override: ModelOverride, client_id: str) -> None:
+def check_override(
+    store: Store,
+    override: ModelOverride,
+    client_id: str,
+    default: ModelProfile | None = None,
+) -> None:
     """``NotFound`` when the override names a profile neither the client's library nor the
-    system's has."""
+    system's has; ``InvalidInput`` when it asks for thinking of a model that cannot think (the
+    profile it names, else ``default``: the conversation's agent's)."""
+    chosen = default
     if override.model_profile_id is not None:
         try:
-            store.model_profiles.get(override.model_profile_id, client_id=client_id)
+            chosen = store.model_profiles.get(override.model_profile_id, client_id=client_id)
         except NotFound:
             raise NotFound(
                 f"model.model_profile_id: model profile {override.model_profile_id} not found"
             ) from None
+    if override.thinking is not None and override.thinking.enabled:
+        if chosen is None:
+            raise InvalidInput(
+                "model.thinking: this conversation has no agent whose model could think; name a "
+                "model_profile_id that supports thinking"
+            )
+        if chosen.thinking == "none":
+            raise InvalidInput(
+                f"model.thinking: model profile {chosen.id} ({chosen.provider} {chosen.model}) "
+                "does not support thinking; use a profile whose thinking is chat_template or "
+                "reasoning_effort, or leave thinking out"
+            )
 
 
 def overridden_profile(
@@ -40,6 +59,8 @@ def overridden_profile(
         changes["temperature"] = override.temperature
     if override.max_tokens is not None:
         changes["max_tokens"] = override.max_tokens
+    if override.thinking is not None and chosen.thinking != "none":
+        changes["thinking_config"] = override.thinking
     return chosen.model_copy(update=changes)
 
 
@@ -51,6 +72,7 @@ def used(profile: ModelProfile) -> ModelUsed:
         model=profile.model,
         temperature=profile.temperature,
         max_tokens=profile.max_tokens,
+        thinking=profile.thinking_config,
     )
 
 

@@ -9,7 +9,7 @@ engine-core ↔ executor interfaces are the models for this shape).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Collection, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -30,6 +30,7 @@ from core.errors import ErrorCode, WonderError
 from core.jsontypes import JsonObject
 from core.llm.protocol import ChatModel
 from core.memory.embedding import Embedder
+from core.memory_policy import MemoryUpkeepPolicy
 from core.quotas import Refusal, TurnAdmission
 from core.workflows import ConversationParent, NodeRecord, WorkflowParent, WorkflowRun
 from core.workspaces import (
@@ -145,6 +146,10 @@ class TaskContext(Model):
     turn_id: str | None = None
     run_id: str | None = None
     settings_env: dict[str, str] = Field(default_factory=dict)
+    node_id: str | None = None  # the workflow node that runs it
+    hook: Literal["context_assembly", "memory_extraction"] | None = None
+    hook_run_id: str | None = None  # the turn's hook run it belongs to
+    traceparent: str | None = None  # the W3C context of the caller's span (its trace)
 
 
 # --------------------------------------------------------------------------- collaborators
@@ -217,11 +222,9 @@ class Conversations(Protocol):
         reply_to_message_id: str | None = None,
         message_id: str | None = None,
         agent_id: str | None = None,
-        actor_ready: bool | None = None,
     ) -> MessageAck:
-        """Store the message and start its turn. ``actor_ready``: what the caller already knows
-        about the conversation's actor (``None``: ask); a message to an actor not started is
-        acknowledged in the store at once."""
+        """Store the message and start its turn. A message to a conversation whose log no actor
+        holds is acknowledged in the store at once (its actor is activated meanwhile)."""
         ...
 
     async def start_agent_call(
@@ -262,8 +265,13 @@ class Conversations(Protocol):
 
     async def complete_conversation(self, conversation_id: str) -> ConversationChange: ...
 
-    def stream_events(self, conversation_id: str, after_seq: int = 0) -> AsyncIterator[JsonObject]:
-        """Stored events after ``after_seq``, then live ones; resumes across actor restarts."""
+    def stream_events(
+        self, conversation_id: str, after_seq: int = 0, *, marker: bool = False
+    ) -> AsyncIterator[JsonObject]:
+        """Stored events after ``after_seq``, the tokens of replies in flight, then live ones,
+        each durable event once and in order, until the caller stops iterating. Needs no actor:
+        following a conversation neither starts its actor nor keeps it resident. ``marker``: a
+        ``subscribed`` frame first, once nothing after it can be missed."""
         ...
 
     async def stop_conversations(self, conversation_ids: list[str]) -> None: ...
@@ -296,10 +304,39 @@ class TurnQuotas(Protocol):
         ...
 
 
+class MemoryUpkeepRunner(Protocol):
+    """Runs scheduled memory upkeep off the scheduler (a Ray task each), answering its totals.
+
+    Failures raise (``WonderError`` for expected ones): the scheduler records them on the entry."""
+
+    async def agent(
+        self, agent_id: str, client_id: str, policy: MemoryUpkeepPolicy, now: datetime
+    ) -> JsonObject:
+        """Consolidation and retention of one agent's memories (``jobs.upkeep``)."""
+        ...
+
+    async def compact(self) -> JsonObject:
+        """Indexes and compaction of the memories table (``jobs.compact``)."""
+        ...
+
+
 class Residency(Protocol):
     """What a Conversation actor asks of the directory that keeps resident actors bounded."""
 
     async def release_idle(self, conversation_id: str) -> bool: ...
+
+    def note_idle(self, conversation_id: str) -> None:
+        """The actor has nothing left to do now (its last turn ended): at the cap it is the
+        first to make room. Best effort: nothing waits for it."""
+        ...
+
+
+class EventListeners(Protocol):
+    """Where a conversation's writers hand the events they appended, and the token deltas of
+    replies in flight: the processes whose subscribers follow that conversation. Best effort and
+    never waited for (the store holds every durable event; subscribers read what they miss)."""
+
+    def publish(self, conversation_id: str, frames: Sequence[JsonObject]) -> None: ...
 
 
 class AsyncOperations(Protocol):

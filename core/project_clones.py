@@ -8,8 +8,9 @@ agent or keys, an empty ``HOME``; only the URL's transport allowed), within
 that names no path of the host. A host the operator allows only by ``*`` must resolve to public
 addresses.
 
-Credentials for a client's private repositories are the operator's to give (``RemoteAccess``
-carries an ``Authorization`` header to git through its environment); no setting provides them yet.
+A private repository is cloned with the project's own credentials (a secret of its client, read
+now, sent as an ``Authorization`` header where the operator allows: ``core.project_credentials``);
+the error of a failed clone never holds the secret, even when the server repeats it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from pathlib import Path
 
 from core.domain import Project
 from core.errors import NotFound, PermissionDenied, WonderError
-from core.git import GitRepository, RemoteAccess
+from core.git import GitRepository
+from core.project_credentials import origin_access
 from core.project_sources import address_problem, needs_public_address, sources_for
 from core.projects import (
     ARTIFACTS_REPOSITORY,
@@ -52,25 +54,32 @@ def _resolved_addresses(host: str) -> list[str]:
         raise NotFound(f"repository: host {host} does not resolve") from None
 
 
-def _clone(settings: Settings, project: Project, home: Path) -> GitRepository:
+def _clone(store: Store, settings: Settings, project: Project, home: Path) -> GitRepository:
     origin = project.origin or ""
     source = remote_source(settings, project.client_id, origin)  # the policy may have changed
-    if needs_public_address(sources_for(settings, project.client_id), source):
+    sources = sources_for(settings, project.client_id)
+    if needs_public_address(sources, source):
         problem = address_problem(source.host, _resolved_addresses(source.host))
         if problem is not None:
             raise PermissionDenied(f"repository: {problem}")
-    access = RemoteAccess(protocols=(source.scheme,))
-    repo = GitRepository.clone_bare(
-        origin, home / CODE_REPOSITORY, access, timeout_s=settings.project_clone_timeout_s
-    )
+    remote = origin_access(store, settings, project, sources, source)
+    try:
+        repo = GitRepository.clone_bare(
+            origin,
+            home / CODE_REPOSITORY,
+            remote.access,
+            timeout_s=settings.project_clone_timeout_s,
+        )
+    except WonderError as exc:
+        raise remote.scrubbed(exc) from None
     check_repository_config(repo, origin)
     return repo
 
 
-def _cloned(settings: Settings, project: Project, default_branch: str | None) -> str:
+def _cloned(store: Store, settings: Settings, project: Project, default_branch: str | None) -> str:
     """Clone into the project's home; the default branch it ends up with."""
     home = projects_root(settings) / project.id
-    repo = _clone(settings, project, home)
+    repo = _clone(store, settings, project, home)
     branch = default_branch or repo.head_branch() or "main"
     if not repo.has_branch(branch):
         raise NotFound(f"default_branch: {branch} does not exist in the repository")
@@ -88,7 +97,7 @@ def complete_clone(
     project = store.projects.get(project_id)
     home = projects_root(settings) / project_id
     try:
-        branch = _cloned(settings, project, default_branch)
+        branch = _cloned(store, settings, project, default_branch)
         changes: dict[str, object] = {"status": "ready", "default_branch": branch}
     except WonderError as exc:
         shutil.rmtree(home, ignore_errors=True)

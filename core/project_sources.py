@@ -10,20 +10,26 @@ client (``WONDER_PROJECT_CLIENT_SOURCES``, else ``WONDER_PROJECT_PATH_ROOTS``,
   ``*.domain``, ``*`` for any public host, each optionally ``:port``); no hosts, no remotes. A
   host allowed only by ``*`` must resolve to public addresses
   (``core.shell_egress.address_refusal``); a host the operator names is taken as named. Passwords
-  in URLs are refused (they would be stored and shown with the project).
+  in URLs are refused (they would be stored and shown with the project);
+- **credentials** (a secret of the client, ``core.project_credentials``): only to
+  ``credential_hosts`` (same patterns; ``*`` for any host the client may clone from), only over
+  https, or over http to a loopback address the operator names; none by default.
 
 Refusals name the rule and the client's own words, never a path of the host.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from core.errors import InvalidInput, PermissionDenied
 from core.settings import ProjectSources, Settings
-from core.shell_egress import address_refusal, ip_literal, matches
+from core.shell_egress import address_refusal, ip_literal, matches, normalise_host
+
+DEFAULT_PORTS = {"https": 443, "http": 80, "ssh": 22, "git": 9418}
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +52,7 @@ def sources_for(settings: Settings, client_id: str) -> ProjectSources:
         path_roots=list(settings.project_path_roots),
         url_schemes=list(settings.project_url_schemes),
         url_hosts=list(settings.project_url_hosts),
+        credential_hosts=list(settings.project_credential_hosts),
     )
 
 
@@ -91,9 +98,34 @@ def check_remote(sources: ProjectSources, source: RemoteSource) -> None:
         )
     if source.scheme == "file":
         return
-    port = source.port or {"https": 443, "http": 80, "ssh": 22, "git": 9418}.get(source.scheme, 0)
+    port = source.port or DEFAULT_PORTS.get(source.scheme, 0)
     if not matches(sources.url_hosts, source.host, port, None):
         raise PermissionDenied(f"repository: host {source.host} is not allowed for this client")
+
+
+def credentials_refusal(sources: ProjectSources, source: RemoteSource) -> str | None:
+    """Why the client's credentials may not be sent to ``source`` (None: they may)."""
+    if source.scheme not in ("https", "http"):
+        return f"credentials are sent only over https, not {source.scheme}"
+    port = source.port or DEFAULT_PORTS[source.scheme]
+    if source.scheme == "http":
+        named = [h for h in sources.credential_hosts if h.strip() not in ("*", "any")]
+        if not (_loopback(source.host) and matches(named, source.host, port, None)):
+            return (
+                "credentials are sent only over https (over http, only to a loopback address "
+                "the operator names)"
+            )
+        return None
+    if not matches(sources.credential_hosts, source.host, port, None):
+        return f"this client may not send credentials to {source.host}"
+    return None
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(normalise_host(host)).is_loopback
+    except ValueError:
+        return False
 
 
 def needs_public_address(sources: ProjectSources, source: RemoteSource) -> bool:

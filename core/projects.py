@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from core.domain import Agent, Conversation, Project
+from core.domain import Agent, Conversation, Project, ProjectCredentials
 from core.errors import (
     Conflict,
     InvalidInput,
@@ -42,7 +42,6 @@ from core.errors import (
 from core.git import (
     GitRepository,
     MergeOutcome,
-    RemoteAccess,
     branch_owner,
     conversation_branch,
     looks_like_url,
@@ -51,6 +50,7 @@ from core.git import (
 )
 from core.ids import new_id, utc_now
 from core.ports import Workspaces
+from core.project_credentials import check_credentials, origin_access
 from core.project_sources import (
     RemoteSource,
     check_local,
@@ -145,20 +145,28 @@ def create_project(
     repository: str | None = None,
     default_branch: str | None = None,
     push_on_merge: bool = False,
+    credentials: ProjectCredentials | None = None,
 ) -> Project:
     """Create a project: a new bare repository, a local repository, or a clone of a URL.
 
     The first two are ready at once. A URL is checked against the operator's policy, and the
     project is stored ``cloning``: the clone itself is ``core.project_clones.complete_clone``'s,
     which the caller runs off its request path. The default branch must exist (a new repository
-    gets one empty initial commit on it). ``push_on_merge`` needs an origin (a cloned project).
+    gets one empty initial commit on it). ``push_on_merge`` and ``credentials`` need an origin (a
+    cloned project); credentials name a secret of the client, sent only where the operator allows.
     """
-    if push_on_merge and (repository is None or not looks_like_url(repository)):
+    has_origin = repository is not None and looks_like_url(repository)
+    if push_on_merge and not has_origin:
         raise InvalidInput("push_on_merge: only a project cloned from a URL has an origin")
+    if credentials is not None and not has_origin:
+        raise InvalidInput("credentials: only a project cloned from a URL has an origin")
     project_id = new_id("proj")
     home = projects_root(settings) / project_id
     if repository is not None and looks_like_url(repository):
-        remote_source(settings, client_id, repository)
+        source = remote_source(settings, client_id, repository)
+        if credentials is not None:
+            sources = sources_for(settings, client_id)
+            check_credentials(store, client_id, sources, source, credentials)
         _check_clones(store, settings, client_id)
         return store.projects.insert(
             Project(
@@ -167,6 +175,7 @@ def create_project(
                 name=name,
                 repository=str(home / CODE_REPOSITORY),
                 origin=repository,
+                credentials=credentials,
                 managed=True,
                 default_branch=default_branch or "main",
                 push_on_merge=push_on_merge,
@@ -216,17 +225,33 @@ def project_view(project: Project, now: datetime, clone_timeout_s: float) -> Pro
 
 def update_project(
     store: Store,
+    settings: Settings,
     project: Project,
     *,
     name: str | None = None,
     default_branch: str | None = None,
     push_on_merge: bool | None = None,
+    credentials: ProjectCredentials | None = None,
+    drop_credentials: bool = False,
 ) -> Project:
+    """Change what is given; ``credentials`` replace the project's (checked like at creation),
+    ``drop_credentials`` removes them."""
     if default_branch is not None and not repository_of(project).has_branch(default_branch):
         raise NotFound(f"default_branch: {default_branch} does not exist in the repository")
     if push_on_merge and project.origin is None:
         raise Conflict(f"push_on_merge: project {project.id} has no origin (not cloned from a URL)")
-    changes: dict[str, str | bool] = {}
+    changes: dict[str, str | bool | ProjectCredentials | None] = {}
+    if credentials is not None:
+        if project.origin is None:
+            raise Conflict(
+                f"credentials: project {project.id} has no origin (not cloned from a URL)"
+            )
+        source = remote_source(settings, project.client_id, project.origin)
+        sources = sources_for(settings, project.client_id)
+        check_credentials(store, project.client_id, sources, source, credentials)
+        changes["credentials"] = credentials
+    elif drop_credentials:
+        changes["credentials"] = None
     if name is not None:
         changes["name"] = name
     if default_branch is not None:
@@ -392,7 +417,7 @@ class MergeReport:
 
 
 def merge_into_default(
-    project: Project, settings: Settings, branch: str, message: str | None = None
+    store: Store, project: Project, settings: Settings, branch: str, message: str | None = None
 ) -> MergeReport:
     """Merge ``branch`` into the project's default branch (a conflict changes nothing); with
     ``push_on_merge``, push the default branch back to the origin after a merge. A failed push
@@ -401,25 +426,31 @@ def merge_into_default(
     if outcome.status != "merged" or not project.push_on_merge:
         return MergeReport(outcome)
     try:
-        push_default_branch(project, settings)
+        push_default_branch(store, project, settings)
     except WonderError as exc:
         return MergeReport(outcome, pushed=False, push_error=exc.message)
     return MergeReport(outcome, pushed=True)
 
 
-def push_default_branch(project: Project, settings: Settings) -> str:
-    """Push the default branch of a project cloned from a URL back to it; the commit pushed.
+def push_default_branch(store: Store, project: Project, settings: Settings) -> str:
+    """Push the default branch of a project cloned from a URL back to it (with the project's
+    credentials, their secret read now); the commit pushed.
 
     Raises:
-        Conflict: the project has no origin, or the origin has commits the project lacks
-            (fetching is not built).
+        Conflict: the project has no origin, the origin has commits the project lacks (fetching
+            is not built), or its credentials' secret is gone.
         Unavailable: the origin could not be reached or refused the credentials.
+        PermissionDenied: the operator's policy no longer allows the origin or the credentials.
     """
     if project.origin is None:
         raise Conflict(f"project {project.id} has no origin: it was not cloned from a URL")
     source = remote_source(settings, project.client_id, project.origin)
-    access = RemoteAccess(protocols=(source.scheme,))
-    return repository_of(project).push(project.default_branch, access)
+    sources = sources_for(settings, project.client_id)
+    origin = origin_access(store, settings, project, sources, source)
+    try:
+        return repository_of(project).push(project.default_branch, origin.access)
+    except WonderError as exc:
+        raise origin.scrubbed(exc) from None
 
 
 def retire_branch(project: Project, branch: str) -> bool:

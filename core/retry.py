@@ -48,10 +48,6 @@ being evicted — eight attempts over about sixteen seconds: a restart takes a w
 an actor whose node was lost restarts only once Ray has declared the node dead (about 1.5 s with
 the health-check settings `wonder up` and the deployment files use, about 15 s with Ray's
 defaults; docs/deploy.md "Losing a node"), tests/cluster/test_node_loss.py."""
-STREAM_RESUME = RetryPolicy(ACTOR_CALL.attempts, ACTOR_CALL.backoffs_s, None)
-"""An event stream cut by an actor restart resumes from its last ``seq``: subscriptions that fail
-in a row are tried as a call to the actor is (``ACTOR_CALL``: a restart takes a worker process, a
-lost node a few seconds more); one that works starts the count over."""
 STORE_OUTAGE = RetryPolicy(64, (0.2, 0.5, 1.0, 2.0, 5.0), None)
 """Recording a turn's failure after the store went away mid-turn: tried again for about five
 minutes (a database restart, a failover) before the turn is left to the next activation."""

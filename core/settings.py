@@ -18,6 +18,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.allow_list import parse_entry
 from core.client_address import Network, parse_networks
+from core.cron import parse_cron
+from core.errors import InvalidInput
 from core.memory.tuning import VectorIndexKind, VectorTuning
 
 URL_SCHEMES = frozenset({"https", "http", "ssh", "git", "file"})
@@ -50,6 +52,7 @@ class ProjectSources(BaseModel):
     path_roots: list[str] = Field(default_factory=list)
     url_schemes: list[str] = Field(default_factory=lambda: ["https"])
     url_hosts: list[str] = Field(default_factory=list)
+    credential_hosts: list[str] = Field(default_factory=list)
 
     @field_validator("url_schemes")
     @classmethod
@@ -100,6 +103,33 @@ class Settings(BaseSettings):
     )
     memory_resident_max_rows: int = Field(
         50_000, ge=0, description="Agents with more memories are searched through the index"
+    )
+    memory_compact_schedule: str = Field(
+        "41 * * * *",
+        description="When the platform compacts the memories table and folds new rows into its "
+        "indexes (five cron fields, UTC); 'off': never (run `wonder job compact` yourself)",
+    )
+    memory_upkeep_reconcile_s: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="How often the scheduler reads agents' memory upkeep policies",
+    )
+
+    # Observability (docs/observability.md): model call records, turn traces, their retention.
+    record_model_calls: bool = Field(
+        True, description="Record every model call's request and response (GET .../calls)"
+    )
+    tracing: bool = Field(
+        True, description="Record each turn's spans (GET .../trace); OTLP export follows OTEL_*"
+    )
+    record_retention_days: int = Field(
+        30, ge=0, description="Model call records and spans older than this are deleted (0: kept)"
+    )
+    record_inline_max_bytes: int = Field(
+        32_768,
+        ge=1024,
+        description="A request or response body larger than this is kept in the object store",
     )
 
     ray_address: str | None = Field(None, description="Ray cluster to attach to; None = start one")
@@ -217,6 +247,25 @@ class Settings(BaseSettings):
     secrets_key_file: Path | None = Field(
         None, description="Key file used when secrets_key is unset; default data_dir/secrets.key"
     )
+    # MCP servers as tool sources (docs/protocols.md).
+    mcp_allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Where MCP servers registered over HTTP may be: host names, addresses or "
+        "networks, each with an optional :port (loopback and private addresses only when an "
+        "address entry lists them; docs/protocols.md)",
+    )
+    mcp_stdio_commands: list[str] = Field(
+        default_factory=list,
+        description="Programs a stdio MCP server may be started with (a command's first "
+        "argument, matched exactly: an absolute path or a name looked up on the sandbox's PATH); "
+        "empty: no stdio servers (docs/protocols.md)",
+    )
+    mcp_stdio_cpu_s: int = Field(
+        3600, ge=1, description="RLIMIT_CPU of a stdio MCP server's sandboxed process"
+    )
+    mcp_idle_s: float = Field(
+        600.0, gt=0, description="An MCP server connection unused this long is closed"
+    )
 
     # What library code may run (docs/security.md).
     library_callables: list[str] = Field(
@@ -259,9 +308,15 @@ class Settings(BaseSettings):
         description="Hosts a project may be cloned from (name, *.domain, or * for any public "
         "host, each optionally :port); empty: no remote repositories",
     )
+    project_credential_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hosts a project's credentials (a secret of its client) may be sent to, over "
+        "https (name, *.domain, * for any host the client may clone from; http only to a loopback "
+        "address named here); empty: no credentials",
+    )
     project_client_sources: dict[str, ProjectSources] = Field(
         default_factory=dict,
-        description="Per client id: the repository sources of that client (replaces the three "
+        description="Per client id: the repository sources of that client (replaces the four "
         "settings above for it)",
     )
     project_clone_timeout_s: float = Field(
@@ -401,6 +456,22 @@ class Settings(BaseSettings):
         "cpu", description="cpu|accelerator|any: where embedder replicas go"
     )
 
+    @field_validator("memory_compact_schedule")
+    @classmethod
+    def _compact_schedule(cls, value: str) -> str:
+        if value.strip().lower() in ("", "off"):
+            return "off"
+        try:
+            parse_cron(value)
+        except InvalidInput as exc:
+            raise ValueError(exc.message) from None
+        return value.strip()
+
+    @property
+    def compact_schedule(self) -> str | None:
+        """The memories table's compaction schedule, None when it is off."""
+        return None if self.memory_compact_schedule == "off" else self.memory_compact_schedule
+
     @field_validator("shell_egress_networks")
     @classmethod
     def _networks(cls, value: list[str]) -> list[str]:
@@ -423,7 +494,7 @@ class Settings(BaseSettings):
     def trusted_networks(self) -> tuple[Network, ...]:
         return parse_networks(self.trusted_proxies)
 
-    @field_validator("http_allowed_hosts", "model_allowed_hosts")
+    @field_validator("http_allowed_hosts", "model_allowed_hosts", "mcp_allowed_hosts")
     @classmethod
     def _destinations(cls, entries: list[str]) -> list[str]:
         for entry in entries:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from core.domain import LibraryId, Model
+from core.domain import LibraryId, Model, ThinkingConfig
 
 
 class ModelOverride(Model):
@@ -14,6 +14,10 @@ class ModelOverride(Model):
     )
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     max_tokens: int | None = Field(None, ge=1, le=32768)
+    thinking: ThinkingConfig | None = Field(
+        None,
+        description="Thinking for this turn; refused unless the profile's model supports it",
+    )
 
 
 class ModelUsed(Model):
@@ -23,6 +27,7 @@ class ModelUsed(Model):
     model: str
     temperature: float
     max_tokens: int
+    thinking: ThinkingConfig | None = None
 
 
 class TurnModel(Model):

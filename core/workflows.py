@@ -612,6 +612,9 @@ class WorkflowRun(_Model):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     events: list[RunEvent] = Field(default_factory=list)
+    trace: str | None = Field(
+        None, description="W3C traceparent of the span that started the run (its trace)"
+    )
 
 
 class JoinProgress(_Model):

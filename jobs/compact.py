@@ -18,6 +18,7 @@ from typing import Any
 from core.memory import MemoryOps, open_existing_memory_ops
 from core.memory.operations import with_commit_retries
 from core.memory.tuning import VECTOR_INDEX_MIN_ROWS
+from core.settings import Settings
 from jobs.runtime import Progress, job_settings, print_result
 
 
@@ -44,9 +45,11 @@ def table_stats(ops: MemoryOps) -> dict[str, Any]:
     }
 
 
-def run_compact(options: CompactOptions) -> dict[str, Any]:
+def run_compact(options: CompactOptions, settings: Settings | None = None) -> dict[str, Any]:
+    """Indexes, then ``optimize()``, on the memories table of ``settings`` (default: the job's
+    environment's)."""
     say = Progress("compact")
-    settings = job_settings()
+    settings = settings or job_settings()
     ops = open_existing_memory_ops(settings, settings.memory_tuning)
     before = table_stats(ops)
     say.say(

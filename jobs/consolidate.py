@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from core.domain import ModelProfile
 from core.ids import utc_now
 from core.llm.protocol import ChatRequest, complete
 from core.memory import MemoryFilter, MemoryOps, open_existing_memory_ops
@@ -177,6 +178,11 @@ def with_model(
 ) -> Summariser:
     """Summaries written by a model profile."""
     profile = open_store(settings_env).model_profiles.get(profile_id)
+    return model_summariser(profile, max_chars, models)
+
+
+def model_summariser(profile: ModelProfile, max_chars: int, models: ChatModels) -> Summariser:
+    """Summaries written by ``profile``'s model (an extractive one when it answers nothing)."""
 
     async def summarise(episodes: Sequence[tuple[Memory, str]]) -> str:
         listing = "\n".join(f"- ({m.created_at.date()}) {text}" for m, text in episodes)

@@ -37,6 +37,7 @@ from ray.serve import Application, Deployment
 
 from core.jsontypes import JsonObject
 from core.settings import Settings
+from core.tracing_setup import otel_env
 from serving.llm_client import (
     DEFAULT_MODEL_ALIAS,
     LLM_APP_NAME,
@@ -52,6 +53,7 @@ from serving.llm_config import (
     model_plans,
 )
 from serving.llm_metrics import EngineTotals, stat_logger_factory
+from serving.replica_spans import ReplicaCall, start_replica_tracing
 
 logger = logging.getLogger(__name__)
 
@@ -158,6 +160,7 @@ def engine_spec_for(
     if device not in ("cpu", "cuda"):
         raise ValueError(f"WONDER_LLM_DEVICE must be cpu or cuda, not {settings.llm_device!r}")
     env = {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}  # never fork a Ray worker (threads, sockets)
+    env.update(otel_env())  # the replica exports its spans where this process would
     if device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(settings.llm_cpu_kvcache_gb)
     settings_env = settings.env()
@@ -411,6 +414,7 @@ class ModelReplica:
         tags = {"deployment": spec.deployment_name, "replica": self._replica}
         tags["model"] = spec.served_names[0]
         loggers = [stat_logger_factory(self._totals, tags if self._replica else None)]
+        start_replica_tracing()
         self._engine = await LocalEngine.start(spec, stat_loggers=loggers)
 
     async def models(self) -> JsonObject:
@@ -422,13 +426,23 @@ class ModelReplica:
         async for event in self._engine.http_events(body):
             yield event
 
-    async def chat_stream(self, body: JsonObject) -> AsyncIterator[list[str]]:
-        """For deployment handles (``options(stream=True)``): batches of chunk payloads."""
+    async def chat_stream(
+        self, body: JsonObject, traceparent: str | None = None
+    ) -> AsyncIterator[list[str]]:
+        """For deployment handles (``options(stream=True)``): batches of chunk payloads, then
+        one ``{"wonder": ...}`` payload saying which deployment and replica served the call and,
+        when the caller sent its span's ``traceparent``, this replica's own span of the call
+        (``serving.replica_spans``: also exported over OTLP from here when configured)."""
         self._open_streams += 1
+        served = ReplicaCall(self._deployment, self._replica, body, traceparent)
         try:
-            payloads = self._engine.stream_payloads(body)
+            payloads = served.observe(self._engine.stream_payloads(body))
             async for batch in coalesce(payloads, self._stream_interval):
                 yield batch
+            yield [served.report()]
+        except BaseException as exc:
+            served.failed(exc)
+            raise
         finally:
             self._open_streams -= 1
 

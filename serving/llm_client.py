@@ -23,6 +23,7 @@ from core.llm.constrained import stream_chat
 from core.llm.openai_http import StreamTranslator
 from core.llm.protocol import ChatChunk, ChatRequest, TextDelta
 from core.settings import settings_from_env, wonder_env
+from core.tracing import current_traceparent
 from serving.llm_config import deployment_for_model
 
 # Where the deployment lives (serving.llm re-exports these). Kept here so that an actor calling
@@ -80,6 +81,7 @@ class VllmHandleModel:
     (``WONDER_LLM_MODELS``), the primary one for ``default``."""
     affinity: bool = True
     """Send the conversation key as the Serve session id (the router keeps it on one replica)."""
+    provider: str = "vllm"
 
     def target(self, model: str) -> str:
         if self.deployment_name is not None:
@@ -91,13 +93,20 @@ class VllmHandleModel:
     def stream(self, request: ChatRequest) -> AsyncIterator[ChatChunk]:
         return stream_chat(self, request)
 
+    def sent_body(self, body: JsonObject) -> JsonObject:
+        """The body the replica's engine receives: the served model's name, streamed, without
+        the routing key (vLLM would log it as unknown)."""
+        sent = {**body, "model": _model_name(body.get("model"), self.model), "stream": True}
+        sent.pop("prompt_cache_key", None)
+        return sent
+
     async def stream_body(self, body: JsonObject, timeout_s: float) -> AsyncIterator[ChatChunk]:
-        """Stream one raw chat-completions body through the deployment handle."""
-        body = {**body, "model": _model_name(body.get("model"), self.model), "stream": True}
+        """Stream one raw chat-completions body through the deployment handle (with the W3C
+        context of the caller's span: the replica's span joins its trace)."""
         key = conversation_key(body) if self.affinity else None
-        body.pop("prompt_cache_key", None)  # routing only: vLLM would log it as unknown
+        body = self.sent_body(body)
         translator = StreamTranslator(model=str(body["model"]))
-        batches = self._payload_batches(body, key)
+        batches = self._payload_batches(body, key, current_traceparent())
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         try:
@@ -120,13 +129,13 @@ class VllmHandleModel:
             yield chunk
 
     async def _payload_batches(
-        self, body: JsonObject, session: str | None
+        self, body: JsonObject, session: str | None, traceparent: str | None
     ) -> AsyncGenerator[list[str], None]:
         try:
             handle = _handle(self.app_name, self.target(str(body["model"])))
             if session:
                 handle = handle.options(session_id=session)
-            response = handle.chat_stream.remote(body)
+            response = handle.chat_stream.remote(body, traceparent)
         except Exception as exc:
             raise _infrastructure_error(exc) from exc
         done = False

@@ -134,3 +134,12 @@ def sleep_then_pid(data: dict[str, Any]) -> dict[str, Any]:
 def kill_process(data: dict[str, Any]) -> Any:
     """End the process at once (``os._exit``: no exception to catch, as a crash would)."""
     os._exit(3)
+
+
+@library_callable
+def pending_as_context(data: dict[str, Any]) -> dict[str, Any]:
+    """A context-assembly hook's answer: the pending operations it was given, as system context
+    (``tool@turn_id`` each)."""
+    pending = (data.get("input") or data).get("pending") or []
+    seen = ", ".join(f"{p.get('tool')}@{p.get('turn_id')}" for p in pending)
+    return {"system_context": f"hook saw pending: {seen or 'none'}"}

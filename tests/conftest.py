@@ -73,6 +73,9 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
+# Node.js as installed by npm (package-lock.json): the stdio MCP servers of the protocol tests.
+NODE_BIN = (Path(__file__).resolve().parents[1] / "node_modules" / ".bin" / "node").resolve()
+
 
 @dataclass
 class Cluster:
@@ -118,11 +121,17 @@ def _free_dashboard_agent_port() -> None:
 
     original = parameter.RayParams.__init__
     port = free_port()
+    # The metrics and runtime-env agents' ports named too: left to them, the raylet waits a
+    # fixed while for the ports they report, which their imports outlast on a loaded machine.
+    agents = {"metrics_agent_port": free_port(), "runtime_env_agent_port": free_port()}
 
     def with_free_agent_port(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         if self.dashboard_agent_listen_port == 52365:
             self.dashboard_agent_listen_port = port
+        for name, agent_port in agents.items():
+            if not getattr(self, name):
+                setattr(self, name, agent_port)
 
     parameter.RayParams.__init__ = with_free_agent_port  # type: ignore[method-assign]
 
@@ -197,6 +206,10 @@ def ray_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         "WONDER_PROJECT_PATH_ROOTS": json.dumps([str(repositories)]),
         "WONDER_PROJECT_URL_SCHEMES": '["https", "file"]',
         "WONDER_MODEL_ALLOWED_HOSTS": json.dumps(model_hosts),
+        # The MCP servers the protocol tests start listen on loopback, listed by address.
+        "WONDER_MCP_ALLOWED_HOSTS": '["127.0.0.1"]',
+        # The one program stdio MCP servers of the protocol tests run: the npm-installed Node.
+        "WONDER_MCP_STDIO_COMMANDS": json.dumps([str(NODE_BIN)]),
         "WONDER_ALLOW_TEST_DOUBLES": "true",
         "WONDER_LIBRARY_CALLABLES": LIBRARY_CALLABLES,
         "RAY_AUTH_MODE": "disabled",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from actors.async_operations.runner import AsyncOperationRunner
@@ -21,12 +21,15 @@ from actors.conversation.actor import ConversationActor
 from actors.conversation.intake import Intake
 from actors.conversation.ports import ConversationPorts, ToolPorts
 from actors.executor import run_task
+from actors.mcp.connections import McpConnections
 from actors.workflow_coordinator.actor import WorkflowCoordinator
 from actors.workflow_coordinator.ports import CoordinatorPorts
 from actors.workflow_coordinator.runs import RunLimits, WorkflowRunService
+from cluster.executor_wiring import executor_services
 from cluster.models import ServedChatModels
-from cluster.wiring import executor_services
 from core.domain import Caller, ConcurrencyPolicy, TaskDef
+from core.event_feed import EventFeed
+from core.event_order import PartialReplies
 from core.jsontypes import JsonObject
 from core.memory import open_memory_service
 from core.memory.embedding import HashingEmbedder
@@ -44,7 +47,7 @@ from core.ports import (
 )
 from core.secret_vault import SecretVault
 from core.settings import settings_from_env
-from core.store import open_store
+from core.store import Store, open_store
 from core.turn_quotas import StoredQuotas, default_quota
 
 T = TypeVar("T")
@@ -180,12 +183,38 @@ class _Leave:
         self.coordinators.live.pop(self.run_id, None)
 
 
+class LocalEvents:
+    """``EventListeners`` and the feed's ``FeedSource`` in one process (the events hub's part,
+    without the hub): what writers publish goes straight to this process's subscriptions.
+    ``drop`` publishes are lost on the way, as when their writer dies right after its commit."""
+
+    def __init__(self, store: Store) -> None:
+        self.partials = PartialReplies()
+        self.feed = EventFeed(store, self)
+        self.drop = 0
+
+    def publish(self, conversation_id: str, frames: Sequence[JsonObject]) -> None:
+        if self.drop > 0:
+            self.drop -= 1
+            return
+        for frame in frames:
+            self.partials.observe(conversation_id, frame)
+        self.feed.deliver(conversation_id, list(frames))
+
+    async def watch(self, conversation_id: str) -> list[JsonObject]:
+        return self.partials.so_far(conversation_id)
+
+    def unwatch(self, conversation_id: str) -> None:
+        return None
+
+
 class InProcessCluster:
     """Conversation actors, the runner and the executor, all in this process."""
 
     def __init__(self, settings_env: dict[str, str]) -> None:
         self.settings_env = settings_env
         self.store = open_store(settings_env)
+        self.events = LocalEvents(self.store)
         self.actors: dict[str, ConversationActor] = {}
         self.memory = InProcessMemory(settings_env)
         self.coordinators = InProcessCoordinators(self.coordinator_ports)
@@ -199,12 +228,18 @@ class InProcessCluster:
             tasks=InProcessTasks(settings_env),
             conversations=self,
             workflows=self.workflows,
+            mcp=McpConnections(
+                settings_from_env(settings_env),
+                SecretVault(self.store, settings_from_env(settings_env)),
+            ),
+            listeners=self.events,
         )
         self.runner = AsyncOperationRunner(lambda: self.tools)
-        self.intake = Intake(self.store)  # what the gateway's adapter acknowledges with
+        self.intake = Intake(self.store, self.events)  # what the gateway's adapter acks with
         # Hand-overs to the runner to lose, as when an actor dies (its node lost) between
         # recording an operation and handing it over.
         self.lost_starts = 0
+        self.idle_noted: list[str] = []  # what actors told the directory, in order
 
     def ports(self) -> ConversationPorts:
         tools = self.tools
@@ -215,6 +250,8 @@ class InProcessCluster:
             tasks=tools.tasks,
             conversations=self,
             workflows=tools.workflows,
+            mcp=tools.mcp,
+            listeners=self.events,
             residency=self,
             operations=self,
             models=ServedChatModels(tools.settings, SecretVault(tools.store, tools.settings)),
@@ -264,7 +301,6 @@ class InProcessCluster:
         reply_to_message_id: str | None = None,
         message_id: str | None = None,
         agent_id: str | None = None,
-        actor_ready: bool | None = None,
     ) -> MessageAck:
         return await self.actor(conversation_id).post_message(
             content,
@@ -318,8 +354,10 @@ class InProcessCluster:
     async def complete_conversation(self, conversation_id: str) -> ConversationChange:
         return await self.actor(conversation_id).complete()
 
-    def stream_events(self, conversation_id: str, after_seq: int = 0) -> AsyncIterator[JsonObject]:
-        return self.actor(conversation_id).events(after_seq)
+    def stream_events(
+        self, conversation_id: str, after_seq: int = 0, *, marker: bool = False
+    ) -> AsyncIterator[JsonObject]:
+        return self.events.feed.subscribe(conversation_id, after_seq, marker=marker)
 
     async def stop_conversations(self, conversation_ids: list[str]) -> None:
         for conversation_id in conversation_ids:
@@ -330,6 +368,9 @@ class InProcessCluster:
 
     async def release_idle(self, conversation_id: str) -> bool:
         return False
+
+    def note_idle(self, conversation_id: str) -> None:
+        self.idle_noted.append(conversation_id)
 
     async def start(self, op_id: str, agent_id: str) -> None:
         if self.lost_starts > 0:

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from typing import Any
 
 from actors.actions import ActionContext, JsonObject, action
 from core.domain import ModelProfile, resolved_tool_calling
 from core.errors import InvalidInput, NonRetryableError, NotFound
 from core.json_schemas import errors as schema_errors
+from core.llm import recording
 from core.llm.protocol import ChatRequest, complete
+from core.llm.recording import CallScope
 
 DEFAULT_PROFILE = "local"
 MAX_TRANSCRIPT_CHARS = 12_000
@@ -123,7 +126,10 @@ async def llm(params: JsonObject, data: JsonObject, ctx: ActionContext) -> Any:
         timeout_s=profile.timeout_s,
         tool_calling=resolved_tool_calling(profile),
     )
-    text = await complete(ctx.services.chat_models.for_profile(profile, ctx.client_id), request)
+    scope = recording.current_scope() or CallScope()
+    model = ctx.services.chat_models.for_profile(profile, ctx.client_id)
+    with recording.scoped(replace(scope, profile=profile, purpose="task")):
+        text = await complete(model, request)
     schema = params.get("json_schema")
     if schema:
         return await asyncio.to_thread(parse_json_reply, text, schema)

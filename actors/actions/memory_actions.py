@@ -11,6 +11,8 @@ with (memories found + pending work + tool specs → ``system_context``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -18,6 +20,7 @@ from pydantic import ValidationError
 from actors.actions import ActionContext, JsonObject, action
 from core.callables import library_callable
 from core.errors import ErrorCode, InvalidInput, NonRetryableError, NotFound, PermissionDenied
+from core.llm.recording import link_turn
 from core.memory import (
     Memory,
     MemoryHit,
@@ -28,6 +31,7 @@ from core.memory import (
 )
 from core.memory.context import assemble_context as render_context
 from core.quotas import Limit, check_batch
+from core.tracing import Span, SpanKind, capture_content, clipped, span
 
 if TYPE_CHECKING:
     from core.memory.service import MemoryService
@@ -107,13 +111,27 @@ async def memory_write(params: JsonObject, data: JsonObject, ctx: ActionContext)
         raise InvalidInput("memory.write: dedupe must be auto or none")
     service = await ctx.services.memory.service()
     await admit_memories(ctx, service, agent_id, len(memories))
-    outcomes = await service.write(
-        agent_id,
-        memories,
-        dedupe="none" if dedupe == "none" else "auto",
-        similarity_threshold=float(params.get("similarity_threshold") or 0.9),
-    )
+    with memory_span("upsert_memory", agent_id, ctx) as span:
+        outcomes = await service.write(
+            agent_id,
+            memories,
+            dedupe="none" if dedupe == "none" else "auto",
+            similarity_threshold=float(params.get("similarity_threshold") or 0.9),
+        )
+        span.set("gen_ai.memory.record.count", len(outcomes))
+        if len(outcomes) == 1:
+            span.set("gen_ai.memory.record.id", outcomes[0].memory.id)
     written = [{"id": o.memory.id, "type": o.memory.type, "action": o.action} for o in outcomes]
+    for outcome in outcomes:  # the turn links to every memory it wrote
+        link_turn(
+            ctx.turn_id,
+            "memory_write",
+            outcome.memory.id,
+            ctx.conversation_id,
+            agent_id=agent_id,
+            action=outcome.action,
+            type=outcome.memory.type,
+        )
     return {
         "written": written,
         "created": sum(1 for o in outcomes if o.action == "created"),
@@ -141,6 +159,24 @@ async def admit_memories(
             "or ask the operator for a larger quota",
             code=ErrorCode.QUOTA_EXCEEDED,
         )
+
+
+@contextmanager
+def memory_span(operation: str, agent_id: str, ctx: ActionContext) -> Iterator[Span]:
+    """A memory operation's span (GenAI conventions: the agent's memories are its store)."""
+    with span(
+        operation,
+        kind=SpanKind.CLIENT,
+        conversation_id=ctx.conversation_id,
+        turn_id=ctx.turn_id,
+        attributes={
+            "gen_ai.operation.name": operation,
+            "gen_ai.memory.store.id": agent_id,
+            "gen_ai.agent.id": agent_id,
+            "gen_ai.conversation.id": ctx.conversation_id or "",
+        },
+    ) as opened:
+        yield opened
 
 
 def search_request(params: JsonObject) -> SearchRequest:
@@ -174,7 +210,11 @@ async def memory_search(params: JsonObject, data: JsonObject, ctx: ActionContext
     if not request.query.strip():
         return {"query": request.query, "memories": []}
     service = await ctx.services.memory.service()
-    hits = await service.search(agent_id, request)
+    with memory_span("search_memory", agent_id, ctx) as span:
+        hits = await service.search(agent_id, request)
+        span.set("gen_ai.memory.record.count", len(hits))
+        if capture_content():
+            span.set("gen_ai.memory.query.text", clipped(request.query))
     full = await service.resolve_contents([h.memory for h in hits])
     hits = [h.model_copy(update={"memory": m}) for h, m in zip(hits, full, strict=True)]
     return {"query": request.query, "memories": [hit_json(h) for h in hits]}

@@ -188,7 +188,9 @@ async def repo_merge(params: JsonObject, data: JsonObject, ctx: ActionContext) -
     store = ctx.services.store
     project = await asyncio.to_thread(store.projects.get, spec.project_id)
     settings = ctx.services.settings
-    report = await asyncio.to_thread(merge_into_default, project, settings, spec.branch, message)
+    report = await asyncio.to_thread(
+        merge_into_default, store, project, settings, spec.branch, message
+    )
     outcome = report.outcome
     if outcome.status == "conflicts":
         raise Conflict(

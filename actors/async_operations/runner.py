@@ -21,7 +21,7 @@ from collections.abc import Callable
 from sqlalchemy import Connection
 
 from actors.conversation.domain import DispatchTool
-from actors.conversation.log import ConversationLog, PendingEvent, PendingWrite
+from actors.conversation.log import ConversationLog, LogOwned, PendingEvent, PendingWrite
 from actors.conversation.ports import ToolPorts
 from actors.conversation.tool_dispatch import ToolDispatcher
 from core.domain import AsyncOperation, Event, OperationStatus, ToolError, ToolResult
@@ -108,6 +108,9 @@ class AsyncOperationRunner:
             self._delivery_failed(op, exc.message)
 
     def _delivery_failed(self, op: AsyncOperation, reason: str) -> None:
+        """Record why the result did not reach its conversation: on the operation, and in the
+        conversation's log as a writer without the actor (while an actor holds the log, it
+        delivers the result itself when it gets to it: the operation alone records it)."""
         log.error("operation %s not delivered to %s: %s", op.id, op.conversation_id, reason)
         try:
             recorded = op.model_copy(update={"delivery_error": reason[:1000]})
@@ -117,7 +120,15 @@ class AsyncOperationRunner:
                 self.store.async_operations.save(recorded, conn)
 
             event = PendingEvent("operation.delivery_failed", payload)
-            conversation_log = ConversationLog(self.store, op.conversation_id, lambda _e: None)
-            conversation_log.commit(utc_now(), [PendingWrite([event], write)])
+            listeners = self.ports.listeners
+            conversation_log = ConversationLog(
+                self.store,
+                op.conversation_id,
+                lambda frame: listeners.publish(op.conversation_id, [frame]),
+            )
+            try:
+                conversation_log.commit(utc_now(), [PendingWrite([event], write)])
+            except LogOwned:
+                self.store.async_operations.save(recorded)
         except Exception:  # the conversation may be gone (deleted); the log line above stays
             log.exception("could not record the failed delivery of %s", op.id)

@@ -7,6 +7,12 @@ write (one transaction) → apply them to the state → perform their effects, w
 as the next events. Its state lives in the store, so a new incarnation reloads it: the first call
 hands ``Recovered`` to planning, which decides what a crash left behind (see ``planning``).
 Collaborators arrive as ports at construction (``ConversationPorts``); nothing here reaches up.
+
+It holds its conversation's log while resident (the writer lease, taken when it binds, given back
+when it hibernates: ``actors.conversation.log``) and publishes what it appends, and the token
+deltas of its model calls, to the conversation's listeners (``ports.listeners``); it serves no
+subscriber itself, so listeners never keep it resident. When its last turn ends it tells the
+directory (``note_idle``): at the resident cap it is among the first to make room.
 """
 
 from __future__ import annotations
@@ -15,11 +21,10 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import Coroutine
 from dataclasses import replace
 from typing import Any, assert_never
 
-from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
 from actors.conversation.domain import (
@@ -67,25 +72,19 @@ from actors.conversation.domain import (
     WaitForOperations,
 )
 from actors.conversation.folding import apply
-from actors.conversation.intake import (
-    ParentMoved,
-    existing_ack,
-    follows_latest,
-    parent_turn,
-    raise_refusal,
-)
-from actors.conversation.log import ConversationLog, PendingWrite, event_dict, token_event
+from actors.conversation.intake import existing_ack, parent_turn, raise_refusal
+from actors.conversation.log import ConversationLog, Owner, WriterFenced, event_dict
 from actors.conversation.planning import plan
 from actors.conversation.ports import ConversationPorts, ConversationPortsFactory
 from actors.conversation.records import WAITING, BatchWriter
 from actors.conversation.resumption import RECOVERY_EVENTS, started_tools
 from actors.conversation.steps import TurnSteps
 from actors.conversation.tool_dispatch import ToolDispatcher
+from actors.conversation.turn_traces import TurnTraces
 from core.domain import (
     AgentCaller,
     Caller,
     ConcurrencyPolicy,
-    Event,
     Message,
     MessageRole,
     MessageSource,
@@ -115,28 +114,9 @@ from core.ports import (
     TurnOutcome,
 )
 from core.retry import STORE_OUTAGE, with_retries
+from core.tracing import current_traceparent
 
 log = logging.getLogger("wonder.conversation")
-PARENT_READS = 3  # reads of a new turn's parent while the caller acknowledges turns meanwhile
-
-
-def coalesce_tokens(
-    item: JsonObject, queue: asyncio.Queue[JsonObject]
-) -> tuple[JsonObject, JsonObject | None]:
-    """Merge the token deltas already waiting behind ``item`` (same turn) into one event.
-
-    A subscriber that keeps up gets every token as it comes; one that falls behind (a slow
-    WebSocket, many streams on few cores) gets fewer, larger deltas instead of a growing backlog.
-    Returns the event to send and the first queued event that could not be merged, if any.
-    """
-    if item.get("type") != "token":
-        return item, None
-    while not queue.empty():
-        following = queue.get_nowait()
-        if following.get("type") != "token" or following.get("turn_id") != item.get("turn_id"):
-            return item, following
-        item = {**item, "delta": item["delta"] + following["delta"]}
-    return item, None
 
 
 class Hibernating(RetryableError):
@@ -156,24 +136,27 @@ class ConversationActor:
     steps: TurnSteps
 
     def __init__(self, conversation_id: str, ports: ConversationPortsFactory) -> None:
+        began = time.perf_counter()
+        self._constructed_at = time.time()  # when this process began constructing the actor
         self.id = conversation_id
         self.ports: ConversationPorts = ports()
         self.store = self.ports.store
         self._bound = False
-        self._published = 0  # the last stored event subscribers have been handed
+        self._epoch = 0  # the writer lease this incarnation holds (0: none yet)
+        self._published = 0  # the last stored event this incarnation published
         try:
             self._bind()
         except NotFound:
             pass  # reserved: its conversation is written when its id is handed out
-        self._subscribers: set[asyncio.Queue[JsonObject]] = set()
-        self._partial: dict[str, list[str]] = {}  # each turn's streamed tokens not yet stored
         self._work: dict[str, asyncio.Task[None]] = {}  # each running turn's current step
         self._models: dict[str, ChatModel] = {}  # each model loop's model (one per context)
         self._ended: dict[str, asyncio.Event] = {}  # turns someone waits on
         self._side: set[asyncio.Task[Any]] = set()
         self._last_activity = time.monotonic()
         self._closing = False
+        self._noted_idle = False
         self._started = False
+        self._init_s = time.perf_counter() - began  # ports and binding (reported by status)
         try:
             # Under Ray an async actor is constructed on its event loop: recover at once, so a
             # restart after a crash resumes (or settles) what was running without waiting for a
@@ -183,29 +166,37 @@ class ConversationActor:
             pass
 
     def _bind(self) -> None:
-        """Load the conversation (once): its state, log, tools and steps."""
+        """Load the conversation (once) and take its log: its state, log, tools and steps."""
+        self.store.conversations.get(self.id)  # NotFound: reserved, not created yet
+        self._epoch = self.store.writers.take(self.id, f"actor:{os.getpid()}", utc_now())
+        # Read after taking the log: whatever a guest wrote before is in it, none after.
         conversation = self.store.conversations.get(self.id)
         self.state = ConversationState(conversation)
-        self.log = ConversationLog(self.store, self.id, self.publish)
+        self.log = ConversationLog(self.store, self.id, self.publish, Owner(self._epoch))
         self._published = self.log.last_seq()
         self.tools = ToolDispatcher(self.ports, conversation)
         self.steps = TurnSteps(self.ports, self.tools, self.publish)
+        self.traces = TurnTraces(self.store, self.id, conversation.client_id)
         self._turn_metrics = TurnMetrics(self.ports.metrics)
         self._bound = True
 
     # ------------------------------------------------------------------ the step
 
-    def _handle(
-        self, event: ConversationEvent, guard: PendingWrite | None = None
-    ) -> tuple[list[Decision], dict[str, Message]]:
-        """Plan ``event``, persist what it writes (``guard`` checks inside that transaction),
-        apply it, perform its effects."""
+    def _handle(self, event: ConversationEvent) -> tuple[list[Decision], dict[str, Message]]:
+        """Plan ``event``, persist what it writes (one transaction), apply it, perform its
+        effects."""
         decisions = plan(self.state, event)
         writer = BatchWriter(self.store, self.id)
         writes = writer.writes_for(decisions)
         if writes:
             # intent first: a failed commit changes nothing
-            self.log.commit(utc_now(), [*writes, guard] if guard is not None else writes)
+            try:
+                self.log.commit(utc_now(), writes)
+            except WriterFenced:
+                # A newer incarnation holds the log: this one is a leftover and takes no more.
+                log.error("conversation %s: another incarnation holds the log", self.id)
+                self._closing = True
+                raise
         for decision in decisions:
             apply(self.state, decision)
         for decision in decisions:
@@ -220,11 +211,14 @@ class ConversationActor:
                 self._models[turn_id] = self.ports.models.for_profile(
                     setup.profile, self.state.conversation.client_id
                 )
-            case CallModel(turn_id=turn_id, request=request):
+                self.traces.adopt(turn_id, setup)
+            case CallModel(turn_id=turn_id, request=request, profile=profile):
                 live = self.state.turns.get(turn_id)
                 catalog = live.setup.catalog if live is not None and live.setup else None
                 model = self._models[turn_id]
-                self._spawn(turn_id, self.steps.call_model(turn_id, model, request, catalog))
+                scope = self.traces.call_scope(turn_id, live, profile, decision.moves_made + 1)
+                call = self.steps.call_model(turn_id, model, request, catalog, scope=scope)
+                self._spawn(turn_id, call)
             case RunTools(turn_id=turn_id, agent_id=agent_id, plans=plans):
                 self._spawn(turn_id, self.steps.run_tools(turn_id, agent_id, plans))
             case ExtractMemories(extraction=extraction):
@@ -237,6 +231,7 @@ class ConversationActor:
                     work.cancel()
             case CompleteTurn(turn_id=turn_id) | FailTurn(turn_id=turn_id):
                 self._models.pop(turn_id, None)
+                self.traces.ended(decision)
                 ended = self._ended.pop(turn_id, None)
                 if ended is not None:
                     ended.set()
@@ -268,6 +263,7 @@ class ConversationActor:
 
     def _spawn(self, turn_id: str, step: Coroutine[Any, Any, ConversationEvent]) -> None:
         """Run the turn's next step; its outcome comes back as an event."""
+        self._noted_idle = False
         task = asyncio.get_running_loop().create_task(self._run_step(turn_id, step))
         self._work[turn_id] = task
         task.add_done_callback(lambda done: self._step_done(turn_id, done))
@@ -280,12 +276,15 @@ class ConversationActor:
 
     async def _run_step(self, turn_id: str, step: Coroutine[Any, Any, ConversationEvent]) -> None:
         try:
-            event = await step
+            # The turn's root span is the step's parent.
+            with self.traces.step(turn_id, live=turn_id in self.state.turns):
+                event = await step
         except Unavailable as exc:  # the store went away under the step
             event = _store_lost(turn_id, exc)
         except WonderError as exc:
             log.warning("turn %s failed: %s", turn_id, exc.message)
-            event = StepFailed(turn_id, exc.message, utc_now())
+            # Its code and whether asking again may help go with the turn's failure.
+            event = StepFailed(turn_id, exc.message, utc_now(), ToolError.of(exc))
         except Exception as exc:  # a bug must not leave the turn dangling
             log.exception("turn %s crashed", turn_id)
             event = StepFailed(turn_id, f"internal error: {type(exc).__name__}: {exc}", utc_now())
@@ -317,6 +316,9 @@ class ConversationActor:
         if self._work.get(turn_id) is task:
             del self._work[turn_id]
         self._last_activity = time.monotonic()
+        if not self._noted_idle and not self._closing and self.is_idle():
+            self._noted_idle = True  # once per stretch of work
+            self.ports.residency.note_idle(self.id)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -335,6 +337,7 @@ class ConversationActor:
         recovered = self._recovered()
         self._measure_acknowledged(recovered)
         self._handle(recovered)
+        self._announce_tail()
         self._started = True
         loop = asyncio.get_running_loop()
         for background in (self._watch_idle(), self._prewarm_model()):
@@ -406,10 +409,12 @@ class ConversationActor:
             log.debug("model prewarm for %s skipped", self.id, exc_info=True)
 
     def is_idle(self) -> bool:
+        """Nothing to do: no step running, no live turn, no memory extraction (listeners do not
+        count: they follow the conversation without this actor)."""
         if not self._bound:
-            return not self._work and not self._subscribers
+            return not self._work
         live = self.state.turns or self.state.extracting
-        return not self._work and not self._subscribers and not live
+        return not self._work and not live
 
     async def status(self) -> JsonObject:
         self._touch()
@@ -418,7 +423,9 @@ class ConversationActor:
             "active_turns": sorted(self.state.running),
             "queued_turns": list(self.state.queue),
             "live_turns": {t.turn_id: t.phase.value for t in self.state.turns.values()},
-            "subscribers": len(self._subscribers),
+            "writer_epoch": self._epoch,
+            "init_ms": round(self._init_s * 1000, 1),
+            "constructed_at": self._constructed_at,
             "idle_s": time.monotonic() - self._last_activity,
             "pid": os.getpid(),
             "last_seq": self.log.last_seq(),
@@ -426,10 +433,16 @@ class ConversationActor:
         }
 
     async def try_hibernate(self) -> bool:
-        """Agree to be evicted if idle; everything is already persisted, so nothing to flush."""
+        """Agree to be evicted if idle; everything is already persisted, so nothing to flush but
+        the log's lease, given back so that writers without the actor may append again."""
         if not self.is_idle():
             return False
         self._closing = True
+        if self._bound:
+            try:
+                self.store.writers.release(self.id, self._epoch, utc_now())
+            except WonderError as exc:  # the next incarnation takes it over anyway
+                log.warning("conversation %s kept its lease: %s", self.id, exc.message)
         return True
 
     async def _watch_idle(self) -> None:
@@ -472,32 +485,26 @@ class ConversationActor:
             existing = existing_ack(self.store, self.id, message_id)
             if existing is not None:
                 return self._picked_up(existing)
-        for attempt in range(PARENT_READS):
-            event = self._received(
-                content,
-                author,
-                UserCaller(user_id=author),
-                source,
-                reply_to_message_id,
-                message_id,
-                agent_id,
-                policy_applies=True,
-            )
-            # A turn the caller acknowledged in the store meanwhile (``intake``) becomes the
-            # parent: read it again. The last read is kept whatever it finds (a fork in the
-            # thread tree rather than a refused message).
-            guarded = reply_to_message_id is None and attempt < PARENT_READS - 1
-            try:
-                decisions, acks = self._handle(event, self._follows(event) if guarded else None)
-            except ParentMoved:
-                continue
-            except IntegrityError:
-                # Acknowledged meanwhile by the caller (``intake``), while this actor was starting.
-                existing = existing_ack(self.store, self.id, event.message_id)
-                if existing is None:
-                    raise
-                return self._picked_up(existing)
-            break
+        # The log is this actor's while it is resident (no other writer can store a turn
+        # between reading the parent and storing this one).
+        event = self._received(
+            content,
+            author,
+            UserCaller(user_id=author),
+            source,
+            reply_to_message_id,
+            message_id,
+            agent_id,
+            policy_applies=True,
+        )
+        try:
+            decisions, acks = self._handle(event)
+        except IntegrityError:
+            # Stored meanwhile with the same id (a retried call that raced its first attempt).
+            existing = existing_ack(self.store, self.id, event.message_id)
+            if existing is None:
+                raise
+            return self._picked_up(existing)
         raise_refusal(decisions)
         stored = acks[event.turn_id]
         return MessageAck(
@@ -508,23 +515,12 @@ class ConversationActor:
             queued=event.turn_id in self.state.queue,
         )
 
-    def _follows(self, event: MessageReceived) -> PendingWrite:
-        """A check inside the transaction storing ``event``'s turn: its parent is still the
-        conversation's latest turn."""
-
-        def check(conn: Connection, _events: list[Event]) -> None:
-            if not follows_latest(self.store, self.id, event.turn_id, event.parent_turn_id, conn):
-                raise ParentMoved(event.turn_id)
-
-        return PendingWrite([], check)
-
     def _picked_up(self, ack: MessageAck) -> MessageAck:
         """A message already stored: a retry, or one acknowledged while this actor was starting
         (``intake``), whose turn this actor now starts (or queues, by the policy)."""
         turn = self.store.turns.get(ack.turn_id)
         if turn.id not in self.state.turns and turn.started_at is None:
             self._handle(TurnRequested(turn, utc_now(), policy_applies=True))
-        self._catch_up()
         return ack.model_copy(update={"queued": ack.turn_id in self.state.queue})
 
     def _received(
@@ -561,14 +557,17 @@ class ConversationActor:
         mode: InvocationMode = "delegate",
         agent_id: str | None = None,
         message_id: str | None = None,
+        traceparent: str | None = None,
     ) -> AgentAnswer:
         """Run one turn for another agent or a workflow and return its answer: by ``agent_id``
         (default: the primary agent), which first joins the conversation when ``loop_in``.
 
         A call repeated with the ``message_id`` of one already stored (a workflow coordinator
-        resumed after a crash) re-attaches to the turn that message started.
+        resumed after a crash) re-attaches to the turn that message started. ``traceparent``:
+        the caller's span, whose trace the turn joins (``turn_traces``).
         """
         self._touch()
+        traceparent = traceparent or current_traceparent()
         existing = existing_ack(self.store, self.id, message_id) if message_id else None
         if existing is not None:
             return await self._answer(existing.turn_id)
@@ -588,13 +587,16 @@ class ConversationActor:
         )
         quotas, client_id = self.ports.quotas, self.state.conversation.client_id
         admission = quotas.admission(client_id, quotas.acting_user(client_id, caller), event.at)
+        self.traces.join(event.turn_id, traceparent)  # the caller's trace: a node, an agent
         decisions, _acks = self._handle(replace(event, admission=admission))
         raise_refusal(decisions)
         return await self._answer(event.turn_id)
 
-    async def run_agent_turn(self, turn_id: str) -> AgentAnswer:
-        """Run a turn written by whoever created this conversation (a delegated child's first)."""
+    async def run_agent_turn(self, turn_id: str, traceparent: str | None = None) -> AgentAnswer:
+        """Run a turn written by whoever created this conversation (a delegated child's first),
+        in the trace of the caller's span (``traceparent``)."""
         self._touch()
+        self.traces.join(turn_id, traceparent or current_traceparent())
         if turn_id not in self.state.turns:
             turn = self.store.turns.get(turn_id)
             if turn.conversation_id != self.id:
@@ -714,72 +716,22 @@ class ConversationActor:
             concurrency_policy=conversation.concurrency_policy,
         )
 
-    async def events(self, after_seq: int = 0) -> AsyncIterator[JsonObject]:
-        """Stored events after ``after_seq``, the tokens of model calls in flight so far, then
-        live events (token deltas have ``seq`` None). A subscriber that arrives mid-reply (a
-        reconnect, or a message acknowledged before its actor started) misses no token."""
-        self._touch()
-        queue: asyncio.Queue[JsonObject] = asyncio.Queue()
-        self._subscribers.add(queue)
-        # Read together with registering (no await between): what was published before is in
-        # the store or in these partial replies; what comes after arrives through the queue.
-        stored = self.store.events.list(self.id, after_seq)
-        in_flight = {turn_id: "".join(deltas) for turn_id, deltas in self._partial.items()}
-        try:
-            last = after_seq
-            for event in stored:
-                last = event.seq
-                yield event_dict(event)
-            for turn_id, text in in_flight.items():
-                if text:
-                    yield token_event(self.id, turn_id, text)
-            held: JsonObject | None = None
-            while True:
-                item = held if held is not None else await queue.get()
-                item, held = coalesce_tokens(item, queue)
-                seq = item.get("seq")
-                if seq is not None:
-                    if seq <= last:
-                        continue
-                    if seq > last + 1:  # another writer's events: from the store, in order
-                        for missed in self.store.events.list(self.id, last, limit=seq - last - 1):
-                            yield event_dict(missed)
-                    last = seq
-                yield item
-        finally:
-            self._subscribers.discard(queue)
-            self._last_activity = time.monotonic()
-
     def publish(self, event: JsonObject) -> None:
+        """Hand an event (a durable one after its commit, or a token delta) to the
+        conversation's listeners."""
         self._turn_metrics.observe(event, utc_now())
         seq = event.get("seq")
         if seq is not None:
             self._published = max(self._published, int(seq))
-        self._remember_partial(event)
-        for queue in self._subscribers:
-            queue.put_nowait(event)
+        self.ports.listeners.publish(self.id, [event])
 
-    def _remember_partial(self, event: JsonObject) -> None:
-        """Keep the tokens of each model call in flight until its words are stored (a move or a
-        message) or the call starts over, for subscribers that arrive mid-reply."""
-        match event.get("type"):
-            case "token":
-                self._partial.setdefault(str(event.get("turn_id")), []).append(
-                    str(event.get("delta") or "")
-                )
-            case "llm.retry" | "turn.completed" | "turn.failed":
-                self._partial.pop(str(event.get("turn_id")), None)
-            case "message" | "move":
-                stored = event.get("message") or event.get("move") or {}
-                self._partial.pop(str(stored.get("turn_id")), None)
-            case _:
-                pass
-
-    def _catch_up(self) -> None:
-        """Publish what another writer of this conversation stored (a message acknowledged
-        while this actor started, a delivery failure the runner recorded)."""
-        for event in self.store.events.list(self.id, self._published):
-            self.publish(event_dict(event))
+    def _announce_tail(self) -> None:
+        """Publish the last stored event again: listeners that missed what a former incarnation
+        appended just before it died (its publish lost with it) read it from the store now,
+        not at their next store poll."""
+        if self._published > 0:
+            for event in self.store.events.list(self.id, self._published - 1, limit=1):
+                self.ports.listeners.publish(self.id, [event_dict(event)])
 
 
 def _store_lost(turn_id: str, exc: Unavailable) -> StepFailed:

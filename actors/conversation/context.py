@@ -32,6 +32,7 @@ from core.domain import (
 from core.errors import InvalidInput
 from core.jsontypes import JsonObject
 from core.llm.protocol import ChatRequest, ToolCallRequested, ToolSpec
+from core.thinking import thinking_body
 
 DECLINE_TOOL = "decline"
 DECLINE_SPEC = ToolSpec(
@@ -98,6 +99,7 @@ def assemble_context(
         max_tokens=profile.max_tokens,
         timeout_s=profile.timeout_s,
         tool_calling=resolved_tool_calling(profile),
+        reasoning=thinking_body(profile),
     )
 
 
@@ -191,6 +193,7 @@ def request_from_hook(
         max_tokens=default.max_tokens if assembled.max_tokens is None else assembled.max_tokens,
         timeout_s=default.timeout_s,
         tool_calling=default.tool_calling,
+        reasoning=default.reasoning,
     )
 
 
@@ -211,6 +214,7 @@ def request_for_step(
         max_tokens=base.max_tokens,
         timeout_s=base.timeout_s,
         tool_calling=base.tool_calling,
+        reasoning=base.reasoning,
     )
 
 

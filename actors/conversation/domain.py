@@ -79,7 +79,13 @@ class AgentSetup:
 
     @property
     def extraction_task_id(self) -> str | None:
-        return self.persona.memory_extraction_task_id
+        """The memory-extraction hook: a library task's id, or a workflow's
+        (``extraction_is_workflow``)."""
+        return self.persona.extraction_hook
+
+    @property
+    def extraction_is_workflow(self) -> bool:
+        return self.persona.memory_extraction_workflow is not None
 
 
 class TurnPhase(StrEnum):
@@ -109,6 +115,7 @@ class TurnState:
     transcript: tuple[JsonObject, ...] = ()
     last_text: str = ""  # what the model said beside its tool calls (the move's reasoning)
     open_calls: tuple[ToolCallRequested, ...] = ()  # tool calls whose results are not in yet
+    agent_calls: tuple[str, ...] = ()  # the open calls dispatched to an agent (their ids)
     pending_operations: frozenset[str] = frozenset()  # async operations not yet delivered
     delivering: AsyncOperation | None = None  # the completed operation this loop answers
     deliveries: tuple[AsyncOperation, ...] = ()  # completed operations waiting their turn
@@ -238,6 +245,7 @@ class ContextAssembled:
     setup: AgentSetup
     base: ChatRequest
     at: datetime
+    hook_run_id: str | None = None  # the context-assembly hook's run, when the persona has one
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +253,7 @@ class ContextAssemblyFailed:
     turn_id: str
     error: ToolError
     at: datetime
+    hook_run_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,6 +316,7 @@ class OperationsChecked:
 class MemoriesExtracted:
     turn_id: str
     at: datetime
+    hook_run_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,6 +324,7 @@ class MemoryExtractionFailed:
     turn_id: str
     error: ToolError
     at: datetime
+    hook_run_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -456,6 +467,7 @@ class AdoptContext:
     turn_id: str
     setup: AgentSetup
     base: ChatRequest
+    hook_run_id: str | None = None  # recorded on the turn (``context_assembly_run_id``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -494,6 +506,7 @@ class StartOperation:
     call: ToolCallRequested
     operation: AsyncOperation
     ack: ToolResult
+    tool: Tool | None = None  # what it calls (an agent tool in loop_in mode joins at once)
 
 
 @dataclass(frozen=True, slots=True)
@@ -531,6 +544,7 @@ class RecordMoves:
     reasoning: str
     iteration: int
     at: datetime
+    agent_calls: tuple[str, ...] = ()  # the calls that went to an agent (``agent_call.*``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -593,6 +607,7 @@ class SettleExtraction:
     turn_id: str
     failed: bool
     at: datetime
+    hook_run_id: str | None = None  # recorded on the turn (``memory_extraction_run_id``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -615,6 +630,7 @@ class FailTurn:
     at: datetime
     error: ToolError | None = None  # what failed, when a step did (``retriable``: ask again)
     cancelled: bool = False  # stopped on purpose (a cancel, the interrupt policy): not a failure
+    context_assembly_run_id: str | None = None  # the hook run that failed, when one did
 
 
 @dataclass(frozen=True, slots=True)

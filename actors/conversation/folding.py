@@ -187,10 +187,12 @@ def _apply_step(
         case RunTools(plans=plans, reasoning=reasoning):
             turn.phase = TurnPhase.ACTING
             turn.open_calls = tuple(p.call for p in plans)
+            turn.agent_calls = agent_call_ids(plans)
             turn.last_text = reasoning
             turn.pending_operations = turn.pending_operations | started_operations(plans)
         case RecordMoves():
             turn.open_calls = ()
+            turn.agent_calls = ()
         case AwaitOperations():
             turn.phase = TurnPhase.AWAITING
             turn.awaiting_recorded = True
@@ -222,6 +224,15 @@ def _apply_delivery(
                 owner.pending_operations = owner.pending_operations - {operation.id}
         case _:
             assert_never(decision)
+
+
+def agent_call_ids(plans: Sequence[ToolPlan]) -> tuple[str, ...]:
+    """The calls among a turn's tool plans dispatched to an agent (delegate or loop in)."""
+    return tuple(
+        plan.call.id
+        for plan in plans
+        if isinstance(plan, DispatchTool) and plan.tool.target_type == "agent"
+    )
 
 
 def started_operations(plans: Sequence[ToolPlan]) -> frozenset[str]:

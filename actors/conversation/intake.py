@@ -1,16 +1,17 @@
 """Taking a message in: its parent turn, a retried message recognised, refusals, and the
-acknowledgement a caller may write while the conversation's actor is not ready yet.
+acknowledgement a caller may write while no actor holds the conversation's log.
 
-The actor takes messages in itself (``ConversationActor.post_message``). While its actor is being
-started or re-activated (a second or more), whoever received the message (the ``Conversations``
-adapter in the gateway) may acknowledge it here instead, so a user gets ``202`` in milliseconds:
-the same planning (``plan(MessageReceived)`` on the conversation as the store holds it), the same
-writes, one transaction, ``seq`` allocated by the store (so the actor and this writer keep the
-sequence gap-free). It does so only while the conversation has no active turn — checked inside
-that transaction, after the store's lock — so the concurrency policy has nothing to decide: the
-turn is stored acknowledged-but-not-started and the actor starts it when it is ready, at
-construction (recovery) or when the caller's own message reaches it (``post_message`` finds the
-message stored and picks its turn up).
+The actor takes messages in itself (``ConversationActor.post_message``). While no actor holds the
+conversation's log — it is evicted, being started or re-activated (a second or more) —, whoever
+received the message (the ``Conversations`` adapter in the gateway) acknowledges it here instead,
+so a user gets ``202`` in milliseconds: the same planning (``plan(MessageReceived)`` on the
+conversation as the store holds it), the same writes, one transaction, as a guest of the log
+(``actors.conversation.log``: refused once an actor holds it, checked inside that transaction).
+It does so only while the conversation has no active turn — checked in that transaction too — so
+the concurrency policy has nothing to decide: the turn is stored acknowledged-but-not-started and
+the actor starts it when it is activated (its start-up recovery), or when the caller's own message
+reaches it (``post_message`` finds the message stored and picks its turn up). A turn whose
+activation waits for room at the resident cap says so in the log (``turn.waiting``).
 """
 
 from __future__ import annotations
@@ -29,14 +30,15 @@ from actors.conversation.domain import (
     MessageReceived,
     Refuse,
 )
-from actors.conversation.log import ConversationLog, PendingWrite
+from actors.conversation.log import ConversationLog, LogOwned, PendingWrite
 from actors.conversation.planning import plan
 from actors.conversation.records import BatchWriter
 from core.domain import Event, MessageSource, TurnStatus, UserCaller
 from core.errors import Conflict, ErrorCode, InvalidInput, NonRetryableError, NotFound
 from core.forks import latest_turn_id
 from core.ids import new_id_after, utc_now
-from core.ports import MessageAck
+from core.jsontypes import JsonObject
+from core.ports import EventListeners, MessageAck
 from core.store import Store
 
 REFUSALS: dict[ErrorCode, type[NonRetryableError]] = {
@@ -102,15 +104,36 @@ class ConversationBusy(Exception):
     """The conversation has an active turn: its actor applies the policy (rolls back the ack)."""
 
 
-class ParentMoved(Exception):
-    """Another writer stored a turn after this one's parent was read: read the parent again."""
-
-
 class Intake:
-    """Acknowledges a user's message in the store when the conversation is idle there."""
+    """Acknowledges a user's message in the store while no actor holds the conversation's log;
+    what it writes is published to ``listeners``."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, listeners: EventListeners | None = None) -> None:
         self.store = store
+        self.listeners = listeners
+
+    def _log(self, conversation_id: str) -> ConversationLog:
+        listeners = self.listeners
+
+        def publish(frame: JsonObject) -> None:
+            if listeners is not None:
+                listeners.publish(conversation_id, [frame])
+
+        return ConversationLog(self.store, conversation_id, publish)
+
+    def note_waiting(
+        self, conversation_id: str, turn_id: str, reason: str, retry_after_s: float | None
+    ) -> bool:
+        """Record that the turn's activation waits for room at the resident cap (a
+        ``turn.waiting`` event), unless an actor holds the log by now; whether it did."""
+        payload: JsonObject = {"turn_id": turn_id, "reason": "capacity", "message": reason}
+        if retry_after_s is not None:
+            payload["retry_after_s"] = retry_after_s
+        try:
+            self._log(conversation_id).note(utc_now(), "turn.waiting", payload)
+        except LogOwned:
+            return False
+        return True
 
     def acknowledge(
         self,
@@ -130,6 +153,8 @@ class Intake:
         stored = existing_ack(store, conversation_id, message_id)
         if stored is not None:
             return stored
+        if store.writers.current(conversation_id).holder is not None:
+            return None  # its actor holds the log: ask the actor
         parent_turn_id = parent_turn(store, conversation_id, reply_to_message_id)
         event = MessageReceived(
             turn_id=new_id_after("turn", parent_turn_id),
@@ -169,11 +194,10 @@ class Intake:
             ):
                 raise ConversationBusy(conversation_id)
 
-        log = ConversationLog(store, conversation_id, lambda _event: None)
         try:
-            log.commit(event.at, [*writes, PendingWrite([], only_turn)])
-        except (ConversationBusy, IntegrityError):
-            return None  # busy, or the actor stored this very message first
+            self._log(conversation_id).commit(event.at, [*writes, PendingWrite([], only_turn)])
+        except (ConversationBusy, IntegrityError, LogOwned):
+            return None  # busy, the actor stored this very message first, or holds the log
         numbered = writer.acks[turn.id]
         return MessageAck(
             conversation_id=conversation_id,

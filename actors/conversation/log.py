@@ -2,9 +2,17 @@
 
 Each planning batch's writes (turns, messages, moves, operations, the conversation row) and the
 events that announce them commit together; ``seq`` numbers are allocated by the store inside that
-transaction (so any writer of the conversation — its actor, the async-operations runner — keeps
-the sequence gap-free). Events are published only after the commit, so a subscriber never sees
-something the store could lose.
+transaction. Events are published only after the commit, so a subscriber never sees something the
+store could lose; subscribers are reached by ``publish`` (the processes listening to the
+conversation), never through the conversation's actor.
+
+One writer at a time (docs/architecture.md, "Who writes a conversation's log"): whoever creates
+a conversation writes its first events with its row; from then on every append goes through
+``ConversationLog.commit``, which checks the conversation's writer lease inside the appending
+transaction. The conversation's actor holds the lease while it is resident (``Owner``: its epoch;
+a former incarnation is refused, ``WriterFenced``). A writer without the actor (``GUEST``: the
+gateway's intake, the async-operations runner) appends only while no actor holds it
+(``LogOwned`` otherwise: ask the actor).
 """
 
 from __future__ import annotations
@@ -25,12 +33,55 @@ from core.domain import (
     Participant,
     Turn,
 )
+from core.errors import ErrorCode, RetryableError
+from core.event_order import event_frame, token_frame
 from core.ids import new_id
 from core.jsontypes import JsonObject
 from core.store import Store
+from core.store.writers import WriterLease, lock_conversation
 
 Publish = Callable[[JsonObject], None]
 Write = Callable[[Connection, list[Event]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """The conversation's actor, holding the lease taken at ``epoch``."""
+
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Guest:
+    """A writer without the actor: appends only while nobody holds the lease."""
+
+
+GUEST = Guest()
+Writer = Owner | Guest
+
+
+class LogOwned(Exception):
+    """A guest tried to append while the conversation's actor holds its log: ask the actor."""
+
+
+class WriterFenced(RetryableError):
+    """This actor's lease was taken by a newer incarnation (or given up): it may not append."""
+
+    code = ErrorCode.UNAVAILABLE
+
+
+def check_writer(writer: Writer, lease: WriterLease) -> None:
+    """Raise unless ``writer`` may append under ``lease`` (read in the appending transaction)."""
+    match writer:
+        case Owner(epoch=epoch):
+            if lease.holder is None or lease.epoch != epoch:
+                raise WriterFenced(
+                    f"conversation {lease.conversation_id}: this actor's lease (epoch {epoch}) is "
+                    f"no longer held (epoch {lease.epoch}, holder {lease.holder})"
+                )
+        case Guest():
+            if lease.holder is not None:
+                raise LogOwned(lease.conversation_id)
 
 
 @dataclass
@@ -49,24 +100,12 @@ class PendingWrite:
 
 def event_dict(event: Event) -> JsonObject:
     """The wire form of an event: ``{seq, type, at, conversation_id, **payload}``."""
-    return {
-        "seq": event.seq,
-        "type": event.type,
-        "at": event.at.isoformat(),
-        "conversation_id": event.conversation_id,
-        **event.payload,
-    }
+    return event_frame(event)
 
 
 def token_event(conversation_id: str, turn_id: str, delta: str) -> JsonObject:
     """A streamed token delta (not stored: ``seq`` None)."""
-    return {
-        "seq": None,
-        "type": "token",
-        "conversation_id": conversation_id,
-        "turn_id": turn_id,
-        "delta": delta,
-    }
+    return token_frame(conversation_id, turn_id, delta)
 
 
 def turn_payload(turn: Turn) -> JsonObject:
@@ -80,17 +119,23 @@ def turn_payload(turn: Turn) -> JsonObject:
 
 
 class ConversationLog:
-    """Writes one conversation's entities and events, numbering events and publishing them."""
+    """Appends to one conversation's log as ``writer``: numbers events, checks the lease,
+    publishes after the commit."""
 
-    def __init__(self, store: Store, conversation_id: str, publish: Publish) -> None:
+    def __init__(
+        self, store: Store, conversation_id: str, publish: Publish, writer: Writer = GUEST
+    ) -> None:
         self.store = store
         self.conversation_id = conversation_id
         self.publish = publish
+        self.writer = writer
 
     def commit(self, at: datetime, writes: Sequence[PendingWrite]) -> list[Event]:
         """Run every write and append every event in one transaction, then publish the events."""
         stored: list[Event] = []
         with self.store.db.begin() as conn:
+            lock_conversation(self.conversation_id, conn)
+            check_writer(self.writer, self.store.writers.current(self.conversation_id, conn))
             # A write with no event (a settled memory extraction) takes no number.
             numbering = any(pending.events for pending in writes)
             seq = self.store.events.next_seq(self.conversation_id, conn) if numbering else 0

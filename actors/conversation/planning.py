@@ -447,12 +447,13 @@ def _context_assembled(state: ConversationState, event: ContextAssembled) -> lis
     if turn is None:
         return []
     if turn.resuming is not None:
-        return [AdoptContext(turn.turn_id, event.setup, event.base), *_resumed(state, turn, event)]
+        adopt = AdoptContext(turn.turn_id, event.setup, event.base, event.hook_run_id)
+        return [adopt, *_resumed(state, turn, event)]
     transcript = (operation_result_message(turn.delivering),) if turn.delivering else ()
     tools_allowed = event.setup.max_moves > 0
     request = request_for_step(event.base, transcript, tools_allowed)
     return [
-        AdoptContext(turn.turn_id, event.setup, event.base),
+        AdoptContext(turn.turn_id, event.setup, event.base, event.hook_run_id),
         CallModel(turn.turn_id, request, event.setup.profile, transcript, 0),
     ]
 
@@ -487,7 +488,15 @@ def _context_assembly_failed(
     reason = f"context assembly failed: {event.error.message}"
     return [
         NoteEvent("context_assembly.failed", payload, event.at),
-        FailTurn(turn.turn_id, reason, turn.usage, True, event.at, event.error),
+        FailTurn(
+            turn.turn_id,
+            reason,
+            turn.usage,
+            True,
+            event.at,
+            event.error,
+            context_assembly_run_id=event.hook_run_id,
+        ),
         *_start_next(state, turn.turn_id, event.at),
     ]
 
@@ -582,6 +591,7 @@ def _finish(
         turn_id=turn_id,
         agent_id=agent_id or setup.agent.id,
         task_id=task_id,
+        workflow=setup.extraction_is_workflow,
     )
     return [
         CompleteTurn(turn_id, usage, at, extraction=pending),
@@ -610,7 +620,15 @@ def _tools_returned(state: ConversationState, event: ToolsReturned) -> list[Deci
     tools_allowed = moves_made < turn.setup.max_moves
     request = request_for_step(turn.base, transcript, tools_allowed)
     return [
-        RecordMoves(turn.turn_id, calls, event.results, turn.last_text, moves_made, event.at),
+        RecordMoves(
+            turn.turn_id,
+            calls,
+            event.results,
+            turn.last_text,
+            moves_made,
+            event.at,
+            turn.agent_calls,
+        ),
         CallModel(turn.turn_id, request, turn.setup.profile, transcript, moves_made),
     ]
 
@@ -681,7 +699,7 @@ def _lost(op: AsyncOperation) -> AsyncOperation:
 def _memories_extracted(state: ConversationState, event: MemoriesExtracted) -> list[Decision]:
     if event.turn_id not in state.extracting:
         return []
-    return [SettleExtraction(event.turn_id, False, event.at)]
+    return [SettleExtraction(event.turn_id, False, event.at, event.hook_run_id)]
 
 
 def _memory_extraction_failed(
@@ -693,7 +711,7 @@ def _memory_extraction_failed(
     payload = {"turn_id": event.turn_id, "error": event.error.model_dump(mode="json")}
     return [
         NoteEvent("memory_extraction.failed", payload, event.at),
-        SettleExtraction(event.turn_id, True, event.at),
+        SettleExtraction(event.turn_id, True, event.at, event.hook_run_id),
     ]
 
 

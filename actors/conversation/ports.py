@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from core.mcp import McpTools
 from core.metrics import NO_METRICS, Metrics
 from core.ports import (
     AsyncOperations,
     ChatModels,
     Conversations,
+    EventListeners,
     Residency,
     TaskRunner,
     TurnQuotas,
@@ -26,7 +28,7 @@ from core.store import Store
 
 @dataclass(frozen=True, slots=True)
 class ToolPorts:
-    """What dispatching a tool call needs: the store, settings, and the three kinds of target."""
+    """What dispatching a tool call needs: the store, settings, and the kinds of target."""
 
     store: Store
     settings: Settings
@@ -34,6 +36,8 @@ class ToolPorts:
     tasks: TaskRunner
     conversations: Conversations
     workflows: WorkflowRuns
+    mcp: McpTools  # the client's MCP servers (``core.mcp``)
+    listeners: EventListeners  # where the conversation's events are published (not the actor)
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,7 @@ from actors.conversation.domain import (
 from actors.conversation.log import PendingEvent, PendingWrite, turn_payload
 from actors.conversation.resumption import started_payload
 from actors.conversation.tool_calls import call_arguments
+from actors.conversation.tool_dispatch import invocation_mode
 from core.domain import (
     AsyncOperation,
     Conversation,
@@ -70,9 +71,58 @@ from core.domain import (
 from core.errors import ErrorCode
 from core.ids import new_id
 from core.jsontypes import JsonObject
+from core.llm.protocol import ToolCallRequested
 from core.store import Store
 
 WAITING = (OperationStatus.PENDING, OperationStatus.COMPLETED)
+
+
+def agent_calls_started(turn_id: str, plans: Sequence[ToolPlan]) -> list[PendingEvent]:
+    """``agent_call.started`` for each call the turn dispatches to an agent."""
+    return [
+        PendingEvent(
+            "agent_call.started",
+            {
+                "turn_id": turn_id,
+                "tool_call_id": plan.call.id,
+                "tool": plan.call.name,
+                "agent_id": plan.tool.target_id,
+                "mode": invocation_mode(plan),
+            },
+        )
+        for plan in plans
+        if isinstance(plan, DispatchTool) and plan.tool.target_type == "agent"
+    ]
+
+
+def agent_calls_completed(
+    turn_id: str,
+    pairs: Sequence[tuple[ToolCallRequested, ToolResult]],
+    agent_calls: Sequence[str],
+) -> list[PendingEvent]:
+    """``agent_call.completed`` for each of those calls, with the child it ran in."""
+    events = []
+    for call, result in pairs:
+        if call.id not in agent_calls:
+            continue
+        answer = result.result if isinstance(result.result, dict) else {}
+        payload: JsonObject = {
+            "turn_id": turn_id,
+            "tool_call_id": call.id,
+            "tool": call.name,
+            "success": result.success,
+            "agent_id": answer.get("agent_id"),
+            "child_conversation_id": answer.get("conversation_id"),
+            "child_turn_id": answer.get("turn_id"),
+        }
+        if result.error is not None:
+            payload["error"] = result.error.model_dump(mode="json")
+        events.append(PendingEvent("agent_call.completed", payload))
+    return events
+
+
+def _hook_run(run_id: str | None) -> dict[str, object]:
+    return {} if run_id is None else {"context_assembly_run_id": run_id}
 
 
 class BatchWriter:
@@ -98,8 +148,16 @@ class BatchWriter:
                 return self._moves(decision)
             case SettleOperation(operation=operation):
                 return PendingWrite([], lambda c, _e: self._save_operation(operation, c))
-            case SettleExtraction(turn_id=turn_id, failed=failed):
-                return PendingWrite([], lambda c, _e: self._settle_extraction(turn_id, failed, c))
+            case SettleExtraction(turn_id=turn_id, failed=failed, hook_run_id=run_id):
+                return PendingWrite(
+                    [], lambda c, _e: self._settle_extraction(turn_id, failed, run_id, c)
+                )
+            case AdoptContext(turn_id=turn_id, hook_run_id=run_id) if run_id is not None:
+
+                def hook_run(conn: Connection, _events: list[Event]) -> None:
+                    self._update_turn(turn_id, conn, context_assembly_run_id=run_id)
+
+                return PendingWrite([], hook_run)
             case NoteEvent(type=event_type, payload=payload):
                 return PendingWrite([PendingEvent(event_type, payload)])
             case SaveConversation(conversation=conversation, event=event, payload=payload):
@@ -168,6 +226,7 @@ class BatchWriter:
                     turn_id,
                     "turn.failed",
                     extra,
+                    None,
                     status=TurnStatus.FAILED,
                     failure_reason=reason,
                     failure_code=None if error is None else error.code,
@@ -175,6 +234,7 @@ class BatchWriter:
                     awaiting_operations=False,
                     usage=usage,
                     context_failed=decision.context_failed,
+                    **_hook_run(decision.context_assembly_run_id),
                 )
             case _:
                 assert_never(decision)
@@ -238,10 +298,20 @@ class BatchWriter:
     def _extraction_pending(self, extraction: PendingExtraction) -> Callable[[Connection], None]:
         return lambda conn: self.store.pending_extractions.add(extraction, conn)
 
-    def _settle_extraction(self, turn_id: str, failed: bool, conn: Connection) -> None:
-        """The extraction is over: the turn says so (and whether it failed), the row goes."""
+    def _settle_extraction(
+        self, turn_id: str, failed: bool, run_id: str | None, conn: Connection
+    ) -> None:
+        """The extraction is over: the turn says so (and whether it failed, and which hook run
+        it was), the row goes."""
+        changes: dict[str, object] = {}
+        if run_id is not None:
+            changes["memory_extraction_run_id"] = run_id
         self._update_turn(
-            turn_id, conn, memory_extraction_pending=False, memory_extraction_failed=failed
+            turn_id,
+            conn,
+            memory_extraction_pending=False,
+            memory_extraction_failed=failed,
+            **changes,
         )
         self.store.pending_extractions.remove(self.conversation_id, turn_id, conn)
 
@@ -255,10 +325,11 @@ class BatchWriter:
             "tools.started",
             started_payload(decision.turn_id, decision.iteration, decision.reasoning, calls),
         )
+        delegations = agent_calls_started(decision.turn_id, decision.plans)
         operations = self._operations_started(decision.plans)
         if operations is None:
-            return PendingWrite([started])
-        return PendingWrite([started, *operations.events], operations.write)
+            return PendingWrite([started, *delegations])
+        return PendingWrite([started, *delegations, *operations.events], operations.write)
 
     def _operations_started(self, plans: Sequence[ToolPlan]) -> PendingWrite | None:
         operations: list[AsyncOperation] = []
@@ -356,7 +427,8 @@ class BatchWriter:
                 self.store.moves.insert(move, conn)
                 events[n].payload["move"] = move.model_dump(mode="json")
 
-        return PendingWrite([*(PendingEvent("move") for _ in pairs), *failures], write)
+        completed = agent_calls_completed(decision.turn_id, pairs, decision.agent_calls)
+        return PendingWrite([*(PendingEvent("move") for _ in pairs), *failures, *completed], write)
 
     def _answer(self, decision: AppendAgentMessage) -> PendingWrite:
         delivers = decision.delivers

@@ -42,14 +42,22 @@ from actors.conversation.log import token_event
 from actors.conversation.ports import ConversationPorts
 from actors.conversation.records import WAITING
 from actors.conversation.setups import AgentSetups
-from actors.conversation.tool_calls import arguments_problem
+from actors.conversation.tool_calls import arguments_problem, narrowed
 from actors.conversation.tool_dispatch import ToolDispatcher
+from actors.conversation.turn_spans import (
+    HookRun,
+    end_tool_span,
+    hook_span,
+    result_failed,
+    tool_span,
+)
 from core.context_contract import CONTEXT_CONTRACT, parse_hook_answer
 from core.domain import (
     AsyncOperation,
     Message,
     OperationStatus,
     PendingExtraction,
+    TaskDef,
     ToolError,
     ToolResult,
     Turn,
@@ -59,6 +67,7 @@ from core.errors import NotFound, WonderError
 from core.forks import messages_of_turns, recent_turn_ids_visible
 from core.ids import new_id, utc_now
 from core.jsontypes import JsonObject
+from core.llm import recording
 from core.llm.protocol import (
     ChatModel,
     ChatRequest,
@@ -66,8 +75,10 @@ from core.llm.protocol import (
     TextDelta,
     ToolCallRequested,
 )
+from core.llm.recording import CallScope, link_turn
+from core.model_calls import CallSource
 from core.model_override import turn_profile
-from core.retry import CONTEXT_ASSEMBLY, LLM_CALL, MEMORY_EXTRACTION, with_retries
+from core.retry import CONTEXT_ASSEMBLY, LLM_CALL, MEMORY_EXTRACTION, RetryPolicy, with_retries
 
 Publish = Callable[[JsonObject], None]
 
@@ -106,6 +117,10 @@ class TurnSteps:
         # A message may override its turn's model (seed 004): applied and recorded here.
         profile = turn_profile(self.store, turn_id, setup.profile, setup.agent.client_id)
         setup = replace(setup, profile=profile)
+        # A routed message may narrow the persona's tools for its turn (seed 004 permissions).
+        routed = self.store.message_routes.for_turn(turn_id)
+        if routed is not None and routed.permissions is not None:
+            setup = replace(setup, catalog=narrowed(setup.catalog, routed.permissions.tools))
         turn = self.store.turns.get(turn_id)
         history = self._recent_history(turn_id, setup.persona.recent_turns_limit)
         pending = self.store.async_operations.list(self.conversation_id, statuses=WAITING)
@@ -132,13 +147,9 @@ class TurnSteps:
         payload = self._hook_input(turn, setup, history, pending, default)
         workflow = setup.persona.context_assembly_workflow is not None
         task = setup.hook_task(hook)
+        run = HookRun("context_assembly", hook, turn_id, setup.agent.id, new_id("hookrun"))
         try:
-            raw = await with_retries(
-                CONTEXT_ASSEMBLY,
-                lambda: self.tools.run_hook(
-                    hook, payload, turn_id, setup.agent.id, workflow=workflow, task=task
-                ),
-            )
+            raw = await self._run_hook(run, payload, CONTEXT_ASSEMBLY, workflow=workflow, task=task)
             answer = parse_hook_answer(raw)
             if answer.request is not None:
                 base = request_from_hook(answer.request, default, setup.catalog)
@@ -156,8 +167,58 @@ class TurnSteps:
                     decline,
                 )
         except WonderError as exc:
-            return ContextAssemblyFailed(turn_id, ToolError.of(exc), utc_now())
-        return ContextAssembled(turn_id, setup, base, utc_now())
+            return ContextAssemblyFailed(turn_id, ToolError.of(exc), utc_now(), run.run_id)
+        return ContextAssembled(turn_id, setup, base, utc_now(), run.run_id)
+
+    async def _run_hook(
+        self,
+        run: HookRun,
+        payload: JsonObject,
+        policy: RetryPolicy,
+        *,
+        workflow: bool = False,
+        task: TaskDef | None = None,
+    ) -> JsonObject:
+        """A hook with its retry policy, as one span and one linked hook run of the turn (its
+        model calls are recorded as the hook's); exhausted retries are counted and raised."""
+        link_turn(
+            run.turn_id,
+            "hook_run",
+            run.run_id,
+            self.conversation_id,
+            hook=run.hook,
+            task_id=run.task_id,
+            workflow=workflow,
+        )
+        source = CallSource(
+            client_id=self.tools.conversation.client_id,
+            conversation_id=self.conversation_id,
+            turn_id=run.turn_id,
+            agent_id=run.agent_id,
+            hook=run.hook,
+            hook_run_id=run.run_id,
+        )
+        with (
+            hook_span(run, self.conversation_id, workflow),
+            recording.scoped(CallScope(source=source)),
+        ):
+            try:
+                return await with_retries(
+                    policy,
+                    lambda: self.tools.run_hook(
+                        run.task_id,
+                        payload,
+                        run.turn_id,
+                        run.agent_id,
+                        workflow=workflow,
+                        task=task,
+                        hook=run.hook,
+                        hook_run_id=run.run_id,
+                    ),
+                )
+            except WonderError:
+                self.ports.metrics.hook_failed(run.agent_id, run.hook)
+                raise
 
     def _recent_history(self, turn_id: str, limit: int) -> list[Message]:
         # A fork's inherited turns count as its own (core.forks).
@@ -209,28 +270,37 @@ class TurnSteps:
         model: ChatModel,
         request: ChatRequest,
         catalog: ToolCatalog | None = None,
+        *,
+        scope: CallScope | None = None,
     ) -> ModelAnswered | ModelFailed:
         """One model call, streamed token by token to subscribers, with the LLM retry policy;
         the tool calls' arguments are checked against their schemas in a worker thread (client
-        schemas never run on the event loop)."""
+        schemas never run on the event loop). Each body sent is recorded as ``scope``'s
+        (``core.llm.recording``), each retry as its next attempt."""
+        attempts = 0
+        scope = scope or CallScope(source=CallSource(turn_id=turn_id))
 
         async def attempt() -> tuple[str, tuple[ToolCallRequested, ...], ModelFinished]:
+            nonlocal attempts
+            attempts += 1
             text: list[str] = []
             calls: list[ToolCallRequested] = []
             finished = ModelFinished()
             keyed = replace(request, cache_key=request.cache_key or self.conversation_id)
-            async for chunk in model.stream(keyed):  # the key keeps it on one model replica
-                match chunk:
-                    case TextDelta(text=delta):
-                        text.append(delta)
-                        self._publish_token(turn_id, delta)
-                    case ToolCallRequested():
-                        calls.append(chunk)
-                    case ModelFinished():
-                        finished = chunk
+            with recording.scoped(replace(scope, attempt=attempts)):
+                async for chunk in model.stream(keyed):  # the key keeps it on one model replica
+                    match chunk:
+                        case TextDelta(text=delta):
+                            text.append(delta)
+                            self._publish_token(turn_id, delta)
+                        case ToolCallRequested():
+                            calls.append(chunk)
+                        case ModelFinished():
+                            finished = chunk
             return "".join(text), tuple(calls), finished
 
         async def on_retry(number: int, error: Exception) -> None:
+            self.ports.metrics.model_retry(scope.source.agent_id or "")
             self.publish(
                 {
                     "seq": None,
@@ -274,12 +344,19 @@ class TurnSteps:
         async def one(plan: ToolPlan) -> ToolResult:
             match plan:
                 case ReturnToolError(result=result):
+                    result_failed(self.ports.metrics, agent_id, plan.call.name, result)
                     return result
-                case StartOperation(operation=operation, ack=ack):
+                case StartOperation(operation=operation, ack=ack, tool=tool):
+                    # An agent looped in joins at once; its answer is what comes later.
+                    joined = await self.tools.join_now(tool, operation, ack)
                     await self.ports.operations.start(operation.id, agent_id)
-                    return ack
+                    return joined or ack
                 case DispatchTool():
-                    return await self.tools.dispatch(turn_id, agent_id, plan)
+                    with tool_span(plan, self.conversation_id, turn_id) as span:
+                        result = await self.tools.dispatch(turn_id, agent_id, plan)
+                        end_tool_span(span, result)
+                    result_failed(self.ports.metrics, agent_id, plan.tool.name, result)
+                    return result
 
         results = await asyncio.gather(*(one(plan) for plan in plans))
         return ToolsReturned(turn_id, tuple(results), utc_now())
@@ -293,7 +370,8 @@ class TurnSteps:
         task is the one read with the setup that assembled the turn's context, when it is."""
         turn_id, agent_id, task_id = extraction.turn_id, extraction.agent_id, extraction.task_id
         setup = self.setups.last_read(agent_id)
-        task = setup.hook_task(task_id) if setup is not None else None
+        workflow = extraction.workflow
+        task = setup.hook_task(task_id) if setup is not None and not workflow else None
         messages = self.store.messages.list(self.conversation_id, turn_ids=[turn_id])
         transcript = turn_transcript(messages, self.store.moves.list(turn_id))
         payload = {
@@ -302,14 +380,12 @@ class TurnSteps:
             "turn_id": turn_id,
             "transcript": transcript,
         }
+        run = HookRun("memory_extraction", task_id, turn_id, agent_id, new_id("hookrun"))
         try:
-            await with_retries(
-                MEMORY_EXTRACTION,
-                lambda: self.tools.run_hook(task_id, payload, turn_id, agent_id, task=task),
-            )
+            await self._run_hook(run, payload, MEMORY_EXTRACTION, workflow=workflow, task=task)
         except WonderError as exc:
-            return MemoryExtractionFailed(turn_id, ToolError.of(exc), utc_now())
-        return MemoriesExtracted(turn_id, utc_now())
+            return MemoryExtractionFailed(turn_id, ToolError.of(exc), utc_now(), run.run_id)
+        return MemoriesExtracted(turn_id, utc_now(), run.run_id)
 
     async def check_operations(
         self, turn_id: str, agent_id: str | None, operations: Sequence[AsyncOperation]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +24,7 @@ from core.errors import ErrorCode
 from core.json_schemas import errors as schema_errors
 from core.jsontypes import JsonObject
 from core.llm.protocol import ToolCallRequested
+from core.route_model import ToolPermissions
 
 MODE_ARGUMENT = "mode"
 """A reserved argument of agent tools: ``delegate`` or ``loop_in`` overrides the tool's
@@ -113,7 +115,8 @@ def plan_tool_calls(
                     input=tool_input,
                     created_at=at,
                 )
-                plans.append(StartOperation(call, operation, async_ack(call.id, op_id)))
+                ack = async_ack(call.id, op_id)
+                plans.append(StartOperation(call, operation, ack, tool))
             case planned:
                 plans.append(planned)
     return tuple(plans)
@@ -180,6 +183,17 @@ def build_catalog(persona: Persona, tools: Sequence[Tool]) -> ToolCatalog:
             tuple(constraints.allowed_agents) if constraints.allowed_agents is not None else None
         ),
     )
+
+
+def narrowed(catalog: ToolCatalog, permissions: ToolPermissions) -> ToolCatalog:
+    """``catalog`` under a message's permissions override: its ``allow`` can only take tools
+    away from the persona's (an intersection), its ``deny`` adds to the persona's."""
+    allow = catalog.allow
+    if permissions.allow is not None:
+        asked = tuple(permissions.allow)
+        allow = asked if allow is None else tuple(name for name in allow if name in asked)
+    deny = tuple(dict.fromkeys([*catalog.deny, *permissions.deny]))
+    return replace(catalog, allow=allow, deny=deny)
 
 
 def call_arguments(call: ToolCallRequested) -> JsonObject:

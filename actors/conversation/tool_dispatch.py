@@ -24,10 +24,12 @@ from actors.conversation.tool_calls import MODE_ARGUMENT
 from core.domain import (
     Agent,
     AgentCaller,
+    AsyncOperation,
     Conversation,
     Participant,
     PersonaRef,
     TaskDef,
+    Tool,
     ToolError,
     ToolResult,
     TurnStatus,
@@ -42,6 +44,10 @@ from core.errors import (
 )
 from core.ids import new_id, utc_now
 from core.jsontypes import JsonObject
+from core.llm.protocol import ToolCallRequested
+from core.llm.recording import link_turn
+from core.mcp import target_of as mcp_target
+from core.model_calls import HookKind
 from core.ports import AgentAnswer, InvocationMode, TaskContext, TaskOutcome, failed_outcome
 from core.projects import child_workplace
 from core.retry import RetryPolicy, with_retries
@@ -60,13 +66,21 @@ class ToolDispatcher:
         self.ports = ports
         self.conversation = conversation
 
-    def task_context(self, turn_id: str | None, agent_id: str | None) -> TaskContext:
+    def task_context(
+        self,
+        turn_id: str | None,
+        agent_id: str | None,
+        hook: HookKind | None = None,
+        hook_run_id: str | None = None,
+    ) -> TaskContext:
         return TaskContext(
             client_id=self.conversation.client_id,
             conversation_id=self.conversation.id,
             agent_id=agent_id,
             turn_id=turn_id,
             settings_env=self.ports.settings_env,
+            hook=hook,
+            hook_run_id=hook_run_id,
         )
 
     async def run_task(
@@ -86,19 +100,23 @@ class ToolDispatcher:
         *,
         workflow: bool = False,
         task: TaskDef | None = None,
+        hook: HookKind | None = None,
+        hook_run_id: str | None = None,
     ) -> JsonObject:
         """Run a hook (a task, or a workflow run to its end); a business failure is an error
         here (hooks have no model to tell). ``task``: its definition when the caller has read
-        it (with the agent's setup), else it is read here."""
+        it (with the agent's setup), else it is read here. ``hook``/``hook_run_id``: which of
+        the turn's hook runs it is (its model calls are recorded as that run's)."""
+        context = self.task_context(turn_id, agent_id, hook, hook_run_id)
         if workflow:
-            parent = ConversationParent(conversation_id=self.conversation.id, turn_id=turn_id)
+            parent = ConversationParent(
+                conversation_id=self.conversation.id, turn_id=turn_id, agent_id=agent_id
+            )
             outcome = await self.ports.workflows.run_to_end(task_id, payload, parent=parent)
         elif task is not None:
-            outcome = await self.ports.tasks.run(
-                task, payload, self.task_context(turn_id, agent_id)
-            )
+            outcome = await self.ports.tasks.run(task, payload, context)
         else:
-            outcome = await self.run_task(task_id, payload, self.task_context(turn_id, agent_id))
+            outcome = await self.run_task(task_id, payload, context)
         if not outcome.success:
             raise RetryableError(f"hook {task_id} failed: {outcome.error_message()}")
         result = outcome.result
@@ -135,10 +153,28 @@ class ToolDispatcher:
             case "agent":
                 return await self._delegate(turn_id, agent_id, decision)
             case "workflow":
-                parent = ConversationParent(conversation_id=self.conversation.id, turn_id=turn_id)
+                # The run works for the calling agent: its tasks' model calls default to the
+                # agent's model profile, their memory actions act on the agent's memory.
+                parent = ConversationParent(
+                    conversation_id=self.conversation.id, turn_id=turn_id, agent_id=agent_id
+                )
                 return await self.ports.workflows.run_to_end(
                     tool.target_id, decision.input, parent=parent
                 )
+            case "mcp":
+                return await self._call_mcp(decision)
+
+    async def _call_mcp(self, decision: DispatchTool) -> TaskOutcome:
+        """A tool of one of the client's MCP servers (``core.mcp``): the registration as it is
+        now (a server deleted since the tool was imported answers ``NOT_FOUND``)."""
+        tool = decision.tool
+        server_id, name = mcp_target(tool)
+        client_id = self.conversation.client_id
+        server = await asyncio.to_thread(self.ports.store.mcp_servers.find, client_id, server_id)
+        if server is None:
+            return failed_outcome(ErrorCode.NOT_FOUND, f"MCP server {server_id} is not registered")
+        timeout_s = tool.retry.timeout_ms / 1000
+        return await self.ports.mcp.call_tool(server, name, decision.input, timeout_s)
 
     async def _loop_in(self, turn_id: str, agent_id: str, decision: DispatchTool) -> TaskOutcome:
         """Loop in (seed 001): the target agent joins this conversation as a participant,
@@ -155,6 +191,16 @@ class ToolDispatcher:
         answer = await self.ports.conversations.start_agent_call(
             self.conversation.id, invitation, caller, "loop_in", agent_id=target.id
         )
+        link_turn(
+            turn_id,
+            "child_turn",
+            answer.turn_id,
+            self.conversation.id,
+            mode="loop_in",
+            agent_id=target.id,
+            child_conversation_id=answer.conversation_id,
+            status=answer.status.value,
+        )
         if answer.declined:
             reason = f"agent {target.id} joined but declined: {answer.failure_reason}"
             return failed_outcome(ErrorCode.AGENT_DECLINED, reason)
@@ -166,6 +212,32 @@ class ToolDispatcher:
         return TaskOutcome.ok(
             {"agent_id": target.id, "joined": True, "answer": answer.content, "note": note}
         )
+
+    async def join_now(
+        self, tool: Tool | None, operation: AsyncOperation, ack: ToolResult
+    ) -> ToolResult | None:
+        """For an async agent tool in loop_in mode: the target agent joins this conversation
+        now (seed 001: the invited agent joins at once; only its answer comes later), and the
+        model hears so with ``ack``. None for any other async tool, or when the agent is not
+        available (the operation then fails as a sync call would, AGENT_DECLINED)."""
+        if tool is None or tool.target_type != "agent":
+            return None
+        call = ToolCallRequested(id=operation.tool_call_id, name=tool.name, arguments="{}")
+        decision = DispatchTool(call=call, tool=tool, input=operation.input)
+        if invocation_mode(decision) != "loop_in":
+            return None
+        try:
+            target = self._target_agent(decision)
+        except NonRetryableError:
+            return None
+        await self.ports.conversations.add_participant(self.conversation.id, target.id)
+        note = (
+            f"{target.name} joined this conversation now; address them as @{target.id}. Their "
+            "answer to the invitation runs in the background and will arrive later in this "
+            "conversation."
+        )
+        result = {**(ack.result or {}), "agent_id": target.id, "joined": True, "note": note}
+        return ack.model_copy(update={"result": result})
 
     def _target_agent(self, decision: DispatchTool) -> Agent:
         target = decision.tool.target_id
@@ -205,6 +277,16 @@ class ToolDispatcher:
                 turn_id, child_id, target.id, workplace, message, caller, label
             )
             answer = await conversations.run_agent_turn(child_id, child_turn)
+        link_turn(
+            turn_id,
+            "child_turn",
+            answer.turn_id,
+            parent.id,
+            mode="delegate",
+            agent_id=target.id,
+            child_conversation_id=answer.conversation_id,
+            status=answer.status.value,
+        )
         if answer.declined:
             reason = f"agent {target.id} declined: {answer.failure_reason}"
             return failed_outcome(ErrorCode.AGENT_DECLINED, reason)

@@ -55,6 +55,7 @@ from actors.workflow_coordinator.planning import apply, plan
 from actors.workflow_coordinator.ports import CoordinatorPorts, CoordinatorPortsFactory
 from actors.workflow_coordinator.records import fanout_of, node_record, restored_state, run_error
 from actors.workflow_coordinator.resumption import RESUMED_EVENT, agent_call_ids
+from actors.workflow_coordinator.run_spans import RunTrace
 from core.conversations import create_conversation
 from core.domain import TaskDef, TurnStatus, WorkflowCaller
 from core.errors import ErrorCode, NotFound, WonderError
@@ -91,6 +92,7 @@ class WorkflowCoordinator:
         self._waiters = 0
         self._background: set[asyncio.Task[Any]] = set()
         self._taken_over = False
+        self._trace: RunTrace | None = None
         try:
             # Under Ray an async actor is constructed on its event loop: a coordinator re-created
             # for a run that was running resumes it at once, without waiting for a caller. Built
@@ -342,6 +344,7 @@ class WorkflowCoordinator:
             case CancelToken():
                 self._cancel_work(decision.token_id)
             case CompleteRun() | FailRun() | CancelRun():
+                self._run_ended(decision)
                 self._finished_event().set()
                 self._background_task(self._exit_when_answered())
             case _:
@@ -373,8 +376,9 @@ class WorkflowCoordinator:
             self._tasks[key] = self.store.tasks.get(task_id, version, client_id=self.run.client_id)
         return self._tasks[key]
 
-    def _task_context(self) -> TaskContext:
+    def _task_context(self, token_id: str | None = None) -> TaskContext:
         ctx = self.run.context
+        node_id = self.state.tokens[token_id].node_id if token_id is not None else None
         return TaskContext(
             client_id=self.run.client_id,
             conversation_id=ctx.conversation_id,
@@ -382,11 +386,38 @@ class WorkflowCoordinator:
             turn_id=ctx.turn_id,
             run_id=self.run_id,
             settings_env=self.ports.settings_env,
+            node_id=node_id,
         )
 
+    @property
+    def trace(self) -> RunTrace:
+        """The run's span (``run_spans``), made from the run row once it is known."""
+        if self._trace is None:
+            self._trace = RunTrace(self.run)
+        return self._trace
+
+    def _run_ended(self, decision: CompleteRun | FailRun | CancelRun) -> None:
+        match decision:
+            case CompleteRun():
+                outcome, error = "completed", None
+            case FailRun(error=failure):
+                outcome, error = "failed", failure.message
+            case CancelRun():
+                outcome, error = "cancelled", None
+        self.trace.ended(outcome, error)
+        self.ports.metrics.workflow_run_ended(self.run.workflow_id, outcome)
+
     def _spawn(self, token_id: str, outcome: Awaitable[WorkflowEvent]) -> None:
+        token = self.state.tokens[token_id]
+        kind = self.state.graph.node(token.node_id).kind
+
         async def run() -> None:
-            event = await outcome
+            # The node's span is current while it runs: its task, agent turn or child run
+            # joins the run's trace under it.
+            with self.trace.node(token_id, token.node_id, kind) as span:
+                event = await outcome
+                if isinstance(event, NodeFailed):
+                    span.fail(str(event.error.code), event.error.message)
             self._inflight.pop(token_id, None)
             self._post(event)
 
@@ -402,7 +433,7 @@ class WorkflowCoordinator:
         token_id = decision.token_id
         try:
             outcome = await asyncio.wait_for(
-                self.ports.tasks.run(task, decision.input, self._task_context()),
+                self.ports.tasks.run(task, decision.input, self._task_context(token_id)),
                 decision.timeout_s,
             )
         except TimeoutError:

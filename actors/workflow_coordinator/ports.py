@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from core.metrics import NO_METRICS, Metrics
 from core.ports import Conversations, Lifecycle, TaskRunner, WorkflowRuns
 from core.settings import Settings
 from core.store import Store
@@ -19,6 +20,7 @@ class CoordinatorPorts:
     conversations: Conversations  # agent nodes
     workflows: WorkflowRuns  # subworkflow nodes
     lifecycle: Lifecycle  # the coordinator leaves when its run has ended
+    metrics: Metrics = NO_METRICS  # runs ended, by workflow and outcome
 
 
 CoordinatorPortsFactory = Callable[[], CoordinatorPorts]

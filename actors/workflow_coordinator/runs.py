@@ -31,10 +31,12 @@ from core.errors import (
 from core.ids import new_id, utc_now
 from core.json_schemas import errors as schema_errors
 from core.jsontypes import JsonObject
+from core.llm.recording import link_turn
 from core.ports import Coordinators, RunParent, TaskOutcome, failed_outcome
 from core.projects import start_run_branch
 from core.settings import Settings
 from core.store import Store
+from core.tracing import current_traceparent
 from core.turn_quotas import StoredQuotas, default_quota
 from core.workflows import (
     ConversationParent,
@@ -169,8 +171,18 @@ class WorkflowRunService:
             context=context,
             depth=depth,
             created_at=utc_now(),
+            trace=current_traceparent(),  # the starting span: the run joins its trace
         )
         self.runs.insert(run)
+        if isinstance(parent, ConversationParent):
+            link_turn(
+                parent.turn_id,
+                "workflow_run",
+                run.id,
+                parent.conversation_id,
+                workflow_id=definition.id,
+                version=definition.version,
+            )
         await self._launch(run.id)
         return run.id
 

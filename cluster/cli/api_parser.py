@@ -239,6 +239,13 @@ def add_projects(commands: Commands) -> None:
     create.add_argument("--repository", metavar="PATH_OR_URL")
     create.add_argument("--default-branch", metavar="BRANCH")
     create.add_argument("--push-on-merge", action="store_true")
+    create.add_argument(
+        "--secret",
+        metavar="NAME",
+        help="one of your secrets, sent to the URL on each clone and push (a bearer token; with "
+        "--username, the password of basic credentials)",
+    )
+    create.add_argument("--username", metavar="USER", help="with --secret: basic credentials")
     projects.leaf("list", "cluster.cli.projects:cmd_list", help="list your projects", api=True)
     show = projects.leaf("show", "cluster.cli.projects:cmd_show", help="show a project", api=True)
     show.add_argument("project_id", metavar="PROJECT_ID")

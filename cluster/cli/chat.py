@@ -1,5 +1,6 @@
 """``wonder chat AGENT_ID``: a conversation in the terminal, the reply streamed token by token
-over the conversation's WebSocket (reconnecting with the last ``seq`` it saw)."""
+over the conversation's WebSocket (reconnecting with the last ``seq`` it saw).
+``wonder chat --conversation ID`` resumes one, its last turns printed first."""
 
 from __future__ import annotations
 
@@ -43,19 +44,27 @@ class TerminalChat:
         self.out.write(text)
         self.out.flush()
 
-    async def run(self, agent_id: str) -> int:
+    async def run(self, agent_id: str | None, conversation_id: str | None = None) -> int:
+        """Chat in a new conversation with ``agent_id``, or resume ``conversation_id`` (its
+        last ``RESUME_TURNS`` turns printed first)."""
         try:
             async with httpx.AsyncClient(
                 base_url=self.url, headers=self.headers, timeout=30, trust_env=False
             ) as http:
-                response = await http.post("/v1/conversations", json={"agent_id": agent_id})
+                if conversation_id is not None:
+                    response = await http.get(f"/v1/conversations/{conversation_id}")
+                    if response.status_code == 200:
+                        await self.resume(http, conversation_id)
+                else:
+                    response = await http.post("/v1/conversations", json={"agent_id": agent_id})
         except httpx.TransportError as exc:
             error = unreachable(self.url, exc)
             return fail(error.message, error.code)
-        if response.status_code != 201:
+        if response.status_code not in (200, 201):
             error = error_of(response.status_code, _json_or_none(response))
-            return fail(f"could not start a conversation: {error.message}", error.code)
-        conversation_id = response.json()["id"]
+            doing = "resume the conversation" if conversation_id else "start a conversation"
+            return fail(f"could not {doing}: {error.message}", error.code)
+        conversation_id = str(response.json()["id"])
         if self.json_lines:
             self.write(json.dumps(response.json()) + "\n")
         else:
@@ -65,6 +74,23 @@ class TerminalChat:
             if line is None or not line.strip() or line.strip() in ("/quit", "/exit"):
                 return 0
             await self.exchange(conversation_id, line.strip())
+
+    async def resume(self, http: httpx.AsyncClient, conversation_id: str) -> None:
+        """Print the conversation's last turns; the stream follows from its latest event."""
+        base = f"/v1/conversations/{conversation_id}"
+        window: dict[str, str | int] = {"tail": "true", "limit": RESUME_MESSAGES}
+        messages = await http.get(f"{base}/messages", params=window)
+        events = await http.get(f"{base}/events", params={"tail": "true", "limit": 1})
+        if events.status_code == 200 and events.json()["items"]:
+            self.last_seq = int(events.json()["items"][-1]["seq"])
+        if messages.status_code != 200:
+            return
+        for message in last_turns(messages.json()["items"], RESUME_TURNS):
+            if self.json_lines:
+                self.write(json.dumps(message) + "\n")
+            else:
+                who = "you" if message["role"] == "user" else "agent"
+                self.write(f"{who}> {message.get('content', '')}\n")
 
     async def exchange(self, conversation_id: str, content: str) -> None:
         """Send one message and print the reply; on a dropped socket, resume from the last seq."""
@@ -143,6 +169,19 @@ class TerminalChat:
         return False
 
 
+RESUME_TURNS = 5
+RESUME_MESSAGES = 200
+
+
+def last_turns(messages: list[dict[str, Any]], turns: int) -> list[dict[str, Any]]:
+    """The user and agent messages of the last ``turns`` turns of ``messages``, oldest first."""
+    order = list(dict.fromkeys(str(m.get("turn_id")) for m in messages))
+    kept = set(order[-turns:]) if turns > 0 else set()
+    return [
+        m for m in messages if str(m.get("turn_id")) in kept and m.get("role") in ("user", "agent")
+    ]
+
+
 @dataclass
 class Reply:
     """What one exchange has seen of its turn: its id (from the ack), and whether tokens came
@@ -181,11 +220,16 @@ def _bare_stdin_line() -> str | None:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
+    if (args.agent_id is None) == (args.conversation is None):
+        return fail(
+            "give an AGENT_ID to start a conversation, or --conversation ID to resume one",
+            ExitCode.USAGE,
+        )
     target = target_of(args)
     read_line = _bare_stdin_line if json_mode() else _stdin_line
     chat = TerminalChat(target.url, target.key, read_line, sys.stdout, user=target.user)
     chat.json_lines = json_mode()
     try:
-        return asyncio.run(chat.run(args.agent_id))
+        return asyncio.run(chat.run(args.agent_id, args.conversation))
     except KeyboardInterrupt:
         return int(ExitCode.INTERRUPTED)

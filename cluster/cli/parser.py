@@ -94,12 +94,16 @@ def add_local_commands(commands: Commands) -> None:
         "chat",
         "cluster.cli.chat:cmd_chat",
         help="chat with an agent in the terminal",
-        description="Start a conversation with AGENT_ID and chat: each line you type is a "
-        "message; the reply streams token by token over the WebSocket. An empty line, /quit or "
-        "Ctrl-D ends it.",
+        description="Start a conversation with AGENT_ID (or resume one with --conversation: "
+        "its last five turns are printed first) and chat: each line you type is a message; the "
+        "reply streams token by token over the WebSocket. An empty line, /quit or Ctrl-D ends "
+        "it.",
         api=True,
     )
-    chat.add_argument("agent_id", metavar="AGENT_ID", help="the agent to talk to")
+    chat.add_argument("agent_id", metavar="AGENT_ID", nargs="?", help="the agent to talk to")
+    chat.add_argument(
+        "--conversation", metavar="ID", help="resume this conversation instead of starting one"
+    )
 
 
 def add_operator_commands(commands: Commands) -> None:

@@ -7,7 +7,7 @@ import argparse
 from typing import Any
 
 from cluster.cli.api_client import ApiError, client_of, segment
-from cluster.cli.output import CliError, json_mode, print_document, print_json, table
+from cluster.cli.output import CliError, ExitCode, json_mode, print_document, print_json, table
 
 
 def cmd_create(args: argparse.Namespace) -> int:
@@ -16,6 +16,12 @@ def cmd_create(args: argparse.Namespace) -> int:
         body["repository"] = args.repository
     if args.default_branch:
         body["default_branch"] = args.default_branch
+    if args.username and not args.secret:
+        raise CliError("--username goes with --secret (basic credentials)", ExitCode.USAGE)
+    if args.secret:
+        body["credentials"] = {"secret": args.secret}
+        if args.username:
+            body["credentials"].update({"scheme": "basic", "username": args.username})
     with client_of(args) as api:
         project = api.post("/v1/projects", body)
     if json_mode():

@@ -36,6 +36,8 @@ from core.llm.protocol import (
     ToolCallRequested,
     ToolSpec,
 )
+from core.llm.recording import recorded_body
+from core.model_calls import CallPurpose
 from core.tool_shortcuts import shortcut_arguments
 
 REPLY = "reply"
@@ -48,7 +50,11 @@ ARRAY_MAX_ITEMS = 16
 
 
 class CompletionBackend(Protocol):
-    """Streams one raw chat-completions body (OpenAI shape) as chunks."""
+    """Streams one raw chat-completions body (OpenAI shape) as chunks.
+
+    A backend may also say its ``provider`` name (records and spans: ``vllm``, ``openai``) and
+    what the model receives of a body (``sent_body(body)``: what ``stream_body`` makes of it on
+    the way); without them the body is recorded as given."""
 
     def stream_body(self, body: JsonObject, timeout_s: float) -> AsyncIterator[ChatChunk]: ...
 
@@ -57,12 +63,23 @@ class CompletionBackend(Protocol):
 
 
 def stream_chat(backend: CompletionBackend, request: ChatRequest) -> AsyncIterator[ChatChunk]:
-    """Stream ``request`` through ``backend`` in the request's tool-calling mode."""
+    """Stream ``request`` through ``backend`` in the request's tool-calling mode; every body
+    sent is recorded (``core.llm.recording``)."""
     if request.tool_calling == "native":
-        return backend.stream_body(native_body(request), request.timeout_s)
+        return _sent(backend, native_body(request), request.timeout_s, "answer")
     if not request.tools:
-        return backend.stream_body(reply_body(request), request.timeout_s)
+        return _sent(backend, reply_body(request), request.timeout_s, "answer")
     return _choose_then_act(backend, request)
+
+
+def _sent(
+    backend: CompletionBackend, body: JsonObject, timeout_s: float, purpose: CallPurpose
+) -> AsyncIterator[ChatChunk]:
+    """One body through the backend, recorded as the model receives it."""
+    sent_body = getattr(backend, "sent_body", None)
+    provider = str(getattr(backend, "provider", "") or "unknown")
+    sent = sent_body(body) if sent_body is not None else body
+    return recorded_body(backend.stream_body, body, timeout_s, purpose, provider, sent)
 
 
 async def _choose_then_act(
@@ -74,18 +91,18 @@ async def _choose_then_act(
         yield ModelFinished(finish_reason="tool_calls")
         return
     text, chosen_usage = await _collect_text(
-        backend.stream_body(chooser_body(request), request.timeout_s)
+        _sent(backend, chooser_body(request), request.timeout_s, "choose")
     )
     choice = parse_choice(text, [tool.name for tool in request.tools])
     if choice == REPLY:
-        async for chunk in backend.stream_body(reply_body(request), request.timeout_s):
+        async for chunk in _sent(backend, reply_body(request), request.timeout_s, "reply"):
             yield add_usage(chunk, chosen_usage) if isinstance(chunk, ModelFinished) else chunk
         return
     tool = next(t for t in request.tools if t.name == choice)
     calls: list[ToolCallRequested] = []
     text_parts: list[str] = []
     finished = ModelFinished()
-    async for chunk in backend.stream_body(arguments_body(request, tool), request.timeout_s):
+    async for chunk in _sent(backend, arguments_body(request, tool), request.timeout_s, "fill"):
         if isinstance(chunk, ToolCallRequested):
             calls.append(chunk)
         elif isinstance(chunk, TextDelta):
@@ -212,6 +229,7 @@ def _base_body(request: ChatRequest, messages: list[JsonObject]) -> JsonObject:
     }
     if request.cache_key:
         body["prompt_cache_key"] = request.cache_key
+    body.update(request.reasoning)
     return body
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -26,6 +28,7 @@ from core.llm.protocol import (
     TextDelta,
     ToolCallRequested,
 )
+from core.tracing import current_traceparent
 
 ApiKey = Callable[[], Awaitable[str | None]]
 """Resolves the API key at the moment of the call (a secret's value, or None for no key)."""
@@ -48,9 +51,13 @@ class OpenAIHttpModel:
     base_url: str
     egress: EgressPolicy
     api_key: ApiKey = no_key
+    provider: str = "openai"
 
     def stream(self, request: ChatRequest) -> AsyncIterator[ChatChunk]:
         return stream_chat(self, request)
+
+    def sent_body(self, body: JsonObject) -> JsonObject:
+        return body
 
     async def stream_body(self, body: JsonObject, timeout_s: float) -> AsyncIterator[ChatChunk]:
         """Stream any chat-completions body and translate it into chunks."""
@@ -62,8 +69,11 @@ class OpenAIHttpModel:
             headers["Authorization"] = f"Bearer {key}"
         if body.get("prompt_cache_key"):  # Ray Serve routes a session to one replica by this
             headers["x-session-id"] = str(body["prompt_cache_key"])
+        traceparent = current_traceparent()
+        if traceparent:  # the provider's own spans (if it traces) join the turn's trace
+            headers["traceparent"] = traceparent
         model = str(body.get("model") or "")
-        translator = StreamTranslator(model=model)
+        translator = StreamTranslator(model=model, host=urlsplit(self.base_url).hostname)
         try:
             async with (
                 httpx.AsyncClient(timeout=timeout_s, trust_env=False) as client,
@@ -98,10 +108,24 @@ class StreamTranslator:
     model: str = ""  # the model asked for, named in a rejection (ours, not the provider's text)
     calls: dict[int, dict[str, str]] = field(default_factory=dict)
     finished: ModelFinished = field(default_factory=ModelFinished)
+    host: str | None = None
+    """The provider's host (recorded as who served the call)."""
+    started: float = field(default_factory=time.perf_counter)
+    first_chunk_s: float | None = None
+    response_id: str | None = None
+    response_model: str | None = None
+    served_by: JsonObject | None = None
 
     def feed(self, data: JsonObject) -> list[ChatChunk]:
         if data.get("error"):
             raise error_from_payload(data["error"], self.model)
+        if self.first_chunk_s is None:
+            self.first_chunk_s = time.perf_counter() - self.started
+        if isinstance(data.get("wonder"), dict):  # the local replica's own report (serving.llm)
+            self.served_by = data["wonder"]
+            return []
+        self.response_id = self.response_id or _short(data.get("id"))
+        self.response_model = self.response_model or _short(data.get("model"))
         out: list[ChatChunk] = []
         usage = data.get("usage") or {}
         finish_reason: str | None = None
@@ -127,7 +151,18 @@ class StreamTranslator:
             ToolCallRequested(id=c["id"], name=c["name"], arguments=c["arguments"])
             for _, c in sorted(self.calls.items())
         ]
-        out.append(self.finished)
+        served = self.served_by
+        if self.host is not None:
+            served = {**(served or {}), "host": self.host}
+        out.append(
+            replace(
+                self.finished,
+                response_id=self.response_id,
+                response_model=self.response_model,
+                first_chunk_s=self.first_chunk_s,
+                served_by=served,
+            )
+        )
         return out
 
     def _add_call_fragment(self, call: JsonObject) -> None:
@@ -139,9 +174,12 @@ class StreamTranslator:
         slot["arguments"] += arguments if isinstance(arguments, str) else json.dumps(arguments)
 
 
+def _short(value: object) -> str | None:
+    return str(value)[:200] if isinstance(value, str) and value else None
+
+
 SAFE_TOKEN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 SAFE_REASON = re.compile(r"^[A-Za-z -]{1,40}$")
-MODEL_NAME_SHOWN = 200
 
 
 def error_from_payload(error: JsonObject | str, model: str = "") -> WonderError:
@@ -167,7 +205,8 @@ def _safe_kind(error: JsonObject) -> str:
 
 
 def _for(model: str) -> str:
-    return f" for model {model[:MODEL_NAME_SHOWN]!r}" if model else ""
+    shown = _short(model)
+    return f" for model {shown!r}" if shown else ""
 
 
 def raise_for_status(response: httpx.Response, model: str = "") -> None:

@@ -45,6 +45,8 @@ class ChatRequest:
     max_tokens: int = 256
     timeout_s: float = 120.0
     tool_calling: Literal["native", "constrained"] = "constrained"
+    reasoning: JsonObject = field(default_factory=dict)
+    """Request fields that ask the model to think (``core.model_override.thinking_body``)."""
     cache_key: str | None = None
     """Keeps related calls (one conversation's) on one model replica, whose prefix cache holds
     their shared prompt; sent as OpenAI's ``prompt_cache_key``. None: the local model derives a
@@ -68,6 +70,13 @@ class ModelFinished:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     finish_reason: str = "stop"
+    # What the call was, not what it answered: left out of comparisons.
+    response_id: str | None = field(default=None, compare=False)
+    response_model: str | None = field(default=None, compare=False)
+    first_chunk_s: float | None = field(default=None, compare=False)
+    """Request sent → first chunk of the response received (the backend's own clock)."""
+    served_by: JsonObject | None = field(default=None, compare=False)
+    """What the serving replica said about itself (the local deployment: ``core.llm.recording``)."""
 
 
 ChatChunk = TextDelta | ToolCallRequested | ModelFinished

@@ -18,6 +18,7 @@ from typing import Any
 
 from core.domain import ScriptStep
 from core.errors import RetryableError
+from core.llm.constrained import native_body
 from core.llm.protocol import (
     ChatChunk,
     ChatRequest,
@@ -25,6 +26,7 @@ from core.llm.protocol import (
     TextDelta,
     ToolCallRequested,
 )
+from core.llm.recording import recorded_body
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +83,18 @@ class ScriptedModel:
             return "ok"
         return self.steps[min(len(self.requests), len(self.steps) - 1)]
 
-    async def stream(self, request: ChatRequest) -> AsyncIterator[ChatChunk]:
+    def stream(self, request: ChatRequest) -> AsyncIterator[ChatChunk]:
+        """The next step's chunks; the call is recorded like any model's (``core.llm.recording``),
+        its body the request as an OpenAI-compatible provider would have been sent it."""
+        return recorded_body(
+            lambda _body, _timeout: self._play(request),
+            native_body(request),
+            request.timeout_s,
+            "answer",
+            "scripted",
+        )
+
+    async def _play(self, request: ChatRequest) -> AsyncIterator[ChatChunk]:
         step = self._select(request)
         self.requests.append(request)
         if callable(step) and not isinstance(step, list | Fail | Delay | Match):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -21,6 +21,7 @@ from core.memory.filters import MemoryFilter
 from core.memory.lance import (
     DATA_COLUMNS,
     MemoryTable,
+    memory_schema,
     memory_to_row,
     row_to_memory,
     rows_table,
@@ -55,6 +56,22 @@ class Nearest:
     significance: float
     distance: float
     row_id: int
+
+
+def _with(rows: pa.Table, columns: dict[str, pa.Array]) -> pa.Table:
+    """``rows`` with some columns replaced (same names, same types)."""
+    for name, values in columns.items():
+        index = rows.schema.get_field_index(name)
+        rows = rows.set_column(index, rows.schema.field(index), values)
+    return rows
+
+
+def _micros(stamp: datetime) -> int:
+    """A timestamp as whole microseconds since the epoch (what the table stores)."""
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    delta = stamp - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def _is_commit_conflict(exc: BaseException) -> bool:
@@ -141,34 +158,53 @@ class MemoryOps:
         alone. Returns how many rows changed."""
         if not memory_ids:
             return 0
-        data = pa.table(
-            {
-                "id": pa.array(memory_ids, pa.string()),
-                "content": pa.array(["" if ref else None for ref in content_refs], pa.string()),
-                "content_ref": pa.array(list(content_refs), pa.string()),
-                "consolidated_into": pa.array([into] * len(memory_ids), pa.string()),
-                "updated_at": pa.array([updated_at] * len(memory_ids), _TS),
-            }
-        )
-        keep_inline = [i for i, ref in zip(memory_ids, content_refs, strict=True) if not ref]
-        moved = [i for i, ref in zip(memory_ids, content_refs, strict=True) if ref]
-        changed = 0
-        # Rows keeping their content inline must not have it overwritten: two narrow merges.
-        if moved:
-            changed += self._merge_where_unconsolidated(
-                data.filter(pa.array([i in set(moved) for i in memory_ids]))
-            )
-        if keep_inline:
-            subset = data.filter(pa.array([i in set(keep_inline) for i in memory_ids]))
-            changed += self._merge_where_unconsolidated(subset.drop_columns(["content"]))
-        return changed
+        refs = dict(zip(memory_ids, content_refs, strict=True))
+        rows = self._full_rows(memory_ids)
+        rows = rows.filter(pa.compute.is_null(rows.column("consolidated_into")))
+        if rows.num_rows == 0:
+            return 0
+        ids = rows.column("id").to_pylist()
+        moved = [refs[i] for i in ids]
+        contents = [
+            "" if ref else old
+            for ref, old in zip(moved, rows.column("content").to_pylist(), strict=True)
+        ]
+        old_refs = rows.column("content_ref").to_pylist()
+        changes = {
+            "content": pa.array(contents, pa.string()),
+            "content_ref": pa.array(
+                [ref or old for ref, old in zip(moved, old_refs, strict=True)], pa.string()
+            ),
+            "consolidated_into": pa.array([into] * rows.num_rows, pa.string()),
+            "updated_at": pa.array([updated_at] * rows.num_rows, _TS),
+        }
+        return self._merge_rows(_with(rows, changes), "target.consolidated_into IS NULL")
 
-    def _merge_where_unconsolidated(self, data: pa.Table) -> int:
+    def _full_rows(self, memory_ids: Sequence[str]) -> pa.Table:
+        """The stored rows of ``memory_ids``, every column (read through the index on id)."""
+        schema = memory_schema(self.dim)
+        found = (
+            self.table.table.search()
+            .where(sql_in("id", memory_ids))
+            .select(schema.names)
+            .limit(len(memory_ids))
+            .to_arrow()
+        )
+        return found.select(schema.names).cast(schema)
+
+    def _merge_rows(self, rows: pa.Table, where: str) -> int:
+        """Write whole rows back over their stored selves where ``where`` still holds.
+
+        Whole rows: a merge of some columns only panics in LanceDB 0.40 once the compact job
+        has built the BTREE index on ``id`` ("Incorrect number of arrays for StructArray
+        fields"), and without that index every merge scans the whole table."""
+        if rows.num_rows == 0:
+            return 0
         result = with_commit_retries(
             lambda: (
                 self.table.table.merge_insert("id")
-                .when_matched_update_all(where="target.consolidated_into IS NULL")
-                .execute(data)
+                .when_matched_update_all(where=where)
+                .execute(rows)
             )
         )
         return int(result.num_updated_rows)
@@ -186,26 +222,43 @@ class MemoryOps:
         if not ids:
             return 0
         vector_type = pa.list_(pa.float32(), self.dim)
-        data = pa.table(
-            {
-                "id": pa.array(ids, pa.string()),
-                "vector": (
-                    vectors.cast(vector_type)
-                    if isinstance(vectors, pa.Array)
-                    else pa.array([[float(x) for x in v] for v in vectors], vector_type)
-                ),
-                "embedding_model": pa.array([model] * len(ids), pa.string()),
-                "updated_at": pa.array(updated_at, pa.timestamp("us", tz="UTC")),
-            }
+        given = (
+            vectors.cast(vector_type)
+            if isinstance(vectors, pa.Array)
+            else pa.array([[float(x) for x in v] for v in vectors], vector_type)
         )
-        result = with_commit_retries(
-            lambda: (
-                self.table.table.merge_insert("id")
-                .when_matched_update_all(where="target.updated_at = source.updated_at")
-                .execute(data)
-            )
+        wanted = {
+            i: (n, _micros(stamp)) for n, (i, stamp) in enumerate(zip(ids, updated_at, strict=True))
+        }
+        rows = self._full_rows(ids)
+        stamps = [_micros(s) for s in rows.column("updated_at").to_pylist()]
+        keep = [
+            wanted[i][1] == stamp
+            for i, stamp in zip(rows.column("id").to_pylist(), stamps, strict=True)
+        ]
+        rows = rows.filter(pa.array(keep, pa.bool_()))
+        if rows.num_rows == 0:
+            return 0
+        order = pa.array([wanted[i][0] for i in rows.column("id").to_pylist()], pa.int64())
+        changes = {
+            "vector": given.take(order),
+            "embedding_model": pa.array([model] * rows.num_rows, pa.string()),
+        }
+        return self._merge_rows(_with(rows, changes), "target.updated_at = source.updated_at")
+
+    def drop_archived(self, agent_id: str, folded_before: datetime) -> int:
+        """Remove the rows of ``agent_id``'s episodes folded into a summary (their content
+        archived in the object store) before ``folded_before``, in one commit; the archived
+        contents stay. Returns how many rows went."""
+        where = (
+            f"agent_id = {sql_literal(agent_id)} AND type = 'episode'"
+            " AND consolidated_into IS NOT NULL AND content_ref IS NOT NULL"
+            f" AND updated_at < timestamp '{folded_before.isoformat()}'"
         )
-        return int(result.num_updated_rows)
+        rows = int(self.table.table.count_rows(where))
+        if rows:
+            with_commit_retries(lambda: self.table.table.delete(where))
+        return rows
 
     def delete(self, agent_id: str, memory_id: str) -> Memory:
         memory = self.get(agent_id, memory_id)

@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, insert, select
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy import Connection, Engine, create_engine, event, insert, select, update
+from sqlalchemy.exc import InterfaceError, OperationalError, ProgrammingError
 
 from core.errors import Unavailable
 from core.store.columns import add_missing_columns
 from core.store.schema import SCHEMA_VERSION, metadata, schema_info
+
+FINGERPRINT_ROW = 2  # the ``schema_info`` row holding the fingerprint of the schema migrated to
+
+
+def fingerprint() -> int:
+    """A number that changes whenever ``schema.py`` gains a table or a column."""
+    shape = ";".join(
+        f"{table.name}:{','.join(column.name for column in table.columns)}"
+        for table in metadata.sorted_tables
+    )
+    return zlib.crc32(shape.encode()) & 0x7FFFFFFF  # fits a signed 32-bit column
 
 
 def _tune_sqlite(dbapi_connection: Any, _record: Any) -> None:
@@ -114,13 +126,35 @@ class Database:
         )
 
     def migrate(self) -> None:
-        """Create missing tables and record the schema version (idempotent, safe to race)."""
+        """Create missing tables and record the schema version (idempotent, safe to race).
+
+        Skipped when the database says it was migrated to this very schema (its fingerprint):
+        every process opens the store (each conversation actor's start does), and a migration
+        holds the database's write lock — SQLite's is every writer's — while it inspects each
+        table."""
+        if self._migrated():
+            return
         with self.begin() as conn:  # one write transaction: concurrent starters serialise here
             metadata.create_all(conn, checkfirst=True)
             add_missing_columns(conn, metadata)
             row = conn.execute(select(schema_info.c.version)).first()
             if row is None:
                 conn.execute(insert(schema_info).values(id=1, version=SCHEMA_VERSION))
+            mark = schema_info.c.id == FINGERPRINT_ROW
+            if conn.execute(select(schema_info.c.version).where(mark)).first() is None:
+                conn.execute(insert(schema_info).values(id=FINGERPRINT_ROW, version=fingerprint()))
+            else:
+                conn.execute(update(schema_info).where(mark).values(version=fingerprint()))
+
+    def _migrated(self) -> bool:
+        """Whether the database was migrated to this schema (a read: no lock taken)."""
+        query = select(schema_info.c.version).where(schema_info.c.id == FINGERPRINT_ROW)
+        try:
+            with self.connect() as conn:
+                found = conn.execute(query).scalar_one_or_none()
+        except (OperationalError, ProgrammingError):  # no schema_info yet: a new database
+            return False
+        return found == fingerprint()
 
     @contextmanager
     def begin(self) -> Iterator[Connection]:

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from pydantic import BaseModel, TypeAdapter
-from sqlalchemy import Connection, and_, delete, insert, or_, select
+from sqlalchemy import Connection, and_, delete, func, insert, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from core.domain import Conversation, Event, Message, Turn
@@ -135,6 +135,23 @@ class ForkOps:
         with self.db.connect() as conn:
             return [Conversation.model_validate_json(r) for r in conn.execute(query).scalars()]
 
+    def tree(self, root_id: str, client_id: str) -> list[str]:
+        """Every fork whose lineage starts at ``root_id`` (a fork tree: the root's forks, their
+        forks, ...), the root itself not included."""
+        t = schema.forks
+        prefix = LINEAGE.dump_json([Segment(conversation_id=root_id, last_turn_id="", last_seq=0)])
+        head = prefix.decode().split(',"last_turn_id"')[0]  # '[{"conversation_id":"<root>"'
+        query = select(t.c.conversation_id, t.c.lineage).where(
+            t.c.client_id == client_id, t.c.lineage.like(head.replace("%", "") + ",%")
+        )
+        with self.db.connect() as conn:
+            rows = conn.execute(query).all()
+        return [
+            fork_id
+            for fork_id, lineage in rows
+            if LINEAGE.validate_json(lineage)[0].conversation_id == root_id
+        ]
+
     def dependents(self, conversation_ids: Sequence[str]) -> list[str]:
         """Forks outside ``conversation_ids`` that inherit from any of them."""
         t = schema.forks
@@ -253,6 +270,24 @@ class ForkOps:
             (m, Seen(m.conversation_id if m.conversation_id in inherited else None))
             for m in messages
         ]
+
+    def message_counts(self, conversation_id: str) -> tuple[int, int]:
+        """How many messages the conversation shows: ``(its own, inherited)``."""
+        t = schema.messages
+        own = inherited = 0
+        with self.db.connect() as conn:
+            for span in self.spans(conversation_id, conn):
+                query = select(func.count()).where(t.c.conversation_id == span.conversation_id)
+                if span.last_seq is not None:
+                    query = query.where(t.c.seq <= span.last_seq)
+                if span.last_turn_id is not None:
+                    query = query.where(t.c.turn_id <= span.last_turn_id)
+                n = int(conn.execute(query).scalar_one())
+                if span.inherited:
+                    inherited += n
+                else:
+                    own += n
+        return own, inherited
 
     def events(
         self,

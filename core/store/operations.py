@@ -42,7 +42,12 @@ from core.store.forks import ForkOps
 from core.store.hooks import HookOps
 from core.store.keys import KeyOps
 from core.store.library import LibraryOps, LibraryVersions
+from core.store.mcp_servers import McpServerOps
 from core.store.members import MemberOps
+from core.store.memory_upkeep import MemoryUpkeepOps
+from core.store.message_embeddings import MessageEmbeddingOps
+from core.store.message_routes import MessageRouteOps
+from core.store.model_calls import RecordOps
 from core.store.projects import ProjectOps, WorkspaceOps
 from core.store.quotas import AdminKeyOps, QuotaOps
 from core.store.secrets import SecretOps
@@ -51,6 +56,7 @@ from core.store.stream_tickets import StreamTicketOps
 from core.store.triggers import TriggerOps
 from core.store.turn_models import TurnModelOps
 from core.store.workflow_runs import WorkflowRunOps
+from core.store.writers import WriterLeaseOps
 from core.workflows import WorkflowDef
 
 M = TypeVar("M", bound=BaseModel)
@@ -146,6 +152,28 @@ class AgentOps(_Ops):
             rows = c.execute(select(t.c.data).where(t.c.client_id == client_id).order_by(t.c.id))
             return [Agent.model_validate_json(r) for r in rows.scalars()]
 
+    def page(self, after_id: str | None = None, limit: int = 500) -> list[Agent]:
+        """Every client's agents in id order, ``limit`` after ``after_id`` (the platform's
+        sweeps: memory upkeep)."""
+        t = schema.agents
+        query = select(t.c.data).order_by(t.c.id).limit(limit)
+        if after_id is not None:
+            query = query.where(t.c.id > after_id)
+        with self._read(None) as c:
+            return [Agent.model_validate_json(r) for r in c.execute(query).scalars()]
+
+    def save(self, agent: Agent) -> Agent:
+        t = schema.agents
+        with self._write(None) as c:
+            changed = c.execute(
+                update(t)
+                .where(t.c.id == agent.id, t.c.client_id == agent.client_id)
+                .values(data=agent.model_dump_json())
+            ).rowcount
+        if not changed:
+            raise NotFound(f"agent {agent.id} not found")
+        return agent
+
 
 class ConversationOps(_Ops):
     def insert(self, conv: Conversation, conn: Connection | None = None) -> Conversation:
@@ -192,11 +220,15 @@ class ConversationOps(_Ops):
         limit: int = 50,
         after: tuple[str, str] | None = None,
         member: str | None = None,
+        ids: Sequence[str] | None = None,
+        newest_first: bool = False,
     ) -> list[Conversation]:
         """Conversations ordered by (created_at, id), after an optional cursor; with ``member``,
-        only those that user is a member of."""
+        only those that user is a member of; with ``ids``, only those."""
         t = schema.conversations
         query = select(t.c.data).where(t.c.client_id == client_id)
+        if ids is not None:
+            query = query.where(t.c.id.in_(list(ids)))
         if member is not None:
             members = schema.conversation_members
             query = query.where(
@@ -213,9 +245,13 @@ class ConversationOps(_Ops):
             query = query.where(
                 or_(t.c.created_at > created, and_(t.c.created_at == created, t.c.id > last_id))
             )
-        query = query.order_by(t.c.created_at, t.c.id).limit(limit)
+        if newest_first:
+            query = query.order_by(t.c.created_at.desc(), t.c.id.desc())
+        else:
+            query = query.order_by(t.c.created_at, t.c.id)
         with self._read(None) as c:
-            return [Conversation.model_validate_json(r) for r in c.execute(query).scalars()]
+            rows = c.execute(query.limit(limit)).scalars()
+            return [Conversation.model_validate_json(r) for r in rows]
 
 
 class TurnOps(_Ops):
@@ -340,6 +376,20 @@ class MoveOps(_Ops):
         with self._read(conn) as c:
             return [Move.model_validate_json(r) for r in c.execute(query).scalars()]
 
+    def tools_called(self, turn_ids: Sequence[str]) -> dict[str, set[str]]:
+        """The names of the tools each of ``turn_ids`` called (turns that called none are left
+        out)."""
+        t = schema.moves
+        called: dict[str, set[str]] = {}
+        with self._read(None) as c:
+            for start in range(0, len(turn_ids), 500):
+                chunk = list(turn_ids[start : start + 500])
+                for raw in c.execute(select(t.c.data).where(t.c.turn_id.in_(chunk))).scalars():
+                    move = Move.model_validate_json(raw)
+                    if move.tool_call is not None:
+                        called.setdefault(move.turn_id, set()).add(move.tool_call.name)
+        return called
+
 
 class EventOps(_Ops):
     def append(self, event: Event, conn: Connection | None = None) -> Event:
@@ -378,6 +428,17 @@ class EventOps(_Ops):
                 select(func.max(t.c.seq)).where(t.c.conversation_id == conversation_id)
             ).scalar_one_or_none()
         return int(found or 0)
+
+    def last_seqs(self, conversation_ids: Sequence[str]) -> dict[str, int]:
+        """The last ``seq`` of each of these conversations (one read; absent: no events)."""
+        t = schema.events
+        query = (
+            select(t.c.conversation_id, func.max(t.c.seq))
+            .where(t.c.conversation_id.in_(list(conversation_ids)))
+            .group_by(t.c.conversation_id)
+        )
+        with self._read(None) as c:
+            return {str(row[0]): int(row[1]) for row in c.execute(query)}
 
     def list_of_types(self, conversation_id: str, types: Sequence[str]) -> list[Event]:
         """A conversation's events of the given types, in order (what recovery reads back)."""
@@ -420,6 +481,33 @@ class ContextOps(_Ops):
             c.execute(
                 insert(t).values(conversation_id=conversation_id, key=key, value=json.dumps(value))
             )
+
+    def entries(self, conversation_id: str, limit: int = 1000) -> dict[str, Any]:
+        """Every entry of the conversation's context, by key (in key order)."""
+        t = schema.context_entries
+        query = (
+            select(t.c.key, t.c.value)
+            .where(t.c.conversation_id == conversation_id)
+            .order_by(t.c.key)
+            .limit(limit)
+        )
+        with self._read(None) as c:
+            return {key: json.loads(value) for key, value in c.execute(query)}
+
+    def count(self, conversation_id: str) -> int:
+        t = schema.context_entries
+        query = select(func.count()).where(t.c.conversation_id == conversation_id)
+        with self._read(None) as c:
+            return int(c.execute(query).scalar_one())
+
+    def delete(self, conversation_id: str, key: str) -> bool:
+        """Remove one entry; False when there was none."""
+        t = schema.context_entries
+        with self._write(None) as c:
+            gone = c.execute(
+                delete(t).where(t.c.conversation_id == conversation_id, t.c.key == key)
+            ).rowcount
+        return bool(gone)
 
 
 class AsyncOperationOps(_Ops):
@@ -535,6 +623,9 @@ class Store:
         self.session_labels = SessionLabelOps(db)
         self.hooks = HookOps(db)
         self.triggers = TriggerOps(db)
+        self.memory_upkeep = MemoryUpkeepOps(db)
+        self.message_embeddings = MessageEmbeddingOps(db)
+        self.message_routes = MessageRouteOps(db)
         self.turn_models = TurnModelOps(db)
         self.pending_extractions = PendingExtractionOps(db)
         self.workflow_runs = WorkflowRunOps(db)
@@ -545,7 +636,10 @@ class Store:
         self.audit = AuditOps(db)
         self.keys = KeyOps(db)
         self.members = MemberOps(db)
+        self.writers = WriterLeaseOps(db)
         self.stream_tickets = StreamTicketOps(db)
+        self.mcp_servers = McpServerOps(db)
+        self.records = RecordOps(db)
 
     @classmethod
     def open(cls, url: str, pool: PoolLimits | None = None) -> Store:
@@ -584,6 +678,7 @@ class Store:
                 frontier.extend(children)
             turn_ids = select(schema.turns.c.id).where(schema.turns.c.conversation_id.in_(doomed))
             c.execute(delete(schema.moves).where(schema.moves.c.turn_id.in_(turn_ids)))
+            c.execute(delete(schema.turn_traces).where(schema.turn_traces.c.turn_id.in_(turn_ids)))
             for table in (
                 schema.messages,
                 schema.turns,
@@ -594,6 +689,12 @@ class Store:
                 schema.conversation_members,
                 schema.forks,
                 schema.sessions,
+                schema.conversation_writers,
+                schema.model_calls,
+                schema.spans,
+                schema.turn_links,
+                schema.message_embeddings,
+                schema.message_routes,
             ):
                 c.execute(delete(table).where(table.c.conversation_id.in_(doomed)))
             c.execute(delete(schema.conversations).where(schema.conversations.c.id.in_(doomed)))

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from sqlalchemy import (
     Column,
+    Float,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -119,6 +121,19 @@ events = Table(
     Column("seq", Integer, primary_key=True),
     Column("type", String(64), nullable=False),
     Column("data", Text, nullable=False),
+)
+
+# Who may append to a conversation's log (docs/architecture.md, "Who writes a conversation's
+# log"): the conversation actor holds the lease while it is resident (``holder`` set, ``epoch``
+# raised at each activation, so a former incarnation's writes are refused); while ``holder`` is
+# null, a writer without the actor (the gateway's intake, the async-operations runner) may append.
+conversation_writers = Table(
+    "conversation_writers",
+    metadata,
+    Column("conversation_id", String(64), primary_key=True),
+    Column("epoch", Integer, nullable=False),
+    Column("holder", String(200), nullable=True),
+    Column("since", String(40), nullable=False),
 )
 
 context_entries = Table(
@@ -352,6 +367,41 @@ trigger_fires = Table(
     Column("due_at", String(40), primary_key=True),
 )
 
+# Memory upkeep on a schedule (core.memory_upkeep): one row per agent whose persona or agent sets
+# a policy, plus one for the memories table's compaction (``key`` "table:memories"). The
+# scheduler claims a due time by moving ``next_due`` from the value it read (a conditional update),
+# so a due time starts at most one run.
+memory_upkeep = Table(
+    "memory_upkeep",
+    metadata,
+    Column("key", String(80), primary_key=True),
+    Column("client_id", String(64), nullable=True, index=True),
+    Column("next_due", String(40), nullable=False, index=True),
+    Column("data", Text, nullable=False),
+)
+
+# Semantic message search (core.message_search): a message's embedding, made the first time a
+# search of its conversation needs it (float32 bytes, unit length), per embedding model.
+message_embeddings = Table(
+    "message_embeddings",
+    metadata,
+    Column("message_id", String(64), primary_key=True),
+    Column("conversation_id", String(64), nullable=False, index=True),
+    Column("model", String(128), nullable=False),
+    Column("vector", LargeBinary, nullable=False),
+)
+
+# How a routed message found its conversation (core.smart_routing: the candidates and their
+# scores, the one chosen) and the permissions it carries, written by the gateway with the message
+# (like ``turn_models``: never by the conversation's log writer).
+message_routes = Table(
+    "message_routes",
+    metadata,
+    Column("message_id", String(64), primary_key=True),
+    Column("conversation_id", String(64), nullable=False, index=True),
+    Column("data", Text, nullable=False),
+)
+
 # Client secrets (docs/security.md "Secrets"): write-only values a client stores and references by
 # name from model profiles, http.request headers and shell commands. ``sealed`` is the value
 # encrypted with the operator's key (AES-GCM, nonce included; the client, name and version are
@@ -365,4 +415,78 @@ client_secrets = Table(
     Column("key_id", String(32), nullable=False),
     Column("sealed", Text, nullable=False),
     Column("data", Text, nullable=False),
+)
+
+# A client's registered MCP servers (docs/protocols.md): the registration as JSON in ``data``.
+mcp_servers = Table(
+    "mcp_servers",
+    metadata,
+    Column("client_id", String(64), primary_key=True),
+    Column("id", String(128), primary_key=True),
+    Column("data", Text, nullable=False),
+)
+# Model calls (docs/observability.md): each request a model was sent, exactly as sent, and what it
+# answered, one row per call, written by the process that made the call (never through a
+# conversation's log). ``data`` holds the record; a request or response body larger than the
+# inline limit lives in the object store and ``data`` names its key. Rows older than the
+# retention setting are deleted.
+model_calls = Table(
+    "model_calls",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("client_id", String(64), nullable=True),
+    Column("conversation_id", String(64), nullable=True),
+    Column("turn_id", String(64), nullable=True, index=True),
+    Column("agent_id", String(64), nullable=True),
+    Column("run_id", String(64), nullable=True, index=True),
+    Column("node_id", String(64), nullable=True),
+    Column("status", String(16), nullable=False),
+    Column("prompt_tokens", Integer, nullable=False),
+    Column("completion_tokens", Integer, nullable=False),
+    Column("cost", Float, nullable=True),
+    Column("currency", String(3), nullable=True),
+    Column("created_at", String(40), nullable=False, index=True),
+    Column("data", Text, nullable=False),
+    Index("ix_model_calls_conversation", "conversation_id", "created_at"),
+    Index("ix_model_calls_client", "client_id", "created_at"),
+    Index("ix_model_calls_agent", "agent_id", "created_at"),
+)
+
+# Spans of turns' traces (OpenTelemetry's model: trace id, span id, parent), recorded by the
+# process that ran each span, so a turn's span tree is read from here without a tracing backend.
+spans = Table(
+    "spans",
+    metadata,
+    Column("trace_id", String(32), primary_key=True),
+    Column("span_id", String(16), primary_key=True),
+    Column("parent_span_id", String(16), nullable=True),
+    Column("conversation_id", String(64), nullable=True),
+    Column("turn_id", String(64), nullable=True),
+    Column("name", String(200), nullable=False),
+    Column("started_at", String(40), nullable=False, index=True),
+    Column("data", Text, nullable=False),
+)
+
+# The trace a turn joins when it does not start its own: a delegated child's turn, a workflow's
+# agent call, a message whose request carried a W3C ``traceparent``.
+turn_traces = Table(
+    "turn_traces",
+    metadata,
+    Column("turn_id", String(64), primary_key=True),
+    Column("trace_id", String(32), nullable=False),
+    Column("parent_span_id", String(16), nullable=True),
+)
+
+# What a turn caused, beside what its own rows say: hook runs, workflow runs, delegated children,
+# memory writes, the model it used. One row per (turn, kind, target); written by whoever caused
+# it, never through the conversation's log.
+turn_links = Table(
+    "turn_links",
+    metadata,
+    Column("turn_id", String(64), primary_key=True),
+    Column("kind", String(32), primary_key=True),
+    Column("target_id", String(200), primary_key=True),
+    Column("conversation_id", String(64), nullable=True, index=True),
+    Column("at", String(40), nullable=False),
+    Column("data", Text, nullable=True),
 )

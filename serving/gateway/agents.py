@@ -7,6 +7,7 @@ from fastapi import APIRouter
 from core.domain import Agent, PersonaRef
 from core.errors import NotFound
 from core.ids import new_id, utc_now
+from core.memory_schedules import reschedule
 from core.projects import check_agent_projects
 from core.store.library import SYSTEM
 from serving.gateway.auth import ClientId, Context
@@ -46,8 +47,11 @@ def create_agent(body: AgentCreate, context: Context, client_id: ClientId) -> Ag
         persona=body.persona,
         project_ids=body.project_ids,
         created_at=utc_now(),
+        memory_upkeep=body.memory_upkeep,
     )
-    return context.store.agents.insert(agent)
+    context.store.agents.insert(agent)
+    reschedule(context.store, agent, agent.created_at)  # its memory upkeep, if it has one
+    return agent
 
 
 @router.get("", response_model=AgentList, summary="List your agents")

@@ -236,6 +236,112 @@ TRIGGER_OUT = {
 DELIVERED = {"conversation_id": CONV, "turn_id": TURN, "message_id": MSG, "seq": 2}
 
 
+UPKEEP_POLICY = {
+    "schedule": "17 3 * * *",
+    "consolidation": {"after_hours": 24, "group_size": 20},
+    "retention": {"archived_days": 90},
+}
+UPKEEP = {
+    "agent_id": AGENT,
+    "source": "agent",
+    "policy": UPKEEP_POLICY,
+    "agent_policy": UPKEEP_POLICY,
+    "next_due": T,
+    "runs": 0,
+    "last_run": None,
+}
+
+
+CREATED = 1767694442  # T as Unix seconds, as a chat completion's `created` is
+ANSWER = "84, matey."
+COMPLETION = {
+    "id": f"chatcmpl-{TURN}",
+    "object": "chat.completion",
+    "created": CREATED,
+    "model": f"agent:{AGENT}",
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": ANSWER}, "finish_reason": "stop"}
+    ],
+    "usage": {"prompt_tokens": 212, "completion_tokens": 9, "total_tokens": 221},
+    "conversation_id": CONV,
+}
+MCP_TOOL_IDS = ["mcp.github.create_issue", "mcp.github.search_issues"]
+MCP_SERVER = {
+    "id": "github",
+    "client_id": CLIENT,
+    "transport": "http",
+    "url": "https://mcp.example.com/mcp",
+    "command": None,
+    "headers": {},
+    "secret_headers": {"Authorization": {"secret": "github-token", "prefix": "Bearer "}},
+    "tool_prefix": "gh_",
+    "timeout_s": 60.0,
+    "tool_ids": MCP_TOOL_IDS,
+    "listed_at": T,
+    "created_at": T,
+    "updated_at": T,
+}
+A2A_URL = f"https://wonder.example.com/a2a/agents/{AGENT}"
+A2A_CARD = {
+    "name": "Captain",
+    "description": "The Wonder agent 'Captain' (pirate): each message is one turn of the agent, "
+    "with its tools and memory; a task's contextId is its conversation.",
+    "supportedInterfaces": [
+        {"url": A2A_URL, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+    ],
+    "version": "0.1.0",
+    "capabilities": {"streaming": True, "pushNotifications": False, "extendedAgentCard": False},
+    "securitySchemes": {
+        "wonderApiKey": {
+            "httpAuthSecurityScheme": {
+                "description": "A Wonder API key (X-Wonder-User: acting user)",
+                "scheme": "Bearer",
+            }
+        }
+    },
+    "securityRequirements": [{"schemes": {"wonderApiKey": {}}}],
+    "defaultInputModes": ["text/plain", "application/json"],
+    "defaultOutputModes": ["text/plain"],
+    "skills": [
+        {
+            "id": AGENT,
+            "name": "Captain",
+            "description": "Send a message to Captain; the answer is its reply.",
+            "tags": ["wonder", "agent"],
+        }
+    ],
+}
+
+
+def _a2a_message(message_id: str, role: str, text: str) -> dict[str, Any]:
+    return {
+        "messageId": message_id,
+        "contextId": CONV,
+        "taskId": TURN,
+        "role": role,
+        "parts": [{"text": text, "mediaType": "text/plain"}],
+    }
+
+
+A2A_TASK = {
+    "id": TURN,
+    "contextId": CONV,
+    "status": {"state": "TASK_STATE_COMPLETED", "timestamp": T},
+    "artifacts": [
+        {
+            "artifactId": "answer",
+            "name": "answer",
+            "description": "The agent's messages of the turn",
+            "parts": [{"text": ANSWER, "mediaType": "text/plain"}],
+        }
+    ],
+    "history": [
+        _a2a_message(MSG, "ROLE_USER", "What is 12*7?"),
+        _a2a_message("msg_01K2", "ROLE_AGENT", ANSWER),
+    ],
+}
+
+
 @dataclass(frozen=True)
 class RouteDoc:
     """A route's description and examples (``request`` None: the route takes no body)."""
@@ -272,6 +378,15 @@ def _library(kind: str) -> dict[tuple[str, str], RouteDoc]:
         ),
     }
 
+
+USAGE_EXAMPLE = {
+    "calls": 2,
+    "failed_calls": 0,
+    "prompt_tokens": 812,
+    "completion_tokens": 64,
+    "cost": 0.000428,
+    "currency": "USD",
+}
 
 ROUTES: dict[tuple[str, str], RouteDoc] = {
     ("GET", "/healthz"): RouteDoc(
@@ -365,6 +480,71 @@ ROUTES: dict[tuple[str, str], RouteDoc] = {
     ("GET", "/v1/conversations/{conversation_id}/turns/{turn_id}"): RouteDoc(
         "One turn with its moves: the model's tool calls and their results, in order.",
         {**TURN_OUT, "moves": [MOVE]},
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/turns/{turn_id}/calls"): RouteDoc(
+        "The turn's model calls in order: each request exactly as the model received it (messages, "
+        "tools, parameters; never headers or keys) and the response as it came back, with usage, "
+        "timings, estimated cost and the span of the call in the turn's trace.",
+        {
+            "items": [
+                {
+                    "id": "call_01J9ZB4M6D2S8E3Q1T7V5W9X0Y",
+                    "source": {"conversation_id": CONV, "turn_id": TURN, "step": 1},
+                    "purpose": "answer",
+                    "attempt": 1,
+                    "provider": "vllm",
+                    "model": "default",
+                    "request": {
+                        "model": "default",
+                        "messages": [
+                            {"role": "system", "content": "You are helpful."},
+                            {"role": "user", "content": "What is 12*7?"},
+                        ],
+                    },
+                    "request_bytes": 142,
+                    "response": {"content": "84", "tool_calls": [], "finish_reason": "stop"},
+                    "usage": {"prompt_tokens": 31, "completion_tokens": 2},
+                    "status": "ok",
+                    "timings": {"started_at": T, "duration_s": 0.41, "first_token_s": 0.12},
+                    "created_at": T,
+                }
+            ]
+        },
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/turns/{turn_id}/trace"): RouteDoc(
+        "The turn's trace as a span tree across every process that worked on it (agent, model "
+        "calls, tools, executor tasks, workflows, delegated turns); root is null while it runs.",
+        {
+            "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+            "root": {
+                "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+                "span_id": "00f067aa0ba902b7",
+                "name": "invoke_agent helper",
+                "start": T,
+                "end": T,
+                "duration_ms": 420.5,
+                "status": "ok",
+                "process": "conversation",
+                "attributes": {"gen_ai.operation.name": "invoke_agent"},
+                "children": [],
+            },
+        },
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/turns/{turn_id}/links"): RouteDoc(
+        "What the turn caused or used: hook runs, workflow runs, delegated turns, memory writes, "
+        "the model.",
+        {"items": [{"turn_id": TURN, "kind": "model", "target_id": "vllm/default", "at": T}]},
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/turns/{turn_id}/usage"): RouteDoc(
+        "The turn's model calls summed: calls, failures, tokens, estimated cost.", USAGE_EXAMPLE
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/usage"): RouteDoc(
+        "The conversation's model calls summed: calls, failures, tokens, estimated cost.",
+        USAGE_EXAMPLE,
+    ),
+    ("GET", "/v1/usage"): RouteDoc(
+        "Your client's model calls summed (one agent's with agent_id, since a time with since).",
+        USAGE_EXAMPLE,
     ),
     ("GET", "/v1/conversations/{conversation_id}/events"): RouteDoc(
         "The durable events (what the stream replays, without token deltas), by seq.",
@@ -508,6 +688,66 @@ ROUTES: dict[tuple[str, str], RouteDoc] = {
     ),
     ("DELETE", "/v1/agents/{agent_id}/memories/{memory_id}"): RouteDoc(
         "Deletes one memory.", {"deleted": ["mem_01J9"]}
+    ),
+    **{
+        (method, "/v1/agents/{agent_id}/memory-upkeep" + tail): RouteDoc(description, UPKEEP, body)
+        for method, tail, description, body in (
+            ("GET", "", "The memory upkeep policy in force for the agent and its schedule.", None),
+            ("PUT", "", "Sets the agent's own upkeep policy, over its persona's.", UPKEEP_POLICY),
+            ("DELETE", "", "Drops the agent's own policy; its persona's is in force again.", None),
+            (
+                "POST",
+                "/run",
+                "Runs the upkeep at the scheduler's next tick (409 without a policy).",
+                None,
+            ),
+        )
+    },
+    ("GET", "/v1/conversations/{conversation_id}/messages/search"): RouteDoc(
+        "Messages of the conversation matching `q`: every term (`mode=text`, newest first) or the "
+        "nearest by meaning (`mode=semantic`, with scores).",
+        {
+            "items": [
+                {
+                    "message": {
+                        "id": MSG,
+                        "turn_id": TURN,
+                        "role": "user",
+                        "content": "the ledger database",
+                    },
+                    "score": None,
+                }
+            ]
+        },
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/stats"): RouteDoc(
+        "Counts and token totals of the conversation (a fork's inherited ones included).",
+        {
+            "conversation_id": CONV,
+            "messages": 12,
+            "turns": 6,
+            "turns_by_status": {"completed": 6},
+            "prompt_tokens": 5400,
+            "completion_tokens": 610,
+            "total_tokens": 6010,
+            "inherited_messages": 0,
+            "inherited_turns": 0,
+        },
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/context"): RouteDoc(
+        "Every entry of the conversation's context channel (members read).",
+        {"conversation_id": CONV, "entries": {"plan": {"steps": ["draft", "review"]}}},
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/context/{key}"): RouteDoc(
+        "One entry of the context channel.", {"key": "plan", "value": {"steps": ["draft"]}}
+    ),
+    ("PUT", "/v1/conversations/{conversation_id}/context/{key}"): RouteDoc(
+        "Sets an entry of the context channel (writers only; at most 32 KiB as JSON).",
+        {"key": "plan", "value": {"steps": ["draft"]}},
+        {"value": {"steps": ["draft"]}},
+    ),
+    ("DELETE", "/v1/conversations/{conversation_id}/context/{key}"): RouteDoc(
+        "Removes an entry of the context channel (writers only).", {"deleted": ["plan"]}
     ),
     ("POST", "/v1/projects"): RouteDoc(
         "A project: a new repository (201), or a clone of `repository` (202: it clones in the "
@@ -669,6 +909,130 @@ ROUTES: dict[tuple[str, str], RouteDoc] = {
         "becomes a message; a repeat within the replay window "
         "answers 200 with the first's result.",
         {**DELIVERED, "forked": False, "session": "inbox", "replayed": False},
+    ),
+    ("POST", "/v1/agents/{agent_id}/chat/completions"): RouteDoc(
+        "OpenAI chat completions answered by the agent (any `model`): one turn of it, with its "
+        "persona, tools and memory, like a message posted to a conversation. The last message "
+        "(the user's) is the turn's; in a new conversation the earlier ones are quoted before it, "
+        "with `metadata.conversation_id` (a conversation with this agent you may post to) they "
+        "are ignored. Answers a `chat.completion` (`id` is `chatcmpl-<turn id>`; the conversation "
+        "in `conversation_id` and the `X-Wonder-Conversation` header), or with `stream: true` "
+        "`chat.completion.chunk` server-sent events, then `[DONE]`. 422 for what would change "
+        "the answer (client `tools`, `tool_choice` other than `none`, `n` above 1, a "
+        "`response_format` other than text, `logprobs`, `tool` messages, over 200 messages or "
+        "100,000 characters); sampling fields are accepted and left to the agent's model "
+        "profile. 404: an agent not yours. A failed turn: 409 when asking again cannot help, 503 "
+        "when it may or no answer came in time (in a stream: an `error` event before `[DONE]`).",
+        COMPLETION,
+        {"messages": [{"role": "user", "content": "What is 12*7?"}]},
+    ),
+    ("POST", "/v1/chat/completions"): RouteDoc(
+        'The same as `POST /v1/agents/{agent_id}/chat/completions` with `model: "agent:<agent '
+        'id>"`, so that an OpenAI client pointed at `/v1` talks to an agent; any other `model` '
+        "is 404 (the local model's own OpenAI API is under its route prefix).",
+        COMPLETION,
+        {
+            "model": f"agent:{AGENT}",
+            "messages": [{"role": "user", "content": "What is 12*7?"}],
+            "metadata": {"conversation_id": CONV},
+        },
+    ),
+    ("PUT", "/v1/mcp-servers/{server_id}"): RouteDoc(
+        "Registers (or changes) an MCP server: streamable HTTP (`url`, on the operator's "
+        "WONDER_MCP_ALLOWED_HOSTS, else 403) or stdio (`command`: a program listed in "
+        "WONDER_MCP_STDIO_COMMANDS, else 403, and its arguments, run in the sandbox without "
+        "network). Wonder connects and stores each tool it lists as a tool of your library "
+        "(`mcp.<server>.<name>`, `tool_ids`); the registration is stored only once that listing "
+        "succeeded (503: unreachable). Credentials only as `secret_headers` naming your own "
+        "secrets (400 for a name you have no secret under; `Authorization` and the like are "
+        "refused as plain `headers`). An admin-scope key; audited.",
+        MCP_SERVER,
+        {
+            "transport": "http",
+            "url": "https://mcp.example.com/mcp",
+            "secret_headers": {"Authorization": {"secret": "github-token", "prefix": "Bearer "}},
+            "tool_prefix": "gh_",
+        },
+    ),
+    ("GET", "/v1/mcp-servers/{server_id}"): RouteDoc(
+        "One of your MCP servers: where it is, the secrets its headers name (never their "
+        "values) and the library tools it gave.",
+        MCP_SERVER,
+    ),
+    ("DELETE", "/v1/mcp-servers/{server_id}"): RouteDoc(
+        "Removes the registration and closes its connection (an admin-scope key; audited). Its "
+        "tools stay in the library; calling one answers NOT_FOUND.",
+        None,
+    ),
+    ("POST", "/v1/mcp-servers/{server_id}/refresh"): RouteDoc(
+        "Lists the server's tools again into your library and answers the registration with its "
+        "`tool_ids` as they now are (an admin-scope key; audited; 503: unreachable).",
+        {**MCP_SERVER, "tool_ids": [*MCP_TOOL_IDS, "mcp.github.close_issue"]},
+    ),
+    ("GET", "/v1/mcp-servers"): RouteDoc("Your MCP servers.", {"items": [MCP_SERVER]}),
+    ("POST", "/mcp"): RouteDoc(
+        "Wonder as an MCP server (streamable HTTP, stateless: each request is its own session, "
+        "no `initialize` needed; send `Accept: application/json, text/event-stream`). "
+        "`tools/list`: your agents (`?agents=a,b`: only those), each a tool named by its id; "
+        "`tools/call` with `{message, conversation_id?}`: one turn of the agent, answered with "
+        "its messages as text and `structuredContent` (conversation, turn, status, answer), "
+        "`isError` when the turn failed, progress notifications with a `progressToken`. "
+        "`resources/list` / `resources/read`: your conversations as "
+        "`wonder://conversations/{id}` (one you may not read is not found). The answer is a "
+        "JSON-RPC message in a server-sent `message` event. Same key and access rules as REST "
+        "(401 without a key; `X-Wonder-User` for an acting user).",
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "result": {
+                "content": [{"type": "text", "text": ANSWER}],
+                "structuredContent": {
+                    "conversation_id": CONV,
+                    "turn_id": TURN,
+                    "status": "completed",
+                    "answer": ANSWER,
+                },
+                "isError": False,
+            },
+        },
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": AGENT, "arguments": {"message": "What is 12*7?"}},
+        },
+    ),
+    ("GET", "/a2a/agents/{agent_id}/.well-known/agent-card.json"): RouteDoc(
+        "The agent's A2A card: its name, one skill (the agent), its JSON-RPC endpoint "
+        "`/a2a/agents/{agent_id}`, streaming, and a bearer Wonder API key as its security "
+        "scheme. The card needs the key too (401); an agent not yours is 404.",
+        A2A_CARD,
+    ),
+    ("POST", "/a2a/agents/{agent_id}"): RouteDoc(
+        "The agent's A2A endpoint (JSON-RPC; A2A 1.0 method names with the `A2A-Version: 1.0` "
+        "header, the 0.3 names without). `SendMessage`: one turn of the agent with the "
+        "message's text and data parts (a file part is refused), in the conversation its "
+        "`contextId` names or a new one; answered with the task once the turn ended "
+        "(`returnImmediately`: at once, working). A task is a turn (its id the turn id, its "
+        "`contextId` the conversation). `SendStreamingMessage` and `SubscribeToTask` answer "
+        "server-sent events (the task, the answer in chunks, status updates); `GetTask`, "
+        "`ListTasks` (one `contextId`'s) and `CancelTask` read and cancel turns. 401 without a "
+        "key, 404 for an agent not yours; a task out of reach is `TaskNotFound`, other Wonder "
+        "errors `InvalidParams` (`InternalError` when retriable) with the Wonder code in the "
+        "details.",
+        {"jsonrpc": "2.0", "id": 1, "result": {"task": A2A_TASK}},
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "SendMessage",
+            "params": {
+                "message": {
+                    "messageId": "m1",
+                    "role": "ROLE_USER",
+                    "parts": [{"text": "What is 12*7?"}],
+                }
+            },
+        },
     ),
 }
 

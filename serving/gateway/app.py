@@ -6,32 +6,44 @@ inside each replica; tests without Ray build it over fakes.
 
 from __future__ import annotations
 
-from fastapi import Depends, FastAPI
+import functools
+
+from fastapi import APIRouter, Depends, FastAPI
+from starlette.routing import BaseRoute
 
 from core.turn_quotas import default_quota
 from serving.gateway import (
+    a2a,
     admin,
     agents,
     api_docs,
     api_examples,
     callables,
+    calls,
     console,
+    context_channel,
     conversation_control,
+    conversation_search,
     conversations,
     forks,
     hooks,
     keys,
     library,
+    mcp,
+    mcp_servers,
     member_access,
     members,
     memories,
+    memory_upkeep,
     messages,
+    openai_agents,
     projects,
     secrets,
     sessions,
     stream,
     stream_tickets,
     threads,
+    trace,
     triggers,
     turns,
     user_quotas,
@@ -68,6 +80,66 @@ ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
 }
 
 
+ROUTERS: tuple[APIRouter, ...] = (
+    library.router,
+    callables.router,
+    agents.router,
+    conversations.router,
+    conversation_search.router,
+    context_channel.router,
+    forks.router,
+    messages.router,
+    turns.router,
+    calls.router,
+    calls.usage_router,
+    trace.router,
+    threads.router,
+    sessions.router,
+    triggers.router,
+    conversation_control.router,
+    workflows.router,
+    memories.router,
+    memory_upkeep.router,
+    projects.router,
+    workspaces.router,
+    workspaces.run_router,
+    admin.router,
+    user_quotas.router,
+    keys.router,
+    secrets.router,
+    members.router,
+    stream_tickets.router,
+    hooks.router,
+    openai_agents.router,
+    mcp_servers.router,
+    mcp.router,
+    a2a.router,
+)
+
+
+@functools.cache
+def route_table() -> tuple[BaseRoute, ...]:
+    """Every API route, built once per process and shared by every app the process makes.
+
+    FastAPI analyses each route's signature and dependencies when its router is included (about
+    a second for all of them); a route holds nothing of one app (its context is ``api.state``),
+    so the table is built once, as ``FastAPI(dependencies=...)`` would build it: under a router
+    with the app's own dependency, unknown query parameters refused on every route.
+    """
+    table = APIRouter(dependencies=[Depends(refuse_unknown_query)])
+    table.include_router(console.router)
+    table.include_router(stream.router)
+    for router in ROUTERS:
+        # member_access.MemberAccess: with an acting user (X-Wonder-User), every route checks
+        # the user's level in the conversation it reaches (serving/gateway/member_access.py).
+        dependencies = [member_access.MemberAccess]
+        table.include_router(router, responses=ERROR_RESPONSES, dependencies=dependencies)
+    # Webhook deliveries authenticate by the hook's signature, not by an API key; each posts as
+    # the user who made the hook, checked where it lands (serving/gateway/hooks.py).
+    table.include_router(hooks.delivery_router, responses=ERROR_RESPONSES)
+    return tuple(table.routes)
+
+
 def create_api(context: GatewayContext) -> FastAPI:
     """The gateway's FastAPI app over ``context`` (no Ray needed: tests pass a fake context)."""
     api = FastAPI(
@@ -83,39 +155,6 @@ def create_api(context: GatewayContext) -> FastAPI:
     api.add_middleware(RequestLimits)
     install_error_handlers(api)
     api_docs.install(api)
-    api.include_router(console.router)
-    api.include_router(stream.router)
-    for router in (
-        library.router,
-        callables.router,
-        agents.router,
-        conversations.router,
-        forks.router,
-        messages.router,
-        turns.router,
-        threads.router,
-        sessions.router,
-        triggers.router,
-        conversation_control.router,
-        workflows.router,
-        memories.router,
-        projects.router,
-        workspaces.router,
-        workspaces.run_router,
-        admin.router,
-        user_quotas.router,
-        keys.router,
-        secrets.router,
-        members.router,
-        stream_tickets.router,
-        hooks.router,
-    ):
-        # member_access.MemberAccess: with an acting user (X-Wonder-User), every route checks
-        # the user's level in the conversation it reaches (serving/gateway/member_access.py).
-        dependencies = [member_access.MemberAccess]
-        api.include_router(router, responses=ERROR_RESPONSES, dependencies=dependencies)
-    # Webhook deliveries authenticate by the hook's signature, not by an API key; each posts as
-    # the user who made the hook, checked where it lands (serving/gateway/hooks.py).
-    api.include_router(hooks.delivery_router, responses=ERROR_RESPONSES)
+    api.router.routes.extend(route_table())
     api_examples.document(api)  # each route's description and examples (docs/reference/api.md)
     return api

@@ -11,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from core.conversations import create_conversation
 from core.domain import Conversation
 from core.errors import Conflict, NotFound
+from core.fork_trees import LatestForks
 from core.ids import new_id
 from core.projects import (
     project_for_conversation,
@@ -57,13 +58,24 @@ def _page(
     limit: int,
     after_cursor: str | None,
     member: str | None = None,
-    **filters: str,
+    latest_fork: bool = False,
+    ancestry: str = "all",
+    parent_id: str | None = None,
 ) -> ConversationPage:
     key = cursor_key(context)
     after = decode_cursor(after_cursor, key) if after_cursor else None
-    found = context.store.conversations.list(
-        client_id, limit=limit + 1, after=after, member=member, **filters
-    )
+    if latest_fork:
+        forks = LatestForks(context.store, client_id, member, ancestry)
+        found = forks.page(after, limit)
+    else:
+        found = context.store.conversations.list(
+            client_id,
+            limit=limit + 1,
+            after=after,
+            member=member,
+            ancestry=ancestry,
+            parent_id=parent_id,
+        )
     items = found[:limit]
     more = len(found) > limit
     cursor = encode_cursor(items[-1], key) if more else None
@@ -111,11 +123,26 @@ def list_conversations(
     context: Context,
     client_id: ClientId,
     user: User,
-    ancestry: Literal["roots", "children", "all"] = "all",
+    ancestry: Annotated[
+        Literal["roots", "children", "all"],
+        Query(
+            description="roots: not started by another conversation (default); children: only "
+            "those started by one (delegated work); all: both"
+        ),
+    ] = "roots",
+    mode: Annotated[
+        Literal["all", "latest-fork"],
+        Query(
+            description="latest-fork: of each fork tree (a conversation and its forks), only "
+            "the latest conversation the listing keeps"
+        ),
+    ] = "all",
     limit: Limit = 50,
     after_cursor: Cursor = None,
 ) -> ConversationPage:
-    return _page(context, client_id, limit, after_cursor, user, ancestry=ancestry)
+    """Conversations ordered by (created_at, id): the ancestry filter first, then the mode."""
+    latest = mode == "latest-fork"
+    return _page(context, client_id, limit, after_cursor, user, latest, ancestry=ancestry)
 
 
 @router.get("/{conversation_id}", response_model=Conversation, summary="Get a conversation")

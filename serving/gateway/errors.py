@@ -27,6 +27,7 @@ from core.errors import (
     QuotaExceeded,
     RetryableError,
     Timeout,
+    Unavailable,
     WonderError,
 )
 
@@ -118,7 +119,8 @@ async def _on_wonder_error(request: Request, exc: Exception) -> JSONResponse:
     if isinstance(error, QuotaExceeded):
         headers = {"Retry-After": retry_after(error.retry_after_s)}
     elif status == 503:  # retriable: say when (a burst of new conversations, a restarting actor)
-        headers = {"Retry-After": "1"}
+        later = error.retry_after_s if isinstance(error, Unavailable) else None
+        headers = {"Retry-After": retry_after(later or 1)}
     return JSONResponse(status_code=status, content=error_body(error), headers=headers)
 
 

@@ -9,17 +9,20 @@ also returned oldest first (prepend them), with ``older_before_seq`` to fetch th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Any, Generic, TypeVar
 
 from fastapi import Query
 from pydantic import Field
 
 from core.domain import Message, Turn
+from core.event_order import event_frame
+from core.route_model import MessageRoute
 from core.store import Store
 from core.store.forks import Seen
+from core.turn_filters import TurnFilter, select_turns
 from core.turn_model import TurnModel
 from serving.gateway.protocol import WireModel
-from serving.gateway.translation import event_frame
 
 T = TypeVar("T")
 
@@ -38,6 +41,11 @@ Tail = Annotated[
 class MessageOut(Message):
     inherited_from: str | None = Field(
         None, description="For a fork: the conversation this inherited message was written in"
+    )
+    route: MessageRoute | None = Field(
+        None,
+        description="How the message was routed here (smart routing's candidates and scores) "
+        "and the permissions it gave its turn, when it was",
     )
 
 
@@ -96,9 +104,15 @@ def message_page(store: Store, conversation_id: str, window: SeqWindow) -> SeqPa
         limit=window.limit,
         newest_first=window.backward,
     )
+    routes = store.message_routes.for_messages([m.id for m, _ in found])
     items = [
         MessageOut.model_validate(
-            {**m.model_dump(), "conversation_id": conversation_id, **_inherited(s)}
+            {
+                **m.model_dump(),
+                "conversation_id": conversation_id,
+                "route": routes.get(m.id),
+                **_inherited(s),
+            }
         )
         for m, s in sorted(found, key=lambda pair: pair[0].seq)
     ]
@@ -130,19 +144,11 @@ def visible_frame(conversation_id: str, frame: dict[str, Any], seen: Seen) -> di
     return {**frame, "conversation_id": conversation_id, "inherited_from": seen.inherited_from}
 
 
-def visible_events(
-    store: Store, conversation_id: str, after_seq: int, before_seq: int
-) -> list[dict[str, Any]]:
-    """Event frames between two seqs, a fork's inherited ones included (stream catch-up; a fork's
-    inherited seqs skip the source's entries it does not inherit)."""
-    found = store.forks.events(
-        conversation_id, after_seq=after_seq, before_seq=before_seq, limit=before_seq
-    )
-    return [visible_frame(conversation_id, event_frame(e), s) for e, s in found]
-
-
 def turn_list(store: Store, conversation_id: str) -> list[TurnOut]:
-    found = store.forks.turns(conversation_id)
+    return _turns_out(store, conversation_id, store.forks.turns(conversation_id))
+
+
+def _turns_out(store: Store, conversation_id: str, found: list[tuple[Turn, Seen]]) -> list[TurnOut]:
     models = store.turn_models.for_turns([turn.id for turn, _seen in found])
     return [
         TurnOut.model_validate(
@@ -155,3 +161,24 @@ def turn_list(store: Store, conversation_id: str) -> list[TurnOut]:
         )
         for turn, seen in found
     ]
+
+
+def turn_page(
+    store: Store,
+    conversation_id: str,
+    where: TurnFilter,
+    after: tuple[datetime, str] | None,
+    limit: int,
+) -> tuple[list[TurnOut], bool]:
+    """The visible turns (a fork's inherited ones included) matching ``where``, oldest first,
+    after ``after`` (created_at, id); and whether more follow."""
+    found = [
+        (turn, seen)
+        for turn, seen in store.forks.turns(conversation_id)
+        if after is None or (turn.created_at, turn.id) > after
+    ]
+    found.sort(key=lambda pair: (pair[0].created_at, pair[0].id))
+    tools = store.moves.tools_called([t.id for t, _ in found]) if where.needs_tools else {}
+    kept = {t.id for t in select_turns([t for t, _ in found], tools, where)}
+    chosen = [(t, s) for t, s in found if t.id in kept]
+    return _turns_out(store, conversation_id, chosen[:limit]), len(chosen) > limit

@@ -44,6 +44,9 @@ BODY_LIMITS: tuple[BodyLimit, ...] = (
     BodyLimit("POST", re.compile(r"/v1/agents$"), 1 * MIB, "an agent with its persona"),
     BodyLimit("POST", re.compile(r"/v1/triggers$"), 1 * MIB, "a trigger with its message"),
     BodyLimit("POST", re.compile(r"/v1/agents/[^/]+/memories$"), 2 * MIB, "a memory"),
+    BodyLimit(
+        "POST", re.compile(r"/v1/(agents/[^/]+/)?chat/completions$"), 1 * MIB, "a chat's messages"
+    ),
 )
 
 

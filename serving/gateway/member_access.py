@@ -37,6 +37,7 @@ from serving.gateway.auth import ClientId, Context, User
 from serving.gateway.context import GatewayContext
 
 MEMBERS_PREFIX = "/v1/conversations/{conversation_id}/members"
+CONTEXT_PREFIX = "/v1/conversations/{conversation_id}/context"
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,8 @@ def action_of(method: str, route_path: str) -> Action:
         return Action.READ  # members' changes are checked by the members routes themselves
     if route_path.endswith("/messages") or route_path.endswith("/cancel"):
         return Action.WRITE
+    if route_path.startswith(CONTEXT_PREFIX):
+        return Action.WRITE  # the context channel is written like the conversation itself
     if method == "DELETE" and route_path == "/v1/conversations/{conversation_id}":
         return Action.DELETE
     return Action.MANAGE  # any other change: policy, participants, complete, merge, new routes

@@ -7,11 +7,13 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 
+from core.agent_personas import agent_profile
 from core.domain import ConversationStatus
 from core.errors import Conflict
 from core.ids import new_id
 from core.model_override import check_override
-from core.turn_model import TurnModel
+from core.route_model import MessageRoute, RouteDecision
+from core.turn_model import ModelOverride, TurnModel
 from serving.gateway.auth import USER_HEADER, ClientId, Context, Guard, User
 from serving.gateway.context import GatewayContext
 from serving.gateway.conversations import owned_conversation
@@ -53,6 +55,19 @@ async def post_message(
     return await accept_message(context, client_id, conversation_id, body, user)
 
 
+def check_model(
+    context: GatewayContext, client_id: str, conversation_id: str, override: ModelOverride
+) -> None:
+    """The override's profile exists; thinking only where the model thinks (the profile it
+    names, else the conversation's agent's)."""
+    default = None
+    if override.thinking is not None and override.model_profile_id is None:
+        agent_id = context.store.conversations.get(conversation_id).agent_id
+        if agent_id is not None:
+            default = agent_profile(context.store, context.store.agents.get(agent_id))
+    check_override(context.store, override, client_id, default)
+
+
 def check_author(body: MessageCreate, user: str | None) -> None:
     """A message may name its author (``user_id``) only as the acting user, if there is one
     (another is a ``Conflict``: the body disagrees with the header)."""
@@ -67,22 +82,31 @@ async def accept_message(
     body: MessageCreate,
     user: str | None = None,
     *,
-    actor_ready: bool | None = None,
     author: str | None = None,
+    decision: RouteDecision | None = None,
 ) -> MessageAccepted:
     """Post an admitted message to the conversation (its model override checked and recorded
     first), authored by ``body.user_id``, else the acting ``user``, else the client.
-    ``actor_ready``: what the caller knows of the conversation's actor (a stream's subscription;
-    None: ask), as ``Conversations.post_message`` takes it. ``author``: the platform posting on
-    ``user``'s behalf (a webhook, ``hook:<id>``), in place of a body's ``user_id``."""
+    ``author``: the platform posting on ``user``'s behalf (a webhook, ``hook:<id>``), in place of
+    a body's ``user_id``. ``decision``: how smart routing chose this conversation, stored with the
+    message (so are the body's ``permissions``, which its turn applies)."""
     if author is None:
         check_author(body, user)
     message_id = None
     if body.model is not None:  # recorded before the message, so its turn finds it
-        await run_in_threadpool(check_override, context.store, body.model, client_id)
+        await run_in_threadpool(check_model, context, client_id, conversation_id, body.model)
         message_id = new_id("msg")
         record = TurnModel(message_id=message_id, override=body.model)
         await run_in_threadpool(context.store.turn_models.save, record)
+    if body.permissions is not None or decision is not None:  # the same: before the message
+        message_id = message_id or new_id("msg")
+        routed = MessageRoute(
+            message_id=message_id,
+            conversation_id=conversation_id,
+            decision=decision,
+            permissions=body.permissions,
+        )
+        await run_in_threadpool(context.store.message_routes.save, routed)
     accepted = await context.conversations.post_message(
         conversation_id,
         body.content,
@@ -90,7 +114,6 @@ async def accept_message(
         source=body.source,
         reply_to_message_id=body.reply_to_message_id,
         message_id=message_id,
-        actor_ready=actor_ready,
     )
     return MessageAccepted(
         turn_id=accepted.turn_id, message_id=accepted.message_id, seq=accepted.seq

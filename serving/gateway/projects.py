@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 from starlette.concurrency import run_in_threadpool
 
-from core.domain import Project
+from core.domain import Project, ProjectCredentials
 from core.errors import InvalidInput
 from core.git import REPOSITORY_PATTERN, looks_like_url
 from core.ids import utc_now
@@ -74,11 +74,20 @@ class ProjectCreate(BaseModel):
         description="Push the default branch back to the URL after each merge into it (needs a "
         "repository URL: only a cloned project has an origin)",
     )
+    credentials: ProjectCredentials | None = Field(
+        None,
+        description="One of your secrets, sent to the repository URL as an Authorization header "
+        "on each clone and push (needs a repository URL, and a host the operator allows "
+        "credentials for)",
+    )
 
     @model_validator(mode="after")
     def _origin_to_push_to(self) -> ProjectCreate:
-        if self.push_on_merge and (self.repository is None or not looks_like_url(self.repository)):
+        has_origin = self.repository is not None and looks_like_url(self.repository)
+        if self.push_on_merge and not has_origin:
             raise ValueError("push_on_merge: only a project cloned from a URL has an origin")
+        if self.credentials is not None and not has_origin:
+            raise ValueError("credentials: only a project cloned from a URL has an origin")
         if self.repository is not None and looks_like_url(self.repository):
             try:
                 parse_remote(self.repository)  # a malformed URL is the body's fault: 422
@@ -94,6 +103,11 @@ class ProjectUpdate(BaseModel):
     default_branch: str | None = Field(None, max_length=200, pattern=BRANCH_PATTERN)
     push_on_merge: StrictBool | None = Field(
         None, description="Only for a project cloned from a URL (409 otherwise)"
+    )
+    credentials: ProjectCredentials | None = Field(
+        None,
+        description="Replace the project's credentials (only for a project cloned from a URL: 409 "
+        "otherwise); null removes them",
     )
 
 
@@ -158,8 +172,15 @@ async def create(
         repository=body.repository,
         default_branch=body.default_branch,
         push_on_merge=body.push_on_merge,
+        credentials=body.credentials,
     )
-    details = {"name": project.name, "repository": body.repository, "status": project.status}
+    details: dict[str, Any] = {
+        "name": project.name,
+        "repository": body.repository,
+        "status": project.status,
+    }
+    if body.credentials is not None:
+        details["credentials"] = body.credentials.model_dump(exclude_none=True)
     await run_in_threadpool(audit.record, "project.create", f"project:{project.id}", details)
     if project.status != "cloning":
         return project
@@ -193,12 +214,18 @@ def update(
     project = context.store.projects.get(project_id, client_id=client_id)
     updated = update_project(
         context.store,
+        context.settings,
         project,
         name=body.name,
         default_branch=body.default_branch,
         push_on_merge=body.push_on_merge,
+        credentials=body.credentials,
+        drop_credentials="credentials" in body.model_fields_set and body.credentials is None,
     )
-    audit.record("project.update", f"project:{project_id}", body.model_dump(exclude_none=True))
+    details = body.model_dump(exclude_none=True)
+    if "credentials" in body.model_fields_set and body.credentials is None:
+        details["credentials"] = None
+    audit.record("project.update", f"project:{project_id}", details)
     return updated
 
 
@@ -213,7 +240,10 @@ async def push(
 ) -> Pushed:
     project = await run_in_threadpool(context.store.projects.get, project_id, client_id)
     settings = context.settings
-    commit = await remote_git(request, settings).run(lambda: push_default_branch(project, settings))
+    store = context.store
+    commit = await remote_git(request, settings).run(
+        lambda: push_default_branch(store, project, settings)
+    )
     details = {"branch": project.default_branch, "commit": commit}
     await run_in_threadpool(audit.record, "project.push", f"project:{project_id}", details)
     return Pushed(project_id=project.id, branch=project.default_branch, commit=commit)

@@ -30,6 +30,8 @@ from core.domain import (
     Tool,
     Turn,
 )
+from core.memory_policy import MemoryUpkeepPolicy
+from core.route_model import MessagePermissions
 from core.routes import Route
 from core.strict import StrictScalars
 from core.turn_model import ModelOverride, TurnModel
@@ -193,6 +195,9 @@ class AgentCreate(OneOfFields):
     project_ids: list[Annotated[str, Field(max_length=200)]] = Field(
         default_factory=list, max_length=64
     )
+    memory_upkeep: MemoryUpkeepPolicy | None = Field(
+        None, description="The agent's own memory upkeep, over its persona's"
+    )
 
 
 AgentList = Items[Agent]
@@ -246,12 +251,17 @@ class MessageCreate(WireModel):
         None, pattern=USER_ID_PATTERN, description="Your app's user; default: the API client"
     )
     reply_to_message_id: str | None = Field(None, max_length=64)
+    permissions: MessagePermissions | None = Field(
+        None,
+        description="Narrows what this message's turn may do: tools.allow / tools.deny take "
+        "tools away from the persona's, never add any",
+    )
 
 
 class RouteTarget(OneOfFields):
     """Exactly one: a thread (turn id), a session label, or a persona (its main session)."""
 
-    one_of = ("thread", "session", "persona")
+    one_of: ClassVar[tuple[str, ...]] = ("thread", "session", "persona")
 
     thread: str | None = Field(
         None, max_length=64, description="Turn id: append at the tip, otherwise fork from it"

@@ -4,16 +4,18 @@ routing target (``core.sessions`` holds the rules)."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any, ClassVar
 
 from fastapi import APIRouter, Path, Query
-from pydantic import Field
+from pydantic import Field, field_validator
 from starlette.concurrency import run_in_threadpool
 
 from core.domain import ConversationStatus
 from core.errors import Conflict
+from core.route_model import RouteDecision
 from core.routes import Route
 from core.sessions import Session, create_session, get_session, makes_conversation, route
+from core.smart_routing import DEFAULT_MIN_SCORE, smart_route
 from serving.gateway.audit_trail import Audit
 from serving.gateway.auth import ClientId, Context, Guard, User
 from serving.gateway.context import GatewayContext
@@ -54,8 +56,42 @@ class SessionPage(WireModel):
     next_after: str | None = Field(None, description="Pass as after for the next page")
 
 
+class AutoRoute(WireModel):
+    """Smart routing: the conversation whose recent messages the message matches best."""
+
+    min_score: float = Field(
+        DEFAULT_MIN_SCORE,
+        ge=-1.0,
+        le=1.0,
+        description="The best candidate's cosine similarity must reach this to be chosen",
+    )
+    candidates: int = Field(50, ge=1, le=200, description="Conversations weighed, at most")
+    fallback: RouteTarget | None = Field(
+        None, description="Where the message goes when no candidate reaches min_score"
+    )
+
+
+class RoutedTarget(RouteTarget):
+    """A thread, a session, a persona, or ``auto`` (``true``, or its options)."""
+
+    one_of: ClassVar[tuple[str, ...]] = ("thread", "session", "persona", "auto")
+
+    auto: AutoRoute | None = Field(
+        None, description="Smart routing: true, or {min_score, candidates, fallback}"
+    )
+
+    @field_validator("auto", mode="before")
+    @classmethod
+    def _true_is_defaults(cls, value: Any) -> Any:
+        if value is True:
+            return {}
+        if value is False:
+            raise ValueError("auto: true, or an object of options (leave it out otherwise)")
+        return value
+
+
 class RoutedMessageCreate(MessageCreate):
-    to: RouteTarget
+    to: RoutedTarget
 
 
 class MessageRouted(WireModel):
@@ -68,6 +104,11 @@ class MessageRouted(WireModel):
         "forked the conversation at it: conversation_id is the fork"
     )
     session: str | None = Field(None, description="The session it went to, if any")
+    routing: RouteDecision | None = Field(
+        None,
+        description="auto: the candidates' scores and the one chosen (also stored with the "
+        "message); pass an explicit target instead to overrule it",
+    )
 
 
 def _out(session: Session) -> SessionOut:
@@ -149,7 +190,50 @@ async def post_routed(
 ) -> MessageRouted:
     await admit_turn(guard, client_id, body.user_id or user)
     message = MessageCreate.model_validate(body.model_dump(exclude={"to"}))
+    if body.to.auto is not None:
+        return await send_auto(context, guard, client_id, body.to.auto, message, user)
     return await send_routed(context, guard, client_id, body.to.as_route(), message, user)
+
+
+async def send_auto(
+    context: GatewayContext,
+    guard: QuotaGuard,
+    client_id: str,
+    auto: AutoRoute,
+    message: MessageCreate,
+    user: str | None,
+) -> MessageRouted:
+    """Smart routing (``core.smart_routing``): the best-matching conversation, else the
+    fallback; the decision goes with the message."""
+    check_author(message, user)
+    embedder = (await context.memory.service()).embedder
+    decision = await smart_route(
+        context.store, embedder, client_id, message.content, auto.min_score, auto.candidates, user
+    )
+    if decision.chosen is None:
+        if auto.fallback is None:
+            best = decision.candidates[0].score if decision.candidates else None
+            told = "no candidate" if best is None else f"the best scored {best:.3f}"
+            raise Conflict(
+                f"to.auto: no conversation matches this message ({told}, min_score "
+                f"{auto.min_score}); give to.auto.fallback, or a thread, session or persona"
+            )
+        to = auto.fallback.as_route()
+        return await send_routed(context, guard, client_id, to, message, user, decision=decision)
+    chosen = decision.chosen.conversation_id
+    conversation = await run_in_threadpool(context.store.conversations.get, chosen)
+    if conversation.status == ConversationStatus.COMPLETED:
+        raise Conflict(f"conversation {conversation.id} is completed")
+    accepted = await accept_message(context, client_id, chosen, message, user, decision=decision)
+    return MessageRouted(
+        conversation_id=chosen,
+        turn_id=accepted.turn_id,
+        message_id=accepted.message_id,
+        seq=accepted.seq,
+        forked=False,
+        session=decision.chosen.session,
+        routing=decision,
+    )
 
 
 async def send_routed(
@@ -160,13 +244,12 @@ async def send_routed(
     message: MessageCreate,
     user: str | None = None,
     *,
-    live: str | None = None,
     author: str | None = None,
+    decision: RouteDecision | None = None,
 ) -> MessageRouted:
     """Resolve the target (forking, or making a main session, as needed: counted against the
     client's conversations quota) and post the message as ``user`` (``core.sessions.route``).
-    ``live``: a conversation whose actor the caller knows is running (a stream's subscription),
-    acknowledged without asking. ``author``: the platform posting for ``user`` (a webhook)."""
+    ``author``: the platform posting for ``user`` (a webhook)."""
     if author is None:
         check_author(message, user)  # before routing makes anything
     if await run_in_threadpool(makes_conversation, context.store, client_id, to):
@@ -177,9 +260,14 @@ async def send_routed(
     )
     if conversation.status == ConversationStatus.COMPLETED:
         raise Conflict(f"conversation {conversation.id} is completed")
-    ready = True if conversation.id == live else None
     accepted = await accept_message(
-        context, client_id, conversation.id, message, user, actor_ready=ready, author=author
+        context,
+        client_id,
+        conversation.id,
+        message,
+        user,
+        author=author,
+        decision=decision,
     )
     return MessageRouted(
         conversation_id=conversation.id,
@@ -188,4 +276,5 @@ async def send_routed(
         seq=accepted.seq,
         forked=destination.forked,
         session=destination.session,
+        routing=decision,
     )

@@ -3,7 +3,10 @@
 The server sends the conversation's events as JSON frames ``{seq, type, ...}``: first the stored
 events after ``after_seq``, then live ones, token deltas included (``seq`` null). A client that
 reconnects with the last ``seq`` it saw gets exactly what it missed. A ``subscribed`` frame says
-the subscription is live: from then on no event (token deltas included) can be missed. The client
+the subscription is live: from then on no event (token deltas included) can be missed. An open
+stream needs no conversation actor: its events come from where they are written (the store, and
+the events hub every writer publishes to; ``Conversations.stream_events``), so the actor is
+evicted while idle and started again by the next message, and the stream goes on. The client
 sends ``{"type": "message", "content": ...}`` (the body of ``POST .../messages``: ``source``,
 ``model``, ``user_id``, ``reply_to_message_id``; ``to`` routes it to a thread, a session or a
 persona as ``POST /v1/messages`` does), answered by an ``ack`` frame saying where it went (its
@@ -48,7 +51,6 @@ from serving.gateway.auth import (
 from serving.gateway.context import GatewayContext, get_context
 from serving.gateway.conversations import owned_conversation
 from serving.gateway.errors import as_wonder_error
-from serving.gateway.history import visible_events
 from serving.gateway.key_watch import get_key_watch
 from serving.gateway.limits import MAX_FRAME_BYTES
 from serving.gateway.member_access import level_of
@@ -58,7 +60,7 @@ from serving.gateway.protocol import ClientMessageFrame
 from serving.gateway.quota_checks import get_guard
 from serving.gateway.sessions import MessageRouted, send_routed
 from serving.gateway.stream_tickets import redeem
-from serving.gateway.translation import SeqTracker, error_frame, frame_id, parse_client_frame
+from serving.gateway.translation import error_frame, frame_id, parse_client_frame
 
 logger = logging.getLogger("wonder.gateway")
 
@@ -119,7 +121,7 @@ class StreamSession:
         self.client_id = client_id
         self.key_hash = key_hash
         self.user = user
-        self.seen = SeqTracker(last_seq=after_seq)
+        self.after_seq = after_seq
         self.subscribed = asyncio.Event()
         self._send_lock = asyncio.Lock()
 
@@ -143,17 +145,14 @@ class StreamSession:
     async def pump_events(self) -> None:
         """Forward events until the stream ends; a broken one is reported and closed.
 
-        ``Conversations.stream_events`` already resumes from the last ``seq`` across actor
-        restarts (``core.retry.STREAM_RESUME``); what still fails here is reported, and the
+        ``Conversations.stream_events`` hands each durable event once and in order (reading
+        from the store what it did not hear of); what still fails here is reported, and the
         client reconnects with the last ``seq`` it saw.
         """
         try:
-            # Subscribe one event early: the actor replays that event (dropped here as a
-            # duplicate) as soon as it has registered us, which tells us when live events,
-            # tokens included, will reach us (every conversation has event 1).
             await self._forward(
                 self.context.conversations.stream_events(
-                    self.conversation.id, max(self.seen.last_seq - 1, 0)
+                    self.conversation.id, self.after_seq, marker=True
                 )
             )
             await self.close(1000)
@@ -168,31 +167,14 @@ class StreamSession:
     async def _forward(self, events: AsyncIterator[dict[str, Any]]) -> None:
         try:
             async for event in events:
-                if not self.subscribed.is_set():
-                    self.subscribed.set()
-                    await self.send(
-                        {"seq": None, "type": "subscribed", "after_seq": self.seen.last_seq}
-                    )
-                if self.seen.is_duplicate(event):
-                    continue
-                for missed in await self._missing(event):
-                    await self.send(missed)
-                    self.seen.saw(missed)
                 await self.send(event)
-                self.seen.saw(event)
+                if event.get("type") == "subscribed":
+                    self.subscribed.set()
         finally:
             close = getattr(events, "aclose", None)
             if close is not None:
                 with contextlib.suppress(Exception):
                     await close()
-
-    async def _missing(self, event: dict[str, Any]) -> list[dict[str, Any]]:
-        gap = self.seen.missing_before(event)
-        if not gap:
-            return []
-        return await run_in_threadpool(  # a fork's inherited events fill its seqs' start
-            visible_events, self.context.store, self.conversation.id, gap.start - 1, gap.stop
-        )
 
     # ------------------------------------------------------------------ client → server
 
@@ -262,17 +244,11 @@ class StreamSession:
         return ack
 
     async def post_here(self, frame: ClientMessageFrame) -> MessageRouted:
-        # A live subscription says the actor is started: it acknowledges in a few ms. Without
-        # one (the actor is starting, or the client sent before the ``subscribed`` frame) the
-        # message is acknowledged in the store at once, asking nobody; the actor picks the turn
-        # up and hands this subscriber, when it arrives, the tokens streamed so far.
+        # Acknowledged in the store at once when no actor holds the conversation's log (its
+        # actor is activated meanwhile), else by the actor in a few ms; either way the turn's
+        # events reach this stream, whenever it subscribed.
         accepted = await accept_message(
-            self.context,
-            self.client_id,
-            self.conversation.id,
-            frame.message(),
-            self.user,
-            actor_ready=self.subscribed.is_set(),
+            self.context, self.client_id, self.conversation.id, frame.message(), self.user
         )
         return MessageRouted(
             conversation_id=self.conversation.id,
@@ -286,11 +262,10 @@ class StreamSession:
         """As ``POST /v1/messages``: it may land in another conversation (a fork, a session);
         this stream goes on following its own, and the ack says where the message went."""
         assert frame.to is not None
-        live = self.conversation.id if self.subscribed.is_set() else None
         to = frame.to.as_route()
         guard = get_guard(self.websocket)
         return await send_routed(
-            self.context, guard, self.client_id, to, frame.message(), self.user, live=live
+            self.context, guard, self.client_id, to, frame.message(), self.user
         )
 
     # ------------------------------------------------------------------ closing

@@ -1,6 +1,6 @@
-"""Between stored shapes and wire shapes: page cursors, event frames, the stream's seq bookkeeping.
+"""Between stored shapes and wire shapes: page cursors, event frames, client frames, errors.
 
-Pure functions and one small state machine; no I/O.
+Pure functions; no I/O.
 """
 
 from __future__ import annotations
@@ -10,13 +10,12 @@ import binascii
 import hashlib
 import hmac
 import json
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
-from core.domain import Conversation, Event
+from core.domain import Conversation
 from core.errors import InvalidInput, NotFound
 from serving.gateway.errors import field_problems
 from serving.gateway.protocol import CLIENT_FRAME, ClientMessageFrame, ClientPingFrame
@@ -43,7 +42,12 @@ def _signature(key: bytes, body: str) -> bytes:
 def encode_cursor(conversation: Conversation, key: bytes) -> str:
     """An opaque cursor resuming a listing after ``conversation`` (ordered by created_at, id),
     signed with ``key`` so that only cursors this API issued are accepted back."""
-    body = _b64(json.dumps([conversation.created_at.isoformat(), conversation.id]).encode())
+    return encode_position(conversation.created_at, conversation.id, key)
+
+
+def encode_position(created_at: datetime, item_id: str, key: bytes) -> str:
+    """``encode_cursor`` for any listing ordered by (created_at, id) (turns, too)."""
+    body = _b64(json.dumps([created_at.isoformat(), item_id]).encode())
     return f"{body}.{_b64(_signature(key, body))}"
 
 
@@ -65,17 +69,6 @@ def decode_cursor(cursor: str, key: bytes) -> tuple[str, str]:
     except (ValueError, TypeError, binascii.Error) as exc:
         raise NotFound(f"after_cursor is not a cursor this API returned ({exc})") from None
     return created_at, last_id
-
-
-def event_frame(event: Event) -> dict[str, Any]:
-    """A stored event in the wire shape of the stream: ``{seq, type, at, conversation_id, ...}``."""
-    return {
-        **event.payload,
-        "seq": event.seq,
-        "type": event.type,
-        "at": event.at.isoformat(),
-        "conversation_id": event.conversation_id,
-    }
 
 
 def parse_client_frame(text: str | bytes) -> ClientMessageFrame | ClientPingFrame:
@@ -105,31 +98,3 @@ def error_frame(error: dict[str, Any], request_id: str | None = None) -> dict[st
     if request_id is not None:
         frame["id"] = request_id
     return frame
-
-
-@dataclass
-class SeqTracker:
-    """What a subscriber has seen: durable events pass once, in order; token deltas always pass.
-
-    After a resubscription the actor replays from ``last_seq``, so anything at or below it is a
-    duplicate; a durable event beyond ``last_seq + 1`` means events were skipped and must be
-    fetched from the store before it.
-    """
-
-    last_seq: int = 0
-
-    def is_duplicate(self, event: dict[str, Any]) -> bool:
-        seq = event.get("seq")
-        return seq is not None and seq <= self.last_seq
-
-    def missing_before(self, event: dict[str, Any]) -> range:
-        """Seqs skipped before ``event`` (empty when none)."""
-        seq = event.get("seq")
-        if seq is None or seq <= self.last_seq + 1:
-            return range(0)
-        return range(self.last_seq + 1, seq)
-
-    def saw(self, event: dict[str, Any]) -> None:
-        seq = event.get("seq")
-        if seq is not None and seq > self.last_seq:
-            self.last_seq = seq

@@ -17,6 +17,7 @@ from core.domain import Project
 from core.errors import Conflict, Unavailable
 from core.projects import merge_into_default, repository_of, workspace_spec
 from core.settings import Settings
+from core.store import Store
 from core.workspaces import WorkspaceStatus
 from serving.gateway.audit_trail import Audit, Auditor
 from serving.gateway.auth import ClientId, Context
@@ -123,6 +124,7 @@ def _diff(workplace: Workplace) -> BranchDiffOut:
 
 
 def _merge(
+    store: Store,
     workplace: Workplace,
     settings: Settings,
     body: MergeRequest | None,
@@ -130,7 +132,7 @@ def _merge(
     target: str,
 ) -> MergeResult | JSONResponse:
     project, name = workplace
-    report = merge_into_default(project, settings, name, body.message if body else None)
+    report = merge_into_default(store, project, settings, name, body.message if body else None)
     outcome = report.outcome
     merged = {
         "project_id": project.id,
@@ -186,9 +188,9 @@ async def _merge_off_the_pool(
 ) -> MergeResult | JSONResponse:
     """A merge may push to the origin: it runs with the replica's remote git, not on the
     request pool."""
-    settings = context.settings
+    settings, store = context.settings, context.store
     return await remote_git(request, settings).run(
-        lambda: _merge(workplace, settings, body, audit, target)
+        lambda: _merge(store, workplace, settings, body, audit, target)
     )
 
 

@@ -121,7 +121,7 @@ async def test_turns_complete_while_actors_are_killed_at_random(
             assert len(answers) == 1
 
 
-RESTARTS = 5  # more than the relay's resubscriptions in a row (core.retry.STREAM_RESUME) once were
+RESTARTS = 5  # more than the relay's resubscriptions in a row once were (streams need no actor now)
 
 
 async def test_a_stream_outlives_its_idle_actor_killed_again_and_again(

@@ -315,7 +315,7 @@ def test_message_source_and_model_override(gateway_url: str, api: httpx.Client, 
     ]
     turn = api.get(f"/v1/conversations/{conv}/turns/{first['turn_id']}").json()
     assert turn["source"] == "cron"
-    assert turn["model"]["override"] == override
+    assert turn["model"]["override"] == {**override, "thinking": None}
     used = turn["model"]["used"]
     assert (used["model_profile_id"], used["model"], used["temperature"], used["max_tokens"]) == (
         other,
@@ -513,7 +513,7 @@ def test_stream_message_frames_route_and_override_the_model(
         ]
         turn = api.get(f"/v1/conversations/{conv}/turns/{here['turn_id']}").json()
         assert turn["parent_turn_id"] == tip
-        assert turn["model"]["override"] == {**override, "max_tokens": None}
+        assert turn["model"]["override"] == {**override, "max_tokens": None, "thinking": None}
         assert turn["model"]["used"]["model_profile_id"] == other
 
         # To a session naming this conversation: here too; without ``to``: here, as before.

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from cluster.executor import RayTaskRunner
-from cluster.wiring import executor_services
+from cluster.executor_wiring import executor_services
 from core.domain import TaskAction, TaskDef
 from core.ports import TaskContext, TaskOutcome
 from tests.conftest import Cluster

@@ -13,7 +13,7 @@ import ray
 
 from cluster.executor import RayTaskRunner
 from cluster.executor_pool import PooledTaskRunner, start_pool
-from cluster.wiring import executor_services
+from cluster.executor_wiring import executor_services
 from core.domain import TaskAction, TaskDef
 from core.errors import RetryableError
 from core.ports import TaskContext, TaskOutcome

@@ -216,7 +216,8 @@ def test_conversations_children_cursors_and_cascade(
     assert [c["id"] for c in roots] == [root_id]
     children = alice.get("/v1/conversations", params={"ancestry": "children"}).json()["items"]
     assert len(children) == 6
-    everything = alice.get("/v1/conversations", params={"limit": 200}).json()["items"]
+    everything = alice.get("/v1/conversations", params={"limit": 200, "ancestry": "all"})
+    everything = everything.json()["items"]
     assert [c["id"] for c in everything] == [root_id, *(k.id for k in kids), grandchild.id]
 
     deleted = alice.delete(f"/v1/conversations/{root_id}")

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import pytest
@@ -30,6 +31,7 @@ from websockets.exceptions import ConnectionClosed
 from core.ids import utc_now
 from tests.conftest import Cluster, wait_for
 from tests.factories import make_client
+from tests.integration.mcp_fixtures import OwnServer, start_test_server
 from tests.integration.test_gateway import deploy_gateway, http_client, unique
 from tests.integration.test_gateway_stream import open_stream
 
@@ -76,6 +78,11 @@ EXEMPT: dict[tuple[str, str], tuple[int, str]] = {
         "secret names are per client: a second client's PUT stores a secret of its own under "
         "that name; the first client's secret is checked unchanged (its version)",
     ),
+    ("PUT", "/v1/mcp-servers/{server_id}"): (
+        200,
+        "MCP server ids are per client: a second client's PUT (the first client's body) registers "
+        "a server of its own under that id; the first client's registration is checked unchanged",
+    ),
     ("POST", "/v1/hooks/{hook_id}"): (
         401,
         "webhook deliveries authenticate by the hook's HMAC signature, not by an API key: a "
@@ -92,6 +99,7 @@ class Owner:
     client_id: str
     ids: dict[str, str] = field(default_factory=dict)
     library_bodies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    mcp_body: dict[str, Any] = field(default_factory=dict)
 
 
 @pytest.fixture(scope="module")
@@ -186,16 +194,39 @@ def _others(owner: Owner) -> None:
     ok(api.put(f"/v1/users/{owner.ids['user_id']}/quota", json={"concurrent_turns": 3}))
     ok(api.put("/v1/secrets/sweep-token", json={"value": "s3cr3t-of-the-owner"}))
     owner.ids["secret"] = "sweep-token"
+    ok(api.put(f"/v1/conversations/{conv}/context/sweep-plan", json={"value": {"step": 1}}))
+    owner.ids["context_key"] = "sweep-plan"
+
+
+def _mcp_server(owner: Owner, server: OwnServer) -> None:
+    owner.mcp_body = {"transport": "http", "url": server.url}
+    owner.ids["server_id"] = "sweep-mcp"
+    ok(owner.api.put("/v1/mcp-servers/sweep-mcp", json=owner.mcp_body))
 
 
 @pytest.fixture(scope="module")
-def owner(gateway_url: str, ray_cluster: Cluster, embedder_app: str) -> Iterator[Owner]:
+def mcp_server() -> Iterator[OwnServer]:
+    server = start_test_server()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def owner(
+    gateway_url: str, ray_cluster: Cluster, embedder_app: str, mcp_server: OwnServer
+) -> Iterator[Owner]:
     client_id, key = make_client(ray_cluster.store, "sweep-owner")
     with http_client(gateway_url, key) as api:
+        # Making the objects waits on turns and a workflow run (wait_s 60): on a loaded machine
+        # they answer after the default 30 s.
+        api.timeout = httpx.Timeout(120)
         made = Owner(api, client_id)
         _library(made)
         _conversation(made)
         _others(made)
+        _mcp_server(made, mcp_server)
         yield made
 
 
@@ -234,7 +265,15 @@ FACTORIES: dict[str, Callable[[Owner, str], str]] = {
     "hook_id": lambda o, _path: o.ids["hook_id"],
     "trigger_id": lambda o, _path: o.ids["trigger_id"],
     "name": lambda o, path: _secret_name(o, path),
+    "server_id": lambda o, _path: o.ids["server_id"],
+    "key": lambda o, path: _context_key(o, path),
 }
+
+
+def _context_key(owner: Owner, path: str) -> str:
+    if not path.startswith("/v1/conversations/{conversation_id}/context/"):
+        raise LookupError(f"{{key}} in {path}: not a context entry's key, the sweep knows no other")
+    return owner.ids["context_key"]
 
 
 def _secret_name(owner: Owner, path: str) -> str:
@@ -288,6 +327,8 @@ def example(schema: dict[str, Any], spec: dict[str, Any], where: str) -> Any:
         return max(schema.get("minimum", 1), 1)
     if kind == "boolean":
         return False
+    if kind is None and not schema.keys() - {"title", "description", "examples"}:
+        return "x1"  # any JSON value
     raise CannotBuild(f"{where}: no example for schema {schema!r}")
 
 
@@ -316,9 +357,19 @@ def probes(spec: dict[str, Any], owner: Owner) -> tuple[list[Probe], list[str]]:
             except (CannotBuild, LookupError) as exc:
                 problems.append(f"{name}: {exc}")
                 continue
-            path = template.format(**values)
+            path = template.format(**values) + _query(operation, spec, name)
             built.append(Probe(method.upper(), template, path, tuple(values.values()), body))
     return built, problems
+
+
+def _query(operation: dict[str, Any], spec: dict[str, Any], where: str) -> str:
+    """The operation's required query parameters (a search's ``q``), as a query string."""
+    required = {
+        p["name"]: example(p.get("schema", {}), spec, f"{where} ?{p['name']}")
+        for p in operation.get("parameters", [])
+        if p.get("in") == "query" and p.get("required")
+    }
+    return f"?{urlencode(required)}" if required else ""
 
 
 def _fill(param: str, owner: Owner, template: str) -> str:
@@ -332,11 +383,17 @@ def _body(
 ) -> Any:
     if method == "PUT" and template.split("/")[2] in LIBRARY_KINDS:
         return owner.library_bodies[_library_kind(template)]
+    if method == "PUT" and template == "/v1/mcp-servers/{server_id}":
+        return owner.mcp_body
+    if template.endswith("/chat/completions"):  # the last message must be the user's
+        return {"model": "agent", "messages": [{"role": "user", "content": "hi"}]}
     request_body = operation.get("requestBody")
     if request_body is None:
         return None
-    schema = request_body["content"]["application/json"]["schema"]
-    return example(schema, spec, f"{method} {template} body")
+    content = request_body["content"]["application/json"]
+    if "schema" not in content:  # a protocol route (JSON-RPC) documents an example body only
+        return content["example"]
+    return example(content["schema"], spec, f"{method} {template} body")
 
 
 # --------------------------------------------------------------------------- the sweep
@@ -393,6 +450,9 @@ def _snapshot(owner: Owner) -> dict[str, Any]:
         "trigger": ok(api.get(f"/v1/triggers/{ids['trigger_id']}")),
         "user_quota": ok(api.get(f"/v1/users/{ids['user_id']}/quota")),
         "secret": ok(api.get(f"/v1/secrets/{ids['secret']}")),
+        "mcp_server": ok(api.get(f"/v1/mcp-servers/{ids['server_id']}")),
+        "context": ok(api.get(f"/v1/conversations/{conv}/context")),
+        "memory_upkeep": ok(api.get(f"/v1/agents/{ids['agent_id']}/memory-upkeep")),
         "library": {
             kind: ok(api.get(f"/v1/{kind}/{ids[kind]}/versions")) for kind in LIBRARY_KINDS
         },

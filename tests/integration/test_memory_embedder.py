@@ -12,8 +12,8 @@ import pytest
 import ray
 
 from cluster.executor import execute_task
-from cluster.models import ServedEmbedders
-from cluster.wiring import executor_services
+from cluster.executor_wiring import executor_services
+from cluster.memory_access import ServedEmbedders
 from core.domain import TaskDef
 from core.memory import HashingEmbedder, MemoryFilter, NewMemory, open_memory_service
 from core.memory.embedding import SentenceTransformerEmbedder

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster.wiring import executor_services
+from cluster.executor_wiring import executor_services
 from core.domain import Agent, MessageRole, TurnStatus, WorkflowCaller
 from core.errors import ErrorCode
 from core.ids import utc_now

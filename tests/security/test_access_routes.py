@@ -90,6 +90,7 @@ def world(gateway_url: str, ray_cluster: Cluster) -> Iterator[World]:
         turn = _ok(made.send(OWNER, "POST", f"{base}/messages", {"content": "a secret"}), 202)
         ids["turn"] = turn["turn_id"]
         _ok(made.send(OWNER, "PUT", f"{base}/members/{READER}", {"level": "reader"}))
+        _ok(made.send(OWNER, "PUT", f"{base}/context/plan", {"value": "a private plan"}))
         ids["label"] = f"private-{new_id().lower()}"
         body = {"conversation_id": conv["id"]}
         _ok(made.send(OWNER, "PUT", f"/v1/sessions/{ids['label']}", body), 201)
@@ -171,6 +172,15 @@ def _body(method: str, path: str, make: Callable[[str], Any], kind: str) -> Buil
     return build
 
 
+def _chat(agent_id: str, conversation_id: str) -> dict[str, Any]:
+    """An OpenAI chat-completions body continuing ``conversation_id`` with the agent."""
+    return {
+        "model": f"agent:{agent_id}",
+        "messages": [{"role": "user", "content": "let me in"}],
+        "metadata": {"conversation_id": conversation_id},
+    }
+
+
 def _fresh_label(ids: dict[str, str]) -> Probe:
     path = f"/v1/sessions/new-{new_id().lower()}"
     return Probe(
@@ -192,8 +202,27 @@ PROBES: dict[tuple[str, str], Build] = {
     ),
     ("GET", "/v1/conversations/{conversation_id}/messages"): _conv("GET", "/messages"),
     ("GET", "/v1/conversations/{conversation_id}/turns"): _conv("GET", "/turns"),
+    ("GET", "/v1/conversations/{conversation_id}/messages/search"): _conv(
+        "GET", "/messages/search?q=secret"
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/stats"): _conv("GET", "/stats"),
+    ("GET", "/v1/conversations/{conversation_id}/context"): _conv("GET", "/context"),
+    ("GET", "/v1/conversations/{conversation_id}/context/{key}"): _conv("GET", "/context/plan"),
+    ("PUT", "/v1/conversations/{conversation_id}/context/{key}"): _conv(
+        "PUT", "/context/plan", {"value": "mine now"}
+    ),
+    ("DELETE", "/v1/conversations/{conversation_id}/context/{key}"): _conv(
+        "DELETE", "/context/plan"
+    ),
     ("GET", "/v1/conversations/{conversation_id}/turns/{turn_id}"): _conv("GET", "/turns/{turn}"),
     ("GET", "/v1/conversations/{conversation_id}/events"): _conv("GET", "/events"),
+    **{
+        ("GET", f"/v1/conversations/{{conversation_id}}/turns/{{turn_id}}/{part}"): _conv(
+            "GET", f"/turns/{{turn}}/{part}"
+        )
+        for part in ("calls", "links", "trace", "usage")
+    },
+    ("GET", "/v1/conversations/{conversation_id}/usage"): _conv("GET", "/usage"),
     ("PUT", "/v1/conversations/{conversation_id}/policy"): _conv(
         "PUT", "/policy", {"concurrency_policy": "queue"}
     ),
@@ -251,6 +280,23 @@ PROBES: dict[tuple[str, str], Build] = {
     ("POST", "/v1/stream-tickets"): _body(
         "POST", "/v1/stream-tickets", lambda c: {"conversation_id": c}, "conv"
     ),
+    # OpenAI chat completions for agents: continuing a conversation posts to it.
+    ("POST", "/v1/agents/{agent_id}/chat/completions"): _body(
+        "POST",
+        "/v1/agents/{agent}/chat/completions",
+        lambda c: {
+            "messages": [{"role": "user", "content": "hi"}],
+            "metadata": {"conversation_id": c},
+        },
+        "conv",
+    ),
+    ("POST", "/v1/chat/completions"): lambda ids: Probe(
+        "POST",
+        "/v1/chat/completions",
+        "/v1/chat/completions",
+        _chat(ids["agent"], ids["conv"]),
+        _chat(ids["agent"], MISSING["conv"]),
+    ),
 }
 
 # Listings: (path, the ids of the private conversation's things it must not show a stranger).
@@ -277,6 +323,31 @@ CONVERSATION_FREE: dict[tuple[str, str], str] = {
         )
     },
     ("GET", "/v1/library/callables"): "the operator's registered callables",
+    ("GET", "/v1/usage"): "the client's model calls summed (token and cost totals, optionally "
+    "one agent's): no conversation's id or content",
+    **{
+        (method, path): "the client's MCP servers (tool sources of its library): "
+        + NOT_A_CONVERSATION
+        for method, path in (
+            ("PUT", "/v1/mcp-servers/{server_id}"),
+            ("GET", "/v1/mcp-servers/{server_id}"),
+            ("DELETE", "/v1/mcp-servers/{server_id}"),
+            ("GET", "/v1/mcp-servers"),
+            ("POST", "/v1/mcp-servers/{server_id}/refresh"),
+        )
+    },
+    **{
+        (method, "/mcp"): "MCP's own protocol (JSON-RPC answers, not route statuses): each tool "
+        "call and resource read is checked with the REST rules by serving.gateway.agent_turns "
+        "(a non-member's call or read gets what a missing conversation gets: "
+        "tests/integration/test_mcp_server.py::test_mcp_access_rules)"
+        for method in ("POST",)
+    },
+    ("GET", "/a2a/agents/{agent_id}/.well-known/agent-card.json"): "an agent's A2A card: "
+    "agents are the client's, shared by its users",
+    ("POST", "/a2a/agents/{agent_id}"): "A2A's own protocol (JSON-RPC answers, not route "
+    "statuses): each method is checked with the REST rules by serving.gateway.a2a "
+    "(test_a2a_gives_a_non_member_what_a_missing_task_gets)",
     ("POST", "/v1/agents"): "agents are the client's, shared by its users",
     ("GET", "/v1/agents"): "agents are the client's, shared by its users",
     ("GET", "/v1/agents/{agent_id}"): "agents are the client's, shared by its users",
@@ -292,6 +363,10 @@ CONVERSATION_FREE: dict[tuple[str, str], str] = {
             ("POST", "/v1/agents/{agent_id}/memories/search"),
             ("GET", "/v1/agents/{agent_id}/memories/{memory_id}"),
             ("DELETE", "/v1/agents/{agent_id}/memories/{memory_id}"),
+            ("GET", "/v1/agents/{agent_id}/memory-upkeep"),
+            ("PUT", "/v1/agents/{agent_id}/memory-upkeep"),
+            ("DELETE", "/v1/agents/{agent_id}/memory-upkeep"),
+            ("POST", "/v1/agents/{agent_id}/memory-upkeep/run"),
         )
     },
     **{
@@ -369,6 +444,7 @@ def _snapshot(world: World) -> dict[str, Any]:
         for path in (
             base,
             f"{base}/messages",
+            f"{base}/context",
             f"{base}/turns",
             f"{base}/members",
             f"{base}/forks",
@@ -424,6 +500,67 @@ def test_listings_show_a_non_member_nothing_of_the_conversation(world: World) ->
             problems.append(f"GET {template} shows a non-member {shown}")
         if not all(value in mine.text for value in hidden[:1]):
             problems.append(f"GET {template}: its owner does not see {hidden[0]}: {mine.text}")
+    assert not problems, "\n".join(problems)
+
+
+def _a2a(world: World, user: str, method: str, params: dict[str, Any]) -> httpx.Response:
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    headers = {"X-Wonder-User": user}
+    if "/" not in method:  # the 1.0 names; a 0.3 client sends no version
+        headers["A2A-Version"] = "1.0"
+    return world.api.post(f"/a2a/agents/{world.ids['agent']}", json=body, headers=headers)
+
+
+def _a2a_message(conversation_id: str) -> dict[str, Any]:
+    return {
+        "message": {
+            "messageId": "m-probe",
+            "role": "ROLE_USER",
+            "parts": [{"text": "let me in"}],
+            "contextId": conversation_id,
+        }
+    }
+
+
+def _a2a_v03_message(conversation_id: str) -> dict[str, Any]:
+    text = {"kind": "text", "text": "let me in"}
+    message = {"messageId": "m-probe", "role": "user", "parts": [text]}
+    return {"message": {**message, "contextId": conversation_id}}
+
+
+# A2A methods that reach the private conversation: (method, its params for an id, which id).
+A2A_PROBES: list[tuple[str, Callable[[str], dict[str, Any]], str]] = [
+    ("SendMessage", _a2a_message, "conv"),
+    ("SendStreamingMessage", _a2a_message, "conv"),
+    ("ListTasks", lambda c: {"contextId": c}, "conv"),
+    ("GetTask", lambda t: {"id": t}, "turn"),
+    ("CancelTask", lambda t: {"id": t}, "turn"),
+    ("SubscribeToTask", lambda t: {"id": t}, "turn"),
+    ("message/send", _a2a_v03_message, "conv"),  # the 0.3 names reach the same handler
+    ("tasks/get", lambda t: {"id": t}, "turn"),
+]
+
+
+def test_a2a_gives_a_non_member_what_a_missing_task_gets(world: World) -> None:
+    """Every A2A method reaching the private conversation (its task, its context) answers a
+    non-member exactly what it answers for a task or conversation that is not there, and
+    changes nothing; its members read it."""
+    problems: list[str] = []
+    before = _snapshot(world)
+    for method, params, kind in A2A_PROBES:
+        refused = _a2a(world, STRANGER, method, params(world.ids[kind]))
+        absent = _a2a(world, STRANGER, method, params(MISSING[kind]))
+        if refused.status_code != 200 or "error" not in refused.json():
+            problems.append(f"{method}: a non-member got {refused.status_code} {refused.text}")
+            continue
+        if _normal(refused.text, world.ids) != _normal(absent.text, world.ids):
+            problems.append(f"{method}: {refused.text} differs from {absent.text}")
+    assert _snapshot(world) == before, "a refused A2A call changed something"
+    # The probes reach a real task: its reader reads it, and may not post to it.
+    task = _a2a(world, READER, "GetTask", {"id": world.ids["turn"]}).json()
+    assert task.get("result", {}).get("contextId") == world.ids["conv"], task
+    sent = _a2a(world, READER, "SendMessage", _a2a_message(world.ids["conv"])).json()
+    assert "error" in sent and "PERMISSION_DENIED" in json.dumps(sent), sent
     assert not problems, "\n".join(problems)
 
 

@@ -8,7 +8,14 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, select
 
-from actors.conversation.log import ConversationLog, PendingEvent, PendingWrite
+from actors.conversation.log import (
+    ConversationLog,
+    LogOwned,
+    Owner,
+    PendingEvent,
+    PendingWrite,
+    WriterFenced,
+)
 from core.conversations import create_conversation
 from core.domain import Message, MessageRole, Turn, UserCaller
 from core.ids import new_id, utc_now
@@ -72,6 +79,52 @@ def test_seq_is_gap_free_under_concurrent_writers(store_url: str, store: Store) 
     assert errors == []
     seqs = [event.seq for event in store.events.list(conversation.id)]
     assert seqs == list(range(1, 2 + WRITERS * COMMITS_PER_WRITER * 2))
+
+
+def test_one_writer_at_a_time_by_the_lease(store: Store) -> None:
+    """A guest appends while nobody holds the log; an actor's lease refuses guests; a newer
+    incarnation's lease fences the former one; a released lease lets guests in again."""
+    conversation = create_conversation(store, client_id="c")
+    guest = ConversationLog(store, conversation.id, publish=lambda _event: None)
+    guest.note(utc_now(), "note", {"by": "guest"})
+
+    first = store.writers.take(conversation.id, "actor:1", utc_now())
+    owner = ConversationLog(store, conversation.id, lambda _e: None, Owner(first))
+    owner.note(utc_now(), "note", {"by": "first"})
+    with pytest.raises(LogOwned):
+        guest.note(utc_now(), "note", {"by": "guest"})
+
+    second = store.writers.take(conversation.id, "actor:2", utc_now())
+    assert second == first + 1
+    with pytest.raises(WriterFenced):
+        owner.note(utc_now(), "note", {"by": "first, fenced"})
+    assert not store.writers.release(conversation.id, first, utc_now())  # not its to give up
+    newer = ConversationLog(store, conversation.id, lambda _e: None, Owner(second))
+    newer.note(utc_now(), "note", {"by": "second"})
+    assert store.writers.held([conversation.id, "conv_other"]) == {conversation.id}
+
+    assert store.writers.release(conversation.id, second, utc_now())
+    with pytest.raises(WriterFenced):
+        newer.note(utc_now(), "note", {"by": "second, released"})
+    guest.note(utc_now(), "note", {"by": "guest again"})
+    assert store.writers.held([conversation.id]) == set()
+
+    writers = [e.payload["by"] for e in store.events.list(conversation.id)[1:]]
+    assert writers == ["guest", "first", "second", "guest again"]
+    assert [e.seq for e in store.events.list(conversation.id)] == [1, 2, 3, 4, 5]
+    assert store.events.last_seqs([conversation.id, "conv_other"]) == {conversation.id: 5}
+
+
+def test_opening_a_migrated_database_waits_for_no_writer(store_url: str, store: Store) -> None:
+    """Every process opens the store (each conversation actor's start): once the database is
+    migrated to this schema, opening it only reads, so it does not queue behind a writer."""
+    opened: list[Store] = []
+    with store.db.begin():  # a writer holds the database (SQLite: its write lock)
+        opener = threading.Thread(target=lambda: opened.append(Store.open(store_url)))
+        opener.start()
+        opener.join(timeout=20)
+        assert opened, "opening the store waited for the writer"
+    opened[0].db.dispose()
 
 
 def test_a_failed_transaction_gives_back_its_rows_and_numbers(store: Store) -> None:

@@ -39,6 +39,7 @@ def store_in(data_dir: Path) -> Store:
         (["down"], "recorded PID"),
         (["status"], "gateway"),
         (["chat"], "AGENT_ID"),
+        (["chat"], "--conversation"),
         (["library", "apply"], "DIR"),
         (["keys", "create"], "NAME"),
         (["keys", "create"], "--operator"),
@@ -162,6 +163,24 @@ def test_first_client_is_made_once(data_dir: Path) -> None:
 def test_chat_without_key_fails_plainly(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["chat", "agent_x"]) == 4  # refused: no key
     assert "no API key" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["chat"], ["chat", "agent_x", "--conversation", "conv_x"]])
+def test_chat_needs_an_agent_or_a_conversation_not_both(
+    argv: list[str], data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(argv) == 2  # usage, before any key or request
+    assert "--conversation ID to resume" in capsys.readouterr().err
+
+
+def test_chat_resume_keeps_the_last_turns_user_and_agent_messages() -> None:
+    def message(turn: str, role: str) -> dict[str, str]:
+        return {"turn_id": turn, "role": role, "content": f"{turn}-{role}"}
+
+    messages = [message(t, r) for t in ("t1", "t2", "t3") for r in ("user", "tool", "agent")]
+    kept = chat.last_turns(messages, 2)
+    assert [m["content"] for m in kept] == ["t2-user", "t2-agent", "t3-user", "t3-agent"]
+    assert chat.last_turns(messages, 0) == []
 
 
 def test_down_with_nothing_running(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1073,25 +1073,3 @@ def test_planning_modules_import_no_io_libraries() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
-
-
-def test_waiting_token_deltas_are_coalesced_per_turn() -> None:
-    import asyncio
-
-    from actors.conversation.actor import coalesce_tokens
-
-    queue: asyncio.Queue[dict[str, object]] = asyncio.Queue()
-    for event in (
-        {"type": "token", "turn_id": "t1", "delta": "b"},
-        {"type": "token", "turn_id": "t1", "delta": "c"},
-        {"type": "token", "turn_id": "t2", "delta": "x"},
-        {"type": "message", "seq": 5},
-    ):
-        queue.put_nowait(event)
-    merged, held = coalesce_tokens({"type": "token", "turn_id": "t1", "delta": "a"}, queue)
-    assert merged["delta"] == "abc"
-    assert held == {"type": "token", "turn_id": "t2", "delta": "x"}
-    assert coalesce_tokens({"type": "message", "seq": 4}, queue) == (
-        {"type": "message", "seq": 4},
-        None,
-    )

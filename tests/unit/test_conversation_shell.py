@@ -357,25 +357,26 @@ async def test_a_message_acknowledged_before_its_actor_exists_is_answered(
     cluster: InProcessCluster,
 ) -> None:
     conv = conversation(cluster.store, [{"reply": "answer to {{last_user}}"}])
+    stream = cluster.stream_events(conv, 0)  # following needs no actor, and starts none
+    assert (await anext(stream))["type"] == "conversation_started"
     ack = cluster.intake.acknowledge(conv, "hello", "user-1", message_id=new_id("msg"))
     assert ack is not None and conv not in cluster.actors
     assert cluster.store.turns.get(ack.turn_id).started_at is None  # stored, not started
-    stream = cluster.stream_events(conv, 0)  # the actor starts: recovery picks the turn up
+    cluster.actor(conv)  # activated (as the directory admits it): recovery picks the turn up
     seen = await collect_until(stream, "turn.completed")
     assert [e["seq"] for e in seen if e.get("seq")] == list(
-        range(1, len(event_types(cluster.store, conv)) + 1)
+        range(2, len(event_types(cluster.store, conv)) + 1)
     )
     assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
     assert cluster.store.messages.list(conv)[-1].content == "answer to hello"
 
 
-async def test_the_actor_picks_up_a_message_acknowledged_while_it_started(
+async def test_the_actor_picks_up_a_message_acknowledged_before_it_started(
     cluster: InProcessCluster,
 ) -> None:
     conv = conversation(cluster.store, [{"reply": "answer to {{last_user}}"}])
     stream = cluster.stream_events(conv, 0)
     assert (await anext(stream))["type"] == "conversation_started"
-    await asyncio.sleep(0.05)  # the actor has recovered (nothing to do) before the ack lands
     ack = cluster.intake.acknowledge(conv, "late", "user-1", message_id=new_id("msg"))
     assert ack is not None
     # The caller's own call reaches the actor: it finds the message stored and starts the turn.
@@ -388,20 +389,27 @@ async def test_the_actor_picks_up_a_message_acknowledged_while_it_started(
     assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
 
 
-async def test_a_wait_for_a_turn_acknowledged_elsewhere_waits_for_its_start(
+async def test_while_its_actor_holds_the_log_no_one_else_appends(
     cluster: InProcessCluster,
 ) -> None:
+    """One writer at a time: an idle conversation whose actor is resident is not acknowledged
+    in the store (the message goes to the actor); once the actor hibernates it is again."""
     conv = conversation(cluster.store, [{"reply": "answer to {{last_user}}"}])
-    stream = cluster.stream_events(conv, 0)
-    assert (await anext(stream))["type"] == "conversation_started"
-    ack = cluster.intake.acknowledge(conv, "late", "user-1", message_id=new_id("msg"))
-    assert ack is not None
-    # The wait reaches the running actor before the call that starts the turn there does.
-    waiting = asyncio.ensure_future(cluster.actor(conv).wait_for_turn(ack.turn_id, 30))
+    actor = cluster.actor(conv)
     await asyncio.sleep(0.05)
-    assert not waiting.done()  # not answered "active" at once: the turn is on its way
-    await cluster.post_message(conv, "late", "user-1", message_id=ack.message_id)
-    assert (await waiting).status is TurnStatus.COMPLETED
+    assert cluster.intake.acknowledge(conv, "one", "user-1", message_id=new_id("msg")) is None
+    assert cluster.store.messages.list(conv) == []
+    ack = await cluster.post_message(conv, "one", "user-1")
+    assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+    await async_wait_for(lambda: cluster.idle_noted == [conv])  # told the directory it is idle
+    assert await actor.try_hibernate()
+    later = cluster.intake.acknowledge(conv, "two", "user-1", message_id=new_id("msg"))
+    assert later is not None
+    assert [m.content for m in cluster.store.messages.list(conv)] == [
+        "one",
+        "answer to one",
+        "two",
+    ]
 
 
 async def test_a_busy_conversation_is_left_to_its_actor(cluster: InProcessCluster) -> None:
@@ -413,30 +421,30 @@ async def test_a_busy_conversation_is_left_to_its_actor(cluster: InProcessCluste
     assert await ended(cluster, first.turn_id) is TurnStatus.COMPLETED
 
 
-async def test_a_turn_acknowledged_while_the_actor_read_its_parent_becomes_the_parent(
+async def test_no_turn_is_stored_between_the_actors_parent_read_and_its_write(
     cluster: InProcessCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The actor holds the log: an acknowledgement tried between its read of a new turn's parent
+    and its write is refused, so its turns never fork off one stored meanwhile."""
     conv = conversation(cluster.store, [{"reply": "answer to {{last_user}}"}])
     first = await cluster.post_message(conv, "one", "user-1")
     assert await ended(cluster, first.turn_id) is TurnStatus.COMPLETED
-    interleaved: list[MessageAck] = []
+    interleaved: list[MessageAck | None] = []
 
     def parent_then_an_intake(store: Store, conversation_id: str, reply_to: str | None) -> Any:
         parent = intake.parent_turn(store, conversation_id, reply_to)
-        if not interleaved:  # the caller acknowledges another message between read and write
+        if not interleaved:  # the caller tries to acknowledge another message meanwhile
             ack = cluster.intake.acknowledge(conv, "two", "user-1", message_id=new_id("msg"))
-            assert ack is not None
             interleaved.append(ack)
         return parent
 
     monkeypatch.setattr(actor_module, "parent_turn", parent_then_an_intake)
     third = await cluster.post_message(conv, "three", "user-1")
-    second = interleaved[0]
-    await cluster.post_message(conv, "two", "user-1", message_id=second.message_id)
+    assert interleaved == [None]
     assert await ended(cluster, third.turn_id) is TurnStatus.COMPLETED
     turns = cluster.store.turns.list(conv)  # in id order
-    assert [t.id for t in turns] == [first.turn_id, second.turn_id, third.turn_id]
-    assert [t.parent_turn_id for t in turns] == [None, first.turn_id, second.turn_id]
+    assert [t.id for t in turns] == [first.turn_id, third.turn_id]
+    assert [t.parent_turn_id for t in turns] == [None, first.turn_id]
 
 
 def test_an_id_made_after_another_sorts_after_it() -> None:
@@ -761,17 +769,18 @@ async def test_a_subscriber_arriving_mid_reply_gets_the_tokens_so_far(
     cluster: InProcessCluster,
 ) -> None:
     conv = conversation(cluster.store, [{"reply": "x"}])
-    actor = cluster.actor(conv)
+    events = cluster.events
     for delta in ("Hel", "lo"):  # a model call in flight: streamed, not yet stored
-        actor.publish(token_event(conv, "turn_x", delta))
-    late = actor.events(0)
+        events.publish(conv, [token_event(conv, "turn_x", delta)])
+    late = cluster.stream_events(conv, 0)
     assert (await anext(late))["type"] == "conversation_started"
     assert await anext(late) == token_event(conv, "turn_x", "Hello")
-    actor.publish(token_event(conv, "turn_x", "!"))
+    events.publish(conv, [token_event(conv, "turn_x", "!")])
     assert (await anext(late))["delta"] == "!"
-    actor.publish({"seq": None, "type": "llm.retry", "turn_id": "turn_x", "attempt": 1})
-    again = actor.events(0)
+    events.publish(conv, [{"seq": None, "type": "llm.retry", "turn_id": "turn_x", "attempt": 1}])
+    assert (await anext(late))["type"] == "llm.retry"
+    again = cluster.stream_events(conv, 0)
     assert (await anext(again))["type"] == "conversation_started"
     # a retried call starts over: nothing in flight is replayed
-    actor.publish(token_event(conv, "turn_x", "Hi"))
+    events.publish(conv, [token_event(conv, "turn_x", "Hi")])
     assert (await anext(again))["delta"] == "Hi"

@@ -156,3 +156,15 @@ def test_serve_proxies_and_gateway_replicas_as_the_settings_say() -> None:
     assert launcher_env["WONDER_SERVE_PROXY_LOCATION"] == "EveryNode"
     for settings_env in (env, launcher_env):
         assert int(settings_env["WONDER_GATEWAY_NUM_REPLICAS"]) >= 2  # a lost node keeps one
+
+
+def test_alerts_and_panels_name_counters_the_cluster_exports() -> None:
+    source = (ROOT / "cluster" / "metrics.py").read_text()
+    exported = set(re.findall(r'(?:Counter|Gauge|Histogram)\(\s*"(wonder_[a-z_]+)"', source))
+    alerts = yaml.safe_load((ROOT / "deploy" / "alerts.yaml").read_text())
+    rules = [rule for group in alerts["groups"] for rule in group["rules"]]
+    assert rules and all({"alert", "expr", "labels", "annotations"} <= set(r) for r in rules)
+    dashboard = (ROOT / "deploy" / "grafana-dashboard.json").read_text()
+    exprs = [r["expr"] for r in rules] + [dashboard]
+    named = {m for e in exprs for m in re.findall(r"ray_(wonder_[a-z_]+?)(?:_total|_bucket)?\b", e)}
+    assert named and named <= exported, sorted(named - exported)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from actors.conversation.directory import ConversationDirectory
+from actors.conversation.directory import AtCapacity, ConversationDirectory
 from core.errors import Unavailable
 
 
@@ -202,3 +202,71 @@ async def test_at_the_cap_the_reserve_is_not_used() -> None:
     busy.idle = False
     assert await asyncio.wait_for(directory.take_reserved(), 1) is None  # never waits for room
     assert directory.stats()["reserved"] == 1
+
+
+# --------------------------------------------------------------------------- liveness at the cap
+
+
+async def test_at_the_cap_the_least_recently_active_idle_actor_goes_first() -> None:
+    """Activity, not listeners, orders eviction: an actor whose turn ended long ago goes before
+    one whose turn just ended, and an actor that said it is idle before one that did not."""
+    host = FakeHost()
+    directory = ConversationDirectory(3, host)
+    one, two, three = [await directory.activate(f"c{n}") for n in (1, 2, 3)]
+    await start_everything(host)
+    directory.note_idle("c2")  # c2's turn ended first
+    directory.note_idle("c1")  # then c1's
+    await directory.activate("c4")
+    assert two.killed and not one.killed and not three.killed
+    await start_everything(host)
+    await directory.activate("c5")  # c1 said it is idle; c3 did not (it is idle all the same)
+    assert one.killed and not three.killed
+    assert directory.stats()["conversations"] == ["c3", "c4", "c5"]
+
+
+async def test_with_every_resident_actor_busy_the_caller_gets_a_retriable_answer() -> None:
+    host = FakeHost()
+    directory = ConversationDirectory(1, host, room_grace_s=0.05)
+    busy = await directory.activate("c1")
+    busy.idle = False
+    await start_everything(host)
+    with pytest.raises(AtCapacity) as refused:
+        await asyncio.wait_for(directory.activate("c2"), 5)  # never waits without bound
+    assert refused.value.retriable and refused.value.retry_after_s is not None
+    assert refused.value.retry_after_s >= 1
+    stats = directory.stats()
+    assert stats["at_capacity"] == 1 and stats["blocked"] and stats["waiting"] == 0
+    assert [a.conversation_id for a in host.created] == ["c1"]  # withdrawn: nothing started
+
+
+async def test_a_kept_activation_starts_as_soon_as_room_frees() -> None:
+    """A message acknowledged in the store asks for its activation with ``keep``: at the cap
+    the caller is told (and records the wait), and the actor starts once one is idle."""
+    host = FakeHost()
+    directory = ConversationDirectory(1, host, room_grace_s=0.05)
+    busy = await directory.activate("c1")
+    busy.idle = False
+    await start_everything(host)
+    with pytest.raises(AtCapacity):
+        await directory.activate("c2", keep=True)
+    assert [a.conversation_id for a in host.created] == ["c1"]
+    busy.idle = True
+    directory.note_idle("c1")  # its turn ended
+    for _ in range(50):
+        await settle()
+        if len(host.created) == 2:
+            break
+    assert busy.killed and [a.conversation_id for a in host.created] == ["c1", "c2"]
+    assert directory.stats()["conversations"] == ["c2"] and not directory.stats()["blocked"]
+    assert await directory.activate("c2") is host.created[1]
+
+
+async def test_an_activation_waits_at_most_its_bound() -> None:
+    host = FakeHost()
+    directory = ConversationDirectory(10, host, max_starting=1, activation_wait_s=0.1)
+    await directory.activate("c1")  # holds the only start slot: it never becomes ready
+    with pytest.raises(Unavailable) as waited:
+        await asyncio.wait_for(directory.activate("c2"), 5)
+    assert "waited" in waited.value.message and waited.value.retry_after_s is not None
+    await start_everything(host)
+    assert await directory.activate("c3")  # the bound withdrew c2; the queue goes on

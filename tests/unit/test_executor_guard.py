@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from actors.executor import run_task
-from cluster.wiring import executor_services
+from cluster.executor_wiring import executor_services
 from core.callables import lookup, registered, unregistered_callables
 from core.domain import ModelProfile, TaskAction, TaskDef
 from core.errors import NotFound

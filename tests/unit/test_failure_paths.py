@@ -38,11 +38,10 @@ async def test_the_model_is_retried_with_backoff_then_the_turn_fails(
     cluster: InProcessCluster,
 ) -> None:
     conv = conversation(cluster.store, [{"fail": "model down"}])
-    actor = cluster.actor(conv)
     seen: list[dict[str, Any]] = []
 
     async def listen() -> None:
-        async for event in actor.events(0):
+        async for event in cluster.stream_events(conv, 0):
             seen.append(event)
             if event["type"] == "turn.failed":
                 return

@@ -55,7 +55,6 @@ class RecordingConversations:
         reply_to_message_id: str | None = None,
         message_id: str | None = None,
         agent_id: str | None = None,
-        actor_ready: bool | None = None,
     ) -> MessageAck:
         self.posted.append((conversation_id, content, author))
         return MessageAck(
@@ -63,7 +62,7 @@ class RecordingConversations:
         )
 
     async def stream_events(
-        self, conversation_id: str, after_seq: int
+        self, conversation_id: str, after_seq: int, *, marker: bool = False
     ) -> AsyncIterator[dict[str, Any]]:
         if False:
             yield {}
@@ -307,7 +306,10 @@ def test_conversation_lifecycle(
 
     assert api.post(f"/v1/conversations/{conv['id']}/complete").status_code == 200
     assert access.completed == [conv["id"]]
-    assert api.get(f"/v1/conversations/{conv['id']}/turns").json() == {"items": []}
+    assert api.get(f"/v1/conversations/{conv['id']}/turns").json() == {
+        "items": [],
+        "next_cursor": None,
+    }
     assert api.get(f"/v1/conversations/{conv['id']}/turns/nope").status_code == 404
 
 

@@ -8,10 +8,11 @@ each) and stateful sequences, sent to the real app over a real SQLite store with
 Conversation actors (``tests.inprocess``), every check on every response.
 
 Every check must pass, on every route (the key revoke/rotate routes included: the run renews its
-own credentials when it has lost them, ``RenewedKey``), with one configured exception, explained
-in ``schemathesis_config``. Behind the app: the production memory service (LanceDB in a tmp dir,
-a hashing embedder) and workflow runtime (coordinators in this process), so no route answers 503
-for want of a runtime.
+own credentials when it has lost them, ``RenewedKey``), with the configured exceptions explained
+in ``schemathesis_config`` (rules JSON Schema cannot say, and ``/mcp``, whose contract is MCP's).
+Behind the app: the production memory service (LanceDB in a tmp dir, a hashing embedder), workflow
+runtime (coordinators in this process) and MCP connections (a stdio server in the sandbox), so no
+route answers 503 for want of a runtime.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         workflows=cluster.workflows,
         memory=cluster.memory,
         settings_env=env,
+        mcp=cluster.tools.mcp,  # MCP servers are reached for real (stdio: in the sandbox)
     )
     yield Gateway(create_api(context), add_client(cluster.store, "contract"), cluster.store)
     cluster.close()
@@ -137,13 +139,50 @@ def schemathesis_config() -> SchemathesisConfig:
                     # Rules across fields cannot be said in JSON Schema: a workflow's edges and
                     # start name its nodes (unique ids), a tool's embedded input_schema must
                     # itself be a valid JSON Schema, a project's push_on_merge needs a repository
-                    # URL. The server answers 422 naming the field; every other rule of these
+                    # URL, a memory upkeep policy (an agent's or a persona's) names one
+                    # consolidation strategy, a model profile's thinking_config needs a thinking
+                    # mode. The server answers 422 naming the field; every other rule of these
                     # bodies is in the schema. (429: the run sets user quotas it then meets.)
-                    "include-path-regex": r"^/v1/((workflows|tools)/\{obj_id\}|projects)$",
+                    "include-path-regex": r"^/v1/((workflows|tools|personas|model-profiles)"
+                    r"/\{obj_id\}|projects|agents(/\{agent_id\}(/memory-upkeep)?)?)$",
                     "checks": {
                         "positive_data_acceptance": {
                             "expected-statuses": ["2xx", "401", "403", "404", "409", "422", "429"]
                         }
+                    },
+                },
+                {
+                    # Rules across a list's items or a body's fields: a chat's last message must
+                    # be the user's, with text, and all its messages quoted together fit one
+                    # message; an MCP server's transport decides its fields (http: url and
+                    # headers, stdio: command), header names the transport sets or that carry
+                    # credentials are refused whatever their case, and a URL must be on the
+                    # operator's WONDER_MCP_ALLOWED_HOSTS (empty here: 403) and a command start
+                    # an MCP server (400 naming what it did). Each answer names the field.
+                    "include-path-regex": r"^/v1/((agents/\{agent_id\}/)?chat/completions"
+                    r"|mcp-servers/\{server_id\})$",
+                    "checks": {
+                        "positive_data_acceptance": {
+                            "expected-statuses": [
+                                *("2xx", "400", "401", "403", "404", "409", "422", "429")
+                            ]
+                        }
+                    },
+                },
+                {
+                    # /mcp speaks MCP's streamable HTTP transport, whose contract is the MCP
+                    # specification, not this document: a request is a JSON-RPC message sent
+                    # with "Accept: application/json, text/event-stream" (a header OpenAPI
+                    # cannot require), an answer a JSON-RPC message as JSON or as server-sent
+                    # events (or 202 with no body for a notification), a refusal a JSON-RPC
+                    # error. The official MCP conformance suite and the mcp SDK's client check
+                    # it (tests/integration/test_mcp_server.py); here it is still fuzzed for
+                    # server errors, its key and its query.
+                    "include-path-regex": r"^/mcp$",
+                    "checks": {
+                        "positive_data_acceptance": {"enabled": False},
+                        "content_type_conformance": {"enabled": False},
+                        "response_schema_conformance": {"enabled": False},
                     },
                 },
                 {
@@ -164,6 +203,7 @@ def schemathesis_config() -> SchemathesisConfig:
     return config
 
 
+@pytest.mark.timeout(1200)  # ~130,000 checks over every operation: minutes on a busy 2-core box
 def test_schemathesis_over_the_whole_api(gateway: Gateway) -> None:
     config = schemathesis_config()
     schema = schemathesis.openapi.from_asgi("/openapi.json", gateway.app, config=config)

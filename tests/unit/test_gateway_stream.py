@@ -1,7 +1,9 @@
-"""The WebSocket stream in-process (no Ray): replay, dedup, gap filling, resubscription, bad frames.
+"""The WebSocket stream in-process (no Ray): forwarding, the ``subscribed`` marker, a broken
+source, reconnecting after a seq, bad frames.
 
-A fake ``ConversationAccess`` plays the actor's part with scripted subscriptions, so each test can
-make the event source misbehave in one precise way and check what the client ends up seeing.
+A fake ``Conversations`` plays the event feed's part with scripted subscriptions, so each test can
+make the event source misbehave in one precise way and check what the client ends up seeing (the
+feed's own ordering, dedup and gap filling are tested in ``test_event_feed.py``).
 """
 
 from __future__ import annotations
@@ -16,9 +18,7 @@ from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from core.conversations import create_conversation
-from core.domain import Event
 from core.errors import Unavailable
-from core.ids import utc_now
 from core.ports import MessageAck
 from core.store import Store
 from serving.gateway.app import create_api
@@ -38,7 +38,6 @@ class ScriptedSubscriptions:
         self.posted: list[str] = []
         self.yielded = 0
         self.yielded_before_post: list[int] = []
-        self.actor_ready: list[bool | None] = []
 
     async def post_message(
         self, conversation_id: str, content: str, author: str, **_kw: Any
@@ -47,16 +46,19 @@ class ScriptedSubscriptions:
             raise Unavailable("actor restarting")
         self.posted.append(content)
         self.yielded_before_post.append(self.yielded)
-        self.actor_ready.append(_kw.get("actor_ready"))
         return MessageAck(
             conversation_id=conversation_id, turn_id="turn_1", message_id="msg_1", seq=2
         )
 
     async def stream_events(
-        self, conversation_id: str, after_seq: int
+        self, conversation_id: str, after_seq: int, *, marker: bool = False
     ) -> AsyncIterator[dict[str, Any]]:
         self.subscribed_after.append(after_seq)
         script = self.scripts[min(len(self.subscribed_after), len(self.scripts)) - 1]
+        if script and isinstance(script[0], float):  # a slow subscription: before the marker
+            await asyncio.sleep(script.pop(0))
+        if marker:
+            yield {"seq": None, "type": "subscribed", "after_seq": after_seq}
         for item in script:
             if isinstance(item, Exception):
                 raise item
@@ -128,49 +130,19 @@ def test_forwards_tokens_and_acks(store: Store) -> None:
     assert access.subscribed_after == [0]
 
 
-def test_a_message_after_the_subscription_tells_the_actor_is_started(store: Store) -> None:
-    client, access, key, conv = connect(store, [[event(1)]])
-    with client.websocket_connect(f"/v1/conversations/{conv}/stream", headers=bearer(key)) as ws:
-        assert ws.receive_json()["type"] == "subscribed"
-        assert ws.receive_json()["type"] == "message"
-        ws.send_json({"type": "message", "content": "after"})
-        assert ws.receive_json()["type"] == "ack"
-    assert access.actor_ready == [True]
-
-
 def test_a_message_before_the_subscription_is_posted_at_once(store: Store) -> None:
-    """No wait for a subscription that may need an actor process to start first: the message is
-    posted at once (acknowledged in the store; the actor hands a late subscriber the tokens
-    streamed so far)."""
+    """No wait for the subscription: the message is posted at once; its events reach the
+    stream whenever it subscribes (they are stored, and replayed after ``after_seq``)."""
     client, access, key, conv = connect(store, [[1.0, event(1)]])
     with client.websocket_connect(f"/v1/conversations/{conv}/stream", headers=bearer(key)) as ws:
         ws.send_json({"type": "message", "content": "early"})
         frames = receive(ws, 2)
     assert [f["type"] for f in frames] == ["ack", "message"]
     assert access.yielded_before_post == [0]  # posted before the subscription was live
-    assert access.actor_ready == [False]
-
-
-def test_skips_duplicates_and_fills_gaps_from_the_store(store: Store) -> None:
-    client, _access, key, conv = connect(store, [])
-    for seq in (2, 3):  # the store holds what the source will skip
-        store.events.append(Event(conversation_id=conv, seq=seq, type=f"stored{seq}", at=utc_now()))
-    client.app.state.gateway.conversations.scripts = [[event(1), event(1), event(4), event(2)]]
-    headers = {"Authorization": f"Bearer {key}"}
-    with client.websocket_connect(f"/v1/conversations/{conv}/stream", headers=headers) as ws:
-        got = receive(ws, 4)
-        ws.send_json({"type": "ping"})
-        assert ws.receive_json()["type"] == "pong"  # nothing else was queued before it
-    assert [(e["seq"], e["type"]) for e in got] == [
-        (1, "message"),
-        (2, "stored2"),
-        (3, "stored3"),
-        (4, "message"),
-    ]
 
 
 def test_a_stream_that_breaks_for_good_is_reported_then_closed(store: Store) -> None:
-    # ``Conversations.stream_events`` resumes across actor restarts itself (STREAM_RESUME); what
+    # ``Conversations.stream_events`` needs no actor and catches up from the store itself; what
     # still breaks reaches the client as an error frame, and it reconnects with its last seq.
     client, access, key, conv = connect(store, [[event(1), event(2), Unavailable("actor died")]])
     with client.websocket_connect(
@@ -191,8 +163,9 @@ def test_reconnect_resumes_after_seq(store: Store) -> None:
     with client.websocket_connect(
         f"/v1/conversations/{conv}/stream?after_seq=5", headers=bearer(key)
     ) as ws:
+        assert ws.receive_json() == {"seq": None, "type": "subscribed", "after_seq": 5}
         assert receive(ws, 1)[0]["seq"] == 6
-    assert access.subscribed_after == [4]
+    assert access.subscribed_after == [5]
 
 
 @pytest.mark.parametrize(
@@ -215,20 +188,20 @@ def test_bad_frames_get_error_frames_and_the_stream_goes_on(
     client, _access, key, conv = connect(store, [[]])
     with client.websocket_connect(f"/v1/conversations/{conv}/stream", headers=bearer(key)) as ws:
         ws.send_text(frame)
-        error = ws.receive_json()
+        error = receive(ws, 1)[0]
         assert error["type"] == "error" and error["seq"] is None
         assert error["error"]["code"] == "INVALID_INPUT"
         assert fragment in error["error"]["message"], error
         assert error.get("id") == echoed  # the frame's own id, so the client can match it
         ws.send_bytes(b'{"type": "ping", "id": "p"}')
-        assert ws.receive_json() == {"seq": None, "type": "pong", "id": "p"}
+        assert receive(ws, 1)[0] == {"seq": None, "type": "pong", "id": "p"}
 
 
 def test_failed_post_is_an_error_frame(store: Store) -> None:
     client, _access, key, conv = connect(store, [[]])
     with client.websocket_connect(f"/v1/conversations/{conv}/stream", headers=bearer(key)) as ws:
         ws.send_json({"type": "message", "content": "boom", "id": "r9"})
-        error = ws.receive_json()
+        error = receive(ws, 1)[0]
     assert error["id"] == "r9"
     assert error["error"] == {
         "code": "UNAVAILABLE",

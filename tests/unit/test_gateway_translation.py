@@ -20,7 +20,7 @@ from core.errors import (
 )
 from serving.gateway.errors import as_wonder_error, status_for, validation_error
 from serving.gateway.stream import parse_after_seq
-from serving.gateway.translation import SeqTracker, decode_cursor, encode_cursor
+from serving.gateway.translation import decode_cursor, encode_cursor
 
 KEY = b"k" * 32
 
@@ -89,17 +89,6 @@ def test_validation_error_names_fields() -> None:
     assert status == 422
     assert body["error"]["message"] == "body.content: Field required"
     assert body["error"]["details"] == [{"path": "body.content", "message": "Field required"}]
-
-
-def test_seq_tracker() -> None:
-    seen = SeqTracker(last_seq=2)
-    assert seen.is_duplicate({"seq": 2}) and not seen.is_duplicate({"seq": 3})
-    assert not seen.is_duplicate({"seq": None})
-    assert seen.missing_before({"seq": 5}) == range(3, 5)
-    assert not seen.missing_before({"seq": 3})
-    seen.saw({"seq": 5})
-    seen.saw({"seq": None})
-    assert seen.last_seq == 5
 
 
 @pytest.mark.parametrize(("raw", "value"), [(None, 0), ("", 0), ("0", 0), ("17", 17)])

@@ -262,3 +262,26 @@ def test_invalid_requests(service: MemoryService, tmp_path: Path) -> None:
         run(service.search("agent-a", SearchRequest("q", k=0)))
     with pytest.raises(InvalidInput):
         MemoryTable(str(tmp_path / "lance"), DIM + 1)
+
+
+def test_partial_merges_work_on_an_indexed_table_and_retention_drops_archived_rows(
+    service: MemoryService,
+) -> None:
+    # The compact job's indexes (a BTREE on id among them) are in place before consolidation
+    # marks rows and the embed job re-embeds them: both merge some columns only.
+    ids = write(service, "agent-a", *[NewMemory(type="episode", content=f"e{i}") for i in range(4)])
+    service.ops.table.ensure_indexes(vector_index_min_rows=10**6)
+    assert "id" in service.ops.table.index_names()
+    folded_at = datetime(2026, 2, 1, tzinfo=UTC)
+    refs = [f"agent-a/{i}" for i in ids[:3]]
+    assert service.ops.mark_consolidated(ids[:3], "mem_summary", refs, folded_at) == 3
+    stamp = service.ops.get("agent-a", ids[3]).updated_at
+    assert service.ops.set_vectors([ids[3]], [[1.0] * DIM], "other", [stamp]) == 1
+    # Retention: rows folded before the cutoff go (only archived episodes, only this agent's).
+    assert service.ops.drop_archived("agent-a", folded_at) == 0
+    assert service.ops.drop_archived("agent-b", folded_at + timedelta(days=1)) == 0
+    assert service.ops.drop_archived("agent-a", folded_at + timedelta(days=1)) == 3
+    left = service.ops.list_all(MemoryFilter("agent-a", include_consolidated=True))
+    assert [m.id for m in left] == [ids[3]]
+    hits = run(service.search("agent-a", SearchRequest("e0", k=5, include_consolidated=True)))
+    assert [h.memory.id for h in hits] == [ids[3]]

@@ -14,7 +14,7 @@ import yaml
 
 from actors.actions.llm_action import ModelOutputInvalid, parse_json_reply, render_transcript
 from actors.executor import run_task
-from cluster.wiring import executor_services
+from cluster.executor_wiring import executor_services
 from core.context_contract import CONTEXT_CONTRACT
 from core.domain import Agent, ModelProfile, Persona, ScriptStep, TaskDef, Tool
 from core.ids import utc_now
@@ -24,7 +24,13 @@ from core.store import open_store
 
 LIBRARY = Path(__file__).resolve().parents[2] / "library"
 MINE = {
-    "tasks": ["context_assembly", "memory_extraction", "memory_search", "memory_write"],
+    "tasks": [
+        "context_assembly",
+        "memory_extraction",
+        "memory_search",
+        "memory_write",
+        "memory_consolidation",
+    ],
     "tools": ["search_memory", "write_memory"],
     "personas": ["memory_assistant"],
 }

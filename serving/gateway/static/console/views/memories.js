@@ -1,0 +1,57 @@
+// An agent's memories: newest first (by type, consolidated ones on request), a search (vector,
+// full text or hybrid) with each hit's relevance and score, and deleting one.
+import { api, query } from "../api.js";
+import { field, fill, h, select, table, when } from "../dom.js";
+
+export async function render(main, { params }, { say }) {
+  const agents = (await api("GET", "/v1/agents")).items;
+  if (!agents.length) {
+    fill(main, h("h1", {}, "Memories"), h("p", {}, "No agents yet: memories belong to an agent."));
+    return;
+  }
+  const agent = select(agents.map((a) => [a.id, `${a.name} (${a.id})`]), params.get("agent") || agents[0].id, { name: "agent" });
+  const types = h("input", { type: "text", name: "types", placeholder: "fact, preference (comma-separated)" });
+  const consolidated = h("input", { type: "checkbox", name: "consolidated" });
+  const list = h("div", { id: "memory-list" });
+  const q = h("input", { type: "search", name: "q", required: true, placeholder: "what to look for" });
+  const mode = select([["vector", "Vector"], ["fts", "Full text"], ["hybrid", "Hybrid"]], "vector", { name: "mode" });
+  const hits = h("div", { id: "memory-hits", "aria-live": "polite" });
+  const typeList = () => types.value.split(",").map((t) => t.trim()).filter(Boolean);
+
+  const row = (m, extra = []) => [
+    h("span", { class: "text" }, m.content || `(stored by reference: ${m.content_ref})`),
+    m.type, m.significance.toFixed(2), ...extra, when(m.created_at),
+    m.metadata && m.metadata.turn_id ? h("a", { href: `#/conversations/${m.metadata.conversation_id}/turns/${m.metadata.turn_id}` }, "turn") : "—",
+    h("button", { type: "button", class: "danger small", "aria-label": `Delete memory ${m.id}`, onclick: async () => {
+      if (!confirm("Delete this memory?")) return;
+      try { await api("DELETE", `/v1/agents/${agent.value}/memories/${m.id}`); say("Memory deleted."); await load(); } catch (e) { say(e.message, "error"); }
+    } }, "Delete"),
+  ];
+
+  async function load() {
+    const page = await api("GET", `/v1/agents/${encodeURIComponent(agent.value)}/memories${query({ types: typeList(), include_consolidated: consolidated.checked ? "true" : "", limit: 100 })}`);
+    fill(list, table(`${page.items.length} memories, newest first`, ["Content", "Type", "Significance", "Stored", "Written by", ""], page.items.map((m) => row(m))));
+  }
+  async function search(e) {
+    e.preventDefault();
+    try {
+      const found = await api("POST", `/v1/agents/${encodeURIComponent(agent.value)}/memories/search`,
+        { query: q.value, mode: mode.value, k: 10, types: typeList(), include_consolidated: consolidated.checked });
+      fill(hits, table(`${found.items.length} results for “${q.value}” (${mode.value}), best first`,
+        ["Content", "Type", "Significance", "Relevance", "Score", "Stored", "Written by", ""],
+        found.items.map((m) => row(m, [m.relevance.toFixed(3), m.score.toFixed(3)]))));
+    } catch (err) { say(err.message, "error"); }
+  }
+
+  fill(main,
+    h("h1", {}, "Memories"),
+    h("form", { class: "filters", "aria-label": "Browse memories", onsubmit: (e) => { e.preventDefault(); load().catch((err) => say(err.message, "error")); } },
+      field("Agent", agent), field("Types", types),
+      h("span", { class: "field" }, h("label", { class: "check" }, consolidated, " include consolidated")),
+      h("button", { type: "submit" }, "Show")),
+    h("section", { class: "panel", "aria-labelledby": "search-h" }, h("h2", { id: "search-h" }, "Search"),
+      h("form", { class: "inline", role: "search", onsubmit: search }, field("Query", q), field("Mode", mode), h("button", { type: "submit" }, "Search")),
+      hits),
+    h("section", { class: "panel", "aria-labelledby": "all-h" }, h("h2", { id: "all-h" }, "Browse"), list));
+  await load();
+}

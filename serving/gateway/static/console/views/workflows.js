@@ -1,0 +1,71 @@
+// Workflow runs: this client's runs, newest first; starting one; one run's nodes with their
+// states, inputs and outputs, refreshed while it runs.
+import { api, query } from "../api.js";
+import { badge, duration, field, fill, h, json, select, table, when } from "../dom.js";
+
+const DONE = new Set(["completed", "failed", "cancelled"]);
+
+async function runView(main, runId, say) {
+  const heading = h("h1", {}, `Run ${runId}`);
+  const body = h("div", { id: "run-body" });
+  fill(main, h("p", { class: "crumbs" }, h("a", { href: "#/workflows" }, "← Workflow runs")), heading, body);
+  let timer = null;
+  let stopped = false;
+  async function refresh() {
+    const { run, nodes } = await api("GET", `/v1/workflow-runs/${encodeURIComponent(runId)}`);
+    // The latest record of each token is where that token stands; a node's state is its latest token's.
+    const latest = new Map();
+    for (const n of nodes) latest.set(`${n.node_id}|${n.token_id}`, n);
+    const byNode = new Map();
+    for (const n of latest.values()) byNode.set(n.node_id, [...(byNode.get(n.node_id) || []), n]);
+    fill(body,
+      h("dl", { class: "facts" },
+        h("dt", {}, "Workflow"), h("dd", {}, h("a", { href: `#/library/workflows/${encodeURIComponent(run.workflow_id)}` }, `${run.workflow_id} v${run.workflow_version}`)),
+        h("dt", {}, "Status"), h("dd", { id: "run-status" }, badge(run.status)),
+        h("dt", {}, "Duration"), h("dd", {}, duration(run.started_at || run.created_at, run.finished_at) || "running"),
+        run.context && run.context.conversation_id ? [h("dt", {}, "For conversation"), h("dd", {}, h("a", { href: `#/conversations/${run.context.conversation_id}` }, run.context.conversation_id))] : null),
+      h("section", { class: "panel", "aria-labelledby": "nodes-h" }, h("h2", { id: "nodes-h" }, "Nodes"),
+        h("ol", { class: "nodes" }, [...byNode.entries()].map(([nodeId, tokens]) => h("li", { class: "node", dataset: { node: nodeId } },
+          h("h3", {}, nodeId, " ", h("span", { class: "hint" }, tokens[0].kind), " ",
+            tokens.length > 1 ? `(${tokens.length} branches) ` : "", ...tokens.map((t) => badge(t.state))),
+          tokens.map((t) => h("details", {}, h("summary", {}, `token ${t.token_id}${t.branch && t.branch.length ? ` · branch ${t.branch.map((b) => b.join(":")).join("/")}` : ""}`),
+            h("h4", {}, "Input"), json(t.input, `Input of ${nodeId}`),
+            h("h4", {}, "Output"), json(t.output, `Output of ${nodeId}`),
+            t.error ? h("p", { class: "error" }, `${t.error.code || ""} ${t.error.message || JSON.stringify(t.error)}`) : null,
+            t.child_run_id ? h("p", {}, "Child run ", h("a", { href: `#/workflows/runs/${t.child_run_id}` }, t.child_run_id)) : null)))))),
+      h("section", { class: "panel", "aria-labelledby": "io-h" }, h("h2", { id: "io-h" }, "Input and output"),
+        h("h3", {}, "Input"), json(run.input, "Run input"),
+        h("h3", {}, "Output"), json(run.output, "Run output"),
+        run.error ? h("p", { class: "error" }, JSON.stringify(run.error)) : null));
+    if (!DONE.has(run.status) && !stopped) timer = setTimeout(() => refresh().catch((e) => say(e.message, "error")), 1000);
+  }
+  await refresh();
+  return () => { stopped = true; clearTimeout(timer); };
+}
+
+export async function render(main, { runId }, { say }) {
+  if (runId) return runView(main, runId, say);
+  const [runs, workflows] = await Promise.all([
+    api("GET", `/v1/workflow-runs${query({ limit: 100 })}`),
+    api("GET", "/v1/workflows"),
+  ]);
+  const workflow = select(workflows.items.map((w) => [w.id, `${w.id} (v${w.version})`]), undefined, { name: "workflow" });
+  const input = h("textarea", { id: "run-input", rows: "3", spellcheck: "false" }, "{}");
+  const problems = h("div", { id: "run-errors", role: "alert" });
+  const start = async (e) => {
+    e.preventDefault();
+    let parsed;
+    try { parsed = JSON.parse(input.value); } catch (err) { fill(problems, h("p", { class: "error" }, `Not JSON: ${err.message}`)); return; }
+    try {
+      const started = await api("POST", `/v1/workflows/${encodeURIComponent(workflow.value)}/runs`, { input: parsed });
+      location.hash = `#/workflows/runs/${started.run.id}`;
+    } catch (err) { fill(problems, h("p", { class: "error" }, err.message)); }
+  };
+  fill(main,
+    h("h1", {}, "Workflow runs"),
+    workflows.items.length ? h("form", { class: "panel", "aria-label": "Start a run", onsubmit: start },
+      h("h2", {}, "Start a run"), field("Workflow", workflow), h("label", { for: "run-input" }, "Input (JSON)"), input, problems,
+      h("button", { type: "submit" }, "Run")) : null,
+    table(`${runs.items.length} runs, newest first`, ["Run", "Workflow", "Status", "Created", "Duration"],
+      runs.items.map((r) => [h("a", { href: `#/workflows/runs/${r.id}` }, r.id), `${r.workflow_id} v${r.workflow_version}`, badge(r.status), when(r.created_at), duration(r.started_at || r.created_at, r.finished_at)])));
+}

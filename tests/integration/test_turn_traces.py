@@ -1,0 +1,104 @@
+"""One trace per turn across the cluster, on a real local Ray (docs/observability.md).
+
+A turn calls a task tool (a Ray task in an executor worker) and delegates to another agent (its own
+Conversation actor): the spans each process recorded join the parent turn's trace, under the right
+parents, and the delegated turn's model calls are recorded as that turn's. The records are written
+by each process's background writer; the test reads the store they wrote.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from core.domain import Tool, TurnStatus
+from core.ids import utc_now
+from core.trace_records import SpanNode, span_tree
+from core.tracing import turn_span_id, turn_trace_id
+from tests.conftest import Cluster, async_wait_for
+from tests.factories import make_agent, make_client, make_conversation, scripted_profile, task_tool
+from tests.integration.access import post
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _walk(node: SpanNode) -> list[SpanNode]:
+    return [node, *(n for child in node.children for n in _walk(child))]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known bug: on the shared Ray the turn completes but its trace never holds three "
+    "model-call spans and an executor task's span within 60 s (the in-process test of the same "
+    "tree passes: tests/unit/test_model_call_records.py); strict, so a fix shows at once",
+)
+async def test_a_turn_is_one_trace_across_actor_executor_and_delegate(
+    ray_cluster: Cluster,
+) -> None:
+    store = ray_cluster.store
+    client_id, _ = make_client(store)
+    expert = make_agent(store, client_id, scripted_profile(store, [{"reply": "expert says hi"}]))
+    ask = store.tools.put(
+        Tool(
+            id=f"tool-ask-{expert.id.lower()}",
+            name="ask_expert",
+            description="ask the expert",
+            input_schema={"type": "object", "properties": {"input": {"type": "string"}}},
+            target_type="agent",
+            target_id=expert.id,
+            invocation_mode="delegate",
+        ),
+        utc_now(),
+    )
+    pid = task_tool(
+        store, "pid", [{"kind": "python", "params": {"callable": "tests.callables:worker_pid"}}]
+    )
+    script = [
+        {
+            "tool_calls": [
+                {"name": "pid", "arguments": {}},
+                {"name": "ask_expert", "arguments": {"input": "hello expert"}},
+            ]
+        },
+        {"reply": "done"},
+    ]
+    boss = make_agent(store, client_id, scripted_profile(store, script), [pid, ask])
+    conv = make_conversation(store, client_id, boss)
+    ack = await post(conv.id, "go", "u")
+    await async_wait_for(
+        lambda: store.turns.get(ack.turn_id).status is TurnStatus.COMPLETED, timeout=90
+    )
+    assert store.records.trace_of(ack.turn_id) is None  # a message's turn has its own trace
+
+    def tree() -> SpanNode | None:
+        spans = store.records.spans(turn_trace_id(ack.turn_id))
+        root = span_tree(spans, turn_span_id(ack.turn_id))
+        if root is None:
+            return None
+        names = [n.name for n in _walk(root)]
+        done = names.count("chat script") >= 3 and any(n.startswith("run_task") for n in names)
+        return root if done else None
+
+    root = await async_wait_for(tree, timeout=60, interval=0.5)
+    tools = {c.name: c for c in root.children if c.name.startswith("execute_tool")}
+    assert set(tools) == {"execute_tool pid", "execute_tool ask_expert"}
+    (task,) = tools["execute_tool pid"].children
+    assert task.name == f"run_task {pid.target_id}" and task.process == "executor"
+    child_turn = next(
+        n for n in _walk(tools["execute_tool ask_expert"]) if n.name.startswith("invoke_agent")
+    )
+    assert child_turn.process == "conversation" and child_turn.turn_id != ack.turn_id
+    assert [c.name for c in child_turn.children] == ["chat script"]
+    assert child_turn.attributes["gen_ai.agent.id"] == expert.id
+    joined = store.records.trace_of(str(child_turn.turn_id))
+    assert joined is not None and joined.trace_id == root.trace_id
+
+    # The delegated turn's call is recorded as that turn's, with what its model was sent.
+    calls = await async_wait_for(
+        lambda: store.records.calls(turn_ids=[str(child_turn.turn_id)]) or None, timeout=30
+    )
+    request: Any = calls[0].request
+    assert request["messages"][-1] == {"role": "user", "content": "hello expert"}
+    links = {(link.kind, link.target_id) for link in store.records.links(ack.turn_id)}
+    assert ("child_turn", child_turn.turn_id) in links

@@ -1,0 +1,56 @@
+"""The console's pure functions (line diffs of library versions, threads nested by the turn each
+replies to, a trace's waterfall rows), run under Node (Debian's nodejs, a system package) as the
+browser would run the modules the gateway serves."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+from serving.gateway.console import ASSETS
+
+SCRIPT = """
+globalThis.localStorage = { getItem: () => null, setItem() {}, removeItem() {} };
+const library = await import(process.argv[1]);
+const conversation = await import(process.argv[2]);
+const turn = await import(process.argv[3]);
+const turns = [
+  { id: "t1", parent_turn_id: null }, { id: "t2", parent_turn_id: "t1" },
+  { id: "t3", parent_turn_id: "t1" }, { id: "t4", parent_turn_id: "elsewhere" },
+];
+const tree = conversation.threadTree(turns);
+const spans = { name: "root", children: [{ name: "a", children: [{ name: "b" }] }, { name: "c" }] };
+console.log(JSON.stringify({
+  diff: library.lineDiff("a\\nb\\nc", "a\\nc\\nd"),
+  same: library.lineDiff("x", "x"),
+  threads: Object.fromEntries([...tree.entries()].map(([k, v]) => [String(k), v.map((t) => t.id)])),
+  waterfall: turn.flattenSpans(spans).map((r) => [r.span.name, r.depth]),
+}));
+"""
+
+
+def run_console_logic() -> dict[str, Any]:
+    modules = [
+        ASSETS[name].as_uri()
+        for name in ("views/library.js", "views/conversation.js", "views/turn.js")
+    ]
+    done = subprocess.run(
+        ["node", "--input-type=module", "-e", SCRIPT, *modules],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def test_the_consoles_pure_functions() -> None:
+    result = run_console_logic()
+    assert result["diff"] == [[" ", "a"], ["-", "b"], [" ", "c"], ["+", "d"]]
+    assert result["same"] == [[" ", "x"]]
+    # A turn whose parent is not among the conversation's turns starts a thread of its own.
+    assert result["threads"] == {"null": ["t1", "t4"], "t1": ["t2", "t3"]}
+    assert result["waterfall"] == [["root", 0], ["a", 1], ["b", 2], ["c", 1]]
