@@ -5,12 +5,14 @@ import { fill, h } from "./dom.js";
 import * as conversations from "./views/conversations.js";
 import * as conversation from "./views/conversation.js";
 import * as turn from "./views/turn.js";
+import * as compare from "./views/compare.js";
 import * as memories from "./views/memories.js";
 import * as library from "./views/library.js";
 import * as workflows from "./views/workflows.js";
 
 const ROUTES = [
   [/^conversations\/([^/]+)\/turns\/([^/]+)$/, turn, ["conversationId", "turnId"]],
+  [/^conversations\/([^/]+)\/compare$/, compare, ["conversationId"]],
   [/^conversations\/([^/]+)$/, conversation, ["conversationId"]],
   [/^(?:conversations)?$/, conversations, []],
   [/^memories$/, memories, []],
