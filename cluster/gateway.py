@@ -18,7 +18,9 @@ from ray.serve import Application
 from cluster import niceness, placement, wiring
 from cluster.mcp import RayMcpTools
 from cluster.memory_access import ProcessMemory, ServedEmbedders
+from cluster.models import ServedChatModels
 from cluster.scheduler import scheduler_handle
+from core.secret_vault import SecretVault
 from core.settings import Settings, settings_from_env, wonder_env
 from core.store import store_for_settings
 from serving.gateway.app import create_api
@@ -71,8 +73,9 @@ class Gateway:
 
     def __init__(self, settings_env: dict[str, str]) -> None:
         settings = settings_from_env(settings_env)
+        store = store_for_settings(settings)
         self._context = GatewayContext(
-            store=store_for_settings(settings),
+            store=store,
             conversations=wiring.conversations(settings_env),
             workflows=wiring.workflows(settings_env),
             memory=ProcessMemory(settings, ServedEmbedders(settings_env)),
@@ -81,6 +84,7 @@ class Gateway:
             node=ray.get_runtime_context().get_node_id(),
             models=DeployedModelNames(),
             mcp=RayMcpTools(settings_env),
+            chat_models=ServedChatModels(settings, SecretVault(store, settings)),
         )
         scheduler_handle(settings_env)  # cron triggers fire while a gateway is up (idempotent)
 
