@@ -511,6 +511,72 @@ ROUTES: dict[tuple[str, str], RouteDoc] = {
             ]
         },
     ),
+    (
+        "GET",
+        "/v1/conversations/{conversation_id}/turns/{turn_id}/calls/{call_id}/context",
+    ): RouteDoc(
+        "A recorded call's context window: the system prompt, the memories and other context "
+        "assembled into it, the history and the tool specs, each with its estimated tokens "
+        "(about four characters a token: `counted_by`), beside the prompt tokens the model "
+        "reported and the model's window where the deployment states it.",
+        {
+            "call_id": "call_01J9ZB4M6D2S8E3Q1T7V5W9X0Y",
+            "provider": "vllm",
+            "model": "default",
+            "counted_by": "estimate",
+            "sections": [
+                {
+                    "name": "system_prompt",
+                    "label": "System prompt",
+                    "tokens": 8,
+                    "chars": 16,
+                    "items": 1,
+                    "text": "You are helpful.",
+                },
+                {
+                    "name": "history",
+                    "label": "History (the conversation's messages, the current one last)",
+                    "tokens": 9,
+                    "chars": 19,
+                    "items": 1,
+                    "text": "user: What is 12*7?",
+                },
+            ],
+            "total_tokens": 17,
+            "reported_prompt_tokens": 31,
+            "window": 8192,
+            "max_tokens": 256,
+        },
+    ),
+    (
+        "POST",
+        "/v1/conversations/{conversation_id}/turns/{turn_id}/calls/{call_id}/replay",
+    ): RouteDoc(
+        "Sends the recorded call's request, as it was, to another model profile's model and "
+        "returns its answer beside the recorded one. Nothing is written to the conversation. "
+        "Admitted as a turn is (429 over concurrent turns or the day's tokens).",
+        {
+            "call_id": "call_01J9ZB4M6D2S8E3Q1T7V5W9X0Y",
+            "model_profile_id": "big",
+            "model_profile_version": 1,
+            "provider": "openai",
+            "model": "gpt-4o-mini",
+            "request": {
+                "model": "gpt-4o-mini",
+                "messages": [{"role": "user", "content": "What is 12*7?"}],
+                "stream": True,
+            },
+            "response": {"content": "12*7 = 84", "tool_calls": [], "finish_reason": "stop"},
+            "usage": {"prompt_tokens": 14, "completion_tokens": 6},
+            "duration_s": 0.82,
+            "first_token_s": 0.31,
+            "status": "ok",
+            "error": None,
+            "original": {"content": "84", "tool_calls": [], "finish_reason": "stop"},
+            "original_usage": {"prompt_tokens": 31, "completion_tokens": 2},
+        },
+        {"model_profile": "big"},
+    ),
     ("GET", "/v1/conversations/{conversation_id}/turns/{turn_id}/trace"): RouteDoc(
         "The turn's trace as a span tree across every process that worked on it (agent, model "
         "calls, tools, executor tasks, workflows, delegated turns); root is null while it runs.",
