@@ -13,7 +13,7 @@ from playwright.sync_api import expect
 
 from tests.browser.console_page import Console
 from tests.browser.test_console import NOTE_SCHEMA, finished_turn
-from tests.conftest import Cluster
+from tests.conftest import Cluster, wait_for
 from tests.factories import make_agent, scripted_profile, task_tool
 from tests.integration.test_gateway import http_client
 
@@ -90,3 +90,51 @@ def test_fork_rerun_then_compare_with_the_original_turn_by_turn(
     expect(calls.locator("ins")).to_contain_text('note {"key":"b","value":2}')
     expect(page.locator("#no-workspace")).to_be_visible()  # no project: said, not hidden
     console.screenshot("compare")
+
+
+def test_a_calls_context_window_and_its_replay_with_another_profile(
+    console: Console, ray_cluster: Cluster, client_key: tuple[str, str], gateway_url: str
+) -> None:
+    client_id, key = client_key
+    agent = rule_agent(ray_cluster, client_id)
+    echo = scripted_profile(ray_cluster.store)  # answers "echo: <the last user message>"
+    with http_client(gateway_url, key) as api:
+        conv = api.post("/v1/conversations", json={"agent_id": agent, "title": "Playground"}).json()
+        turn = finished_turn(api, conv["id"], "remember sunny")
+        path = f"/v1/conversations/{conv['id']}/turns/{turn}/calls"
+        # Records are written by the actor's background writer: the tool call, then the answer.
+        calls = wait_for(lambda: [c for c in [api.get(path).json()["items"]] if len(c) == 2])[0]
+    page = console.page
+
+    console.open(f"#/conversations/{conv['id']}/turns/{turn}")
+    first = page.locator(".model-call").first
+    first.get_by_role("button", name="Context window of call 1").click()
+    table = first.locator("table.cw-table")
+    expect(table.locator("tbody tr")).to_have_count(5)
+    expect(table.locator("tr[data-section=history] td").first).to_have_text("1")
+    expect(table.locator("tr[data-section=tool_specs] td").first).to_have_text("1")
+    expect(table.locator("tr[data-section=system_prompt] .tokens")).not_to_have_text("0")
+    expect(first.locator(".context-window .hint")).to_contain_text("estimated")
+    expect(first.locator(".context-window .hint")).to_contain_text(
+        f"The model counted {calls[0]['usage']['prompt_tokens']} prompt tokens"
+    )
+    console.screenshot("context-window")
+
+    # The playground: the same request to the echo profile, its answer beside the recorded one.
+    first.get_by_label("Replay call 1 with the model profile").select_option(echo.id)
+    first.get_by_role("button", name="Replay").click()
+    pair = first.locator(".replay-pair .side")
+    expect(pair).to_have_count(2)
+    expect(pair.nth(0)).to_contain_text('"name": "note"')  # the recorded call chose the tool
+    expect(pair.nth(1)).to_contain_text("echo: remember sunny")
+    expect(pair.nth(1).locator("h5")).to_contain_text(echo.id)
+    expect(first.get_by_label("Text: recorded to replay, call 1").locator("ins")).to_contain_text(
+        ["echo: "]
+    )
+    console.screenshot("playground")
+    # Nothing was written to the conversation: still its one turn, its two calls.
+    with http_client(gateway_url, key) as api:
+        turns = api.get(f"/v1/conversations/{conv['id']}/turns").json()["items"]
+        again = api.get(f"/v1/conversations/{conv['id']}/turns/{turn}/calls").json()["items"]
+    assert [t["id"] for t in turns] == [turn]
+    assert [c["id"] for c in again] == [c["id"] for c in calls]
