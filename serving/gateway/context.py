@@ -12,6 +12,7 @@ from starlette.requests import HTTPConnection
 from core.mcp import McpTools
 from core.ports import (
     ChatModels,
+    ClusterView,
     Conversations,
     MemoryAccess,
     ServedModels,
@@ -36,6 +37,7 @@ class GatewayContext:
     models: ServedModels | None = None  # what the local model answers to (model profile PUTs)
     mcp: McpTools | None = None  # connections to the clients' MCP servers (``core.mcp``)
     chat_models: ChatModels | None = None  # the models a replayed call is sent to (playground)
+    cluster: ClusterView | None = None  # what operators see of the cluster (/v1/operations)
 
     @property
     def settings(self) -> Settings:
