@@ -577,6 +577,57 @@ ROUTES: dict[tuple[str, str], RouteDoc] = {
         },
         {"model_profile": "big"},
     ),
+    ("GET", "/v1/operations"): RouteDoc(
+        "The cluster at a glance, for operator (admin) keys (403 for any other): the conversation "
+        "directory's resident actors against the cap, activations, evictions and waiting "
+        "activations, with each resident actor's Ray actor id; the Serve deployments and their "
+        "replicas by state; every client's model calls over the last `window_s` seconds; the "
+        "Ray dashboard's port. A part that cannot be read is null, with a note.",
+        {
+            "residency": {
+                "resident": 2,
+                "max_resident": 1000,
+                "peak_resident": 3,
+                "activations": 5,
+                "evictions": 3,
+                "starting": 0,
+                "waiting": 0,
+                "idle": 1,
+                "refused": 0,
+                "actors": [
+                    {
+                        "conversation_id": CONV,
+                        "name": f"conversation:{CONV}",
+                        "actor_id": "4c1e6f0b0d2a5f3c8e9d7b6a01000000",
+                    }
+                ],
+            },
+            "deployments": [
+                {
+                    "application": "llm",
+                    "name": "llm",
+                    "status": "HEALTHY",
+                    "replicas": {"RUNNING": 1},
+                    "message": "",
+                }
+            ],
+            "model_calls": {
+                "window_s": 300,
+                "totals": {
+                    "calls": 42,
+                    "failed_calls": 1,
+                    "prompt_tokens": 51200,
+                    "completion_tokens": 6300,
+                    "cost": 0.0,
+                    "currency": None,
+                },
+                "calls_per_minute": 8.4,
+                "completion_tokens_per_s": 21.0,
+            },
+            "dashboard_port": 8265,
+            "notes": [],
+        },
+    ),
     ("GET", "/v1/conversations/{conversation_id}/turns/{turn_id}/trace"): RouteDoc(
         "The turn's trace as a span tree across every process that worked on it (agent, model "
         "calls, tools, executor tasks, workflows, delegated turns); root is null while it runs.",
