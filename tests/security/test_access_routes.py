@@ -392,6 +392,8 @@ CONVERSATION_FREE: dict[tuple[str, str], str] = {
         )
     },
     ("GET", "/v1/quota"): "the client's quota",
+    ("GET", "/v1/operations"): "operator (admin) keys only, 403 for any other: the cluster's "
+    "figures (resident actors, deployments, throughput)",
     ("GET", "/v1/clients/{client_id}/quota"): "operator route",
     ("PUT", "/v1/clients/{client_id}/quota"): "operator route",
     ("GET", "/v1/user-quotas"): "quotas",
