@@ -9,6 +9,7 @@ import * as compare from "./views/compare.js";
 import * as memories from "./views/memories.js";
 import * as library from "./views/library.js";
 import * as workflows from "./views/workflows.js";
+import * as operations from "./views/operations.js";
 
 const ROUTES = [
   [/^conversations\/([^/]+)\/turns\/([^/]+)$/, turn, ["conversationId", "turnId"]],
@@ -18,6 +19,7 @@ const ROUTES = [
   [/^memories$/, memories, []],
   [/^library(?:\/([^/]+))?(?:\/([^/]+))?$/, library, ["kind", "id"]],
   [/^workflows(?:\/runs\/([^/]+))?$/, workflows, ["runId"]],
+  [/^operations$/, operations, []],
 ];
 
 const main = document.getElementById("main");
