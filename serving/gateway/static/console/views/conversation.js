@@ -82,7 +82,8 @@ export async function render(main, { conversationId }, { say }) {
     h("button", { type: "button", class: "danger", onclick: async () => {
       if (!confirm(`Delete ${conv.id} and every child it started?`)) return;
       try { await api("DELETE", path); say("Deleted."); location.hash = "#/conversations"; } catch (e) { say(e.message, "error"); }
-    } }, "Delete"));
+    } }, "Delete"),
+    h("a", { href: `#/conversations/${conv.id}/members`, class: "button-link" }, "Members"));
 
   // --- the chat -------------------------------------------------------------------------
   const log = h("div", { id: "chat-log", class: "log", role: "log", "aria-label": "Messages", tabindex: "0" });
