@@ -32,7 +32,7 @@ function clusterPart(ops) {
         table("Resident actors, most recently active first", ["Conversation", "Actor", "Ray dashboard"],
           (r.actors || []).map((a) => [
             h("a", { href: `#/conversations/${a.conversation_id}` }, a.conversation_id), a.name,
-            a.actor_id ? h("a", { href: dashboard(ops.dashboard_port, a.actor_id), rel: "noreferrer", "aria-label": `${a.name} in the Ray dashboard` }, "open") : "—"])),
+            a.actor_id ? h("a", { href: dashboard(ops.dashboard_port, a.actor_id), rel: "noreferrer", "aria-label": `${a.name} in the Ray dashboard` }, "Ray dashboard") : "—"])),
       ] : h("p", { class: "empty" }, "The conversation directory could not be read.")),
     h("section", { class: "panel", "aria-labelledby": "models-h" },
       h("h2", { id: "models-h" }, "Models"),
