@@ -173,6 +173,18 @@ class ToolShortcut(Model):
     pattern: str = Field(min_length=1, max_length=500)
 
 
+class ApprovalPolicy(Model):
+    """A tool call that waits for a person's approval before it runs: how long it waits, and
+    what happens when nobody decides in time."""
+
+    timeout_s: int = Field(
+        3600, ge=1, le=7 * 24 * 3600, description="How long the call waits for a decision"
+    )
+    on_timeout: Literal["deny", "approve"] = Field(
+        "deny", description="What an undecided call becomes when the time is up"
+    )
+
+
 class Tool(Model):
     """The LLM-facing interface to a task, workflow, agent, or a tool of an MCP server
     (``mcp``: ``target_id`` is ``<server id>/<the server's tool name>``, ``core.mcp``)."""
@@ -259,18 +271,6 @@ class TaskDef(Model):
         False,
         description="Safe to run twice with the same input: a workflow task node cut by a lost "
         "coordinator is run again (otherwise the node fails as interrupted)",
-    )
-
-
-class ApprovalPolicy(Model):
-    """A tool call that waits for a person's approval before it runs: how long it waits, and
-    what happens when nobody decides in time."""
-
-    timeout_s: int = Field(
-        3600, ge=1, le=7 * 24 * 3600, description="How long the call waits for a decision"
-    )
-    on_timeout: Literal["deny", "approve"] = Field(
-        "deny", description="What an undecided call becomes when the time is up"
     )
 
 
