@@ -284,7 +284,8 @@ class InProcessCluster:
         """Forget the conversation's actor as a kill -9 would (its tasks are cancelled), and
         start a new incarnation of it."""
         old = self.actors.pop(conversation_id)
-        for task in [*old._work.values(), *old._side, *old._timers.values()]:
+        timers = [timer for by_id in old._timers.values() for timer in by_id.values()]
+        for task in [*old._work.values(), *old._side, *timers]:
             task.cancel()
         return self.actor(conversation_id)
 

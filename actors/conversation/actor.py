@@ -163,7 +163,8 @@ class ConversationActor:
         self._models: dict[str, ChatModel] = {}  # each model loop's model (one per context)
         self._ended: dict[str, asyncio.Event] = {}  # turns someone waits on
         self._side: set[asyncio.Task[Any]] = set()
-        self._timers: dict[str, asyncio.Task[None]] = {}  # each waiting approval's timeout
+        # Each waiting approval's timeout, by turn, then by approval id.
+        self._timers: dict[str, dict[str, asyncio.Task[None]]] = {}
         self._last_activity = time.monotonic()
         self._closing = False
         self._noted_idle = False
@@ -244,7 +245,7 @@ class ConversationActor:
             case RequestApprovals() | SettleApproval():
                 self._time_approvals(decision)
             case CompleteTurn(turn_id=turn_id) | FailTurn(turn_id=turn_id):
-                self._stop_timers(f"approval_{turn_id}_")
+                self._stop_timers(turn_id)
                 self._models.pop(turn_id, None)
                 self.traces.ended(decision)
                 ended = self._ended.pop(turn_id, None)
@@ -284,31 +285,26 @@ class ConversationActor:
         task.add_done_callback(lambda done: self._step_done(turn_id, done))
 
     def _time_approvals(self, decision: RequestApprovals | SettleApproval) -> None:
-        """Time each held call that waits; a decided one's timer stops."""
+        """Time each held call that waits (``ApprovalTimedOut`` when its time is up); a decided
+        one's timer stops."""
+        timers = self._timers.setdefault(decision.turn_id, {})
         match decision:
             case RequestApprovals(wait=wait):
                 for request in wait.pending:
-                    self._time_approval(request)
+                    if request.approval_id not in timers:
+                        timers[request.approval_id] = asyncio.get_running_loop().create_task(
+                            self._expire(request)
+                        )
             case SettleApproval(verdict=verdict):
-                self._stop_timer(verdict.approval_id)
+                timer = timers.pop(verdict.approval_id, None)
+                if timer is not None and timer is not asyncio.current_task():
+                    timer.cancel()
             case _:
                 assert_never(decision)
 
-    def _stop_timers(self, prefix: str) -> None:
-        for approval_id in [a for a in self._timers if a.startswith(prefix)]:
-            self._stop_timer(approval_id)
-
-    def _time_approval(self, request: ApprovalRequest) -> None:
-        """Decide ``request`` by its ``on_timeout`` when its time is up (``ApprovalTimedOut``)."""
-        approval_id = request.approval_id
-        self._stop_timer(approval_id)
-        timer = asyncio.get_running_loop().create_task(self._expire(request))
-        self._timers[approval_id] = timer
-        timer.add_done_callback(lambda done: self._timer_done(approval_id, done))
-
-    def _timer_done(self, approval_id: str, timer: asyncio.Task[None]) -> None:
-        if self._timers.get(approval_id) is timer:
-            del self._timers[approval_id]
+    def _stop_timers(self, turn_id: str) -> None:
+        for timer in self._timers.pop(turn_id, {}).values():
+            timer.cancel()
 
     async def _expire(self, request: ApprovalRequest) -> None:
         await asyncio.sleep(max(0.0, (request.expires_at - utc_now()).total_seconds()))
@@ -316,11 +312,6 @@ class ConversationActor:
             self._handle(ApprovalTimedOut(request.approval_id, utc_now()))
         except Exception:  # the next incarnation finds it expired and decides it then
             log.exception("approval %s: could not record its timeout", request.approval_id)
-
-    def _stop_timer(self, approval_id: str) -> None:
-        timer = self._timers.pop(approval_id, None)
-        if timer is not None and timer is not asyncio.current_task():
-            timer.cancel()
 
     def _side_step(self, turn_id: str, step: Coroutine[Any, Any, ConversationEvent]) -> None:
         """A step that runs beside the turn's current one (its event is checked on arrival)."""
@@ -772,12 +763,15 @@ class ConversationActor:
         """A restarted turn holds its answer again once its context is assembled again: a
         decision arriving before that waits for it (briefly)."""
         deadline = time.monotonic() + timeout_s
-        turn_id = approval_id.removeprefix("approval_").rsplit("_", 2)[0]
-        while time.monotonic() < deadline:
-            turn = self.state.turns.get(turn_id)
-            if turn is None or turn.resuming is None:
-                return
+        while time.monotonic() < deadline and self._resuming_with(approval_id):
             await asyncio.sleep(0.05)
+
+    def _resuming_with(self, approval_id: str) -> bool:
+        for turn in self.state.turns.values():
+            wait = turn.resuming.approving if turn.resuming is not None else None
+            if wait is not None and any(r.approval_id == approval_id for r in wait.requests):
+                return True
+        return False
 
     async def wait_for_turn(self, turn_id: str, timeout_s: float = 300.0) -> TurnOutcome:
         """Wait until ``turn_id`` stops running here; returns its stored status."""

@@ -54,9 +54,10 @@ def approval_policy(setup: AgentSetup, tool: Tool) -> ApprovalPolicy | None:
     return rules.get(tool.name) or rules.get("*") or tool.approval
 
 
-def approval_id(turn_id: str, iteration: int, index: int) -> str:
-    """One request's id: its turn, the answer's move number and the call's place in it."""
-    return f"approval_{turn_id}_{iteration}_{index}"
+def approval_id(operation_id: str) -> str:
+    """One request's id, from the fresh id its call was given (``ModelAnswered.operation_ids``):
+    unique to this call of this answer, and the same when a restarted turn reads it back."""
+    return f"approval_{operation_id.removeprefix('op_')}"
 
 
 def approval_wait(
@@ -80,7 +81,7 @@ def approval_wait(
                     continue
                 requests.append(
                     ApprovalRequest(
-                        approval_id=approval_id(turn_id, iteration, index),
+                        approval_id=approval_id(operation_ids[index]),
                         tool_call_id=call.id,
                         tool=call.name,
                         arguments=call_arguments(call),

@@ -643,7 +643,7 @@ ROUTES: dict[tuple[str, str], RouteDoc] = {
         {
             "items": [
                 {
-                    "approval_id": f"approval_{TURN}_1_0",
+                    "approval_id": "approval_01J9A7",
                     "turn_id": TURN,
                     "tool_call_id": "call_0",
                     "tool": "send_email",
@@ -662,7 +662,7 @@ ROUTES: dict[tuple[str, str], RouteDoc] = {
         "run it and the model hears it was denied (with `reason`). The turn goes on once no "
         "call of the same answer waits. 409 when it is decided already or its turn is over.",
         {
-            "approval_id": f"approval_{TURN}_1_0",
+            "approval_id": "approval_01J9A7",
             "turn_id": TURN,
             "tool": "send_email",
             "decision": "edit",

@@ -12,7 +12,12 @@ import pytest
 from pydantic import ValidationError
 
 from actors.conversation import folding, planning
-from actors.conversation.approvals import approval_policy, recorded_waits, requested_payload
+from actors.conversation.approvals import (
+    approval_id,
+    approval_policy,
+    recorded_waits,
+    requested_payload,
+)
 from actors.conversation.domain import (
     AgentSetup,
     ApprovalDecided,
@@ -80,6 +85,7 @@ def tool(name: str, approval: ApprovalPolicy | None = None) -> Tool:
 SEND = tool("send", ApprovalPolicy(timeout_s=60))
 LOOK = tool("look")
 PROFILE = ModelProfile(id="m", provider="scripted")
+FIRST, SECOND = approval_id("op-0"), approval_id("op-1")  # the answer's calls' fresh ids
 
 
 def setup(rules: dict[str, ApprovalPolicy] | None = None) -> AgentSetup:
@@ -179,8 +185,8 @@ def held(*calls: ToolCallRequested) -> ConversationState:
 
 
 def verdict(decision: str, arguments: dict[str, Any] | None = None, **kw: Any) -> ApprovalDecided:
-    approval_id = kw.pop("approval_id", "approval_t1_1_0")
-    return ApprovalDecided(ApprovalVerdict(approval_id, decision, "u", NOW, arguments, **kw))
+    decided = kw.pop("approval_id", FIRST)
+    return ApprovalDecided(ApprovalVerdict(decided, decision, "u", NOW, arguments, **kw))
 
 
 def ran(decisions: list[Decision]) -> RunTools:
@@ -216,7 +222,7 @@ def test_denied_does_not_run_and_says_why() -> None:
         (verdict("edit", {"text": "x" * 20}), ErrorCode.INVALID_INPUT),  # breaks the schema
         (verdict("edit", {"nope": 1}), ErrorCode.INVALID_INPUT),
         (verdict("edit", None), ErrorCode.INVALID_INPUT),
-        (verdict("approve", approval_id="approval_t1_9_9"), ErrorCode.NOT_FOUND),
+        (verdict("approve", approval_id="approval_nope"), ErrorCode.NOT_FOUND),
     ],
 )
 def test_refused_decisions_leave_the_wait_as_it_was(
@@ -238,7 +244,7 @@ def test_a_second_decision_is_a_conflict_while_another_call_waits() -> None:
     assert names(first) == ["SettleApproval"]  # the other call still waits: nothing runs
     again = drive(s, verdict("deny"))
     assert [d.code for d in again if isinstance(d, Refuse)] == [ErrorCode.CONFLICT]
-    last = drive(s, verdict("deny", approval_id="approval_t1_1_1"))
+    last = drive(s, verdict("deny", approval_id=SECOND))
     assert names(last) == ["SettleApproval", "RunTools"]
     first_plan, second_plan = ran(last).plans
     assert isinstance(first_plan, DispatchTool) and isinstance(second_plan, ReturnToolError)
@@ -253,12 +259,12 @@ def test_a_timeout_decides_as_stated(on_timeout: str, kind: type) -> None:
     policy = ApprovalPolicy.model_validate({"timeout_s": 1, "on_timeout": on_timeout})
     s = state(TurnPhase.THINKING, {"send": policy})
     drive(s, answered(call("send")))
-    decisions = drive(s, ApprovalTimedOut("approval_t1_1_0", NOW + timedelta(seconds=1)))
+    decisions = drive(s, ApprovalTimedOut(FIRST, NOW + timedelta(seconds=1)))
     settle = decisions[0]
     assert isinstance(settle, SettleApproval) and settle.verdict.decided_by == "timeout"
     [plan] = ran(decisions).plans
     assert isinstance(plan, kind)
-    assert drive(s, ApprovalTimedOut("approval_t1_1_0", NOW)) == []  # late: nothing
+    assert drive(s, ApprovalTimedOut(FIRST, NOW)) == []  # late: nothing
 
 
 # --------------------------------------------------------------------------- after a restart
@@ -330,7 +336,7 @@ def test_a_restarted_turn_waits_again_without_asking_again() -> None:
 
 
 def test_a_denial_stays_after_a_restart() -> None:
-    denied = ApprovalVerdict("approval_t1_1_0", "deny", "u", NOW)
+    denied = ApprovalVerdict(FIRST, "deny", "u", NOW)
     wait = recorded(the_wait(), [denied])
     started = StartedTools(1, "on it", (call("send"),))
     resumption = resumption_of(RecoveredTurn(turn(), started=started, approval=wait))

@@ -20,12 +20,12 @@ from actors.conversation import folding, planning
 from actors.conversation.context import tool_spec
 from actors.conversation.domain import (
     AgentSetup,
+    AppendAgentMessage,
     ApprovalDecided,
     ApprovalRequest,
     ApprovalTimedOut,
     ApprovalVerdict,
     ApprovalWait,
-    AppendAgentMessage,
     AssembleContext,
     AwaitOperations,
     BeginTurn,
