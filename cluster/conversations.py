@@ -44,6 +44,8 @@ from cluster.naming import (
     named_detached,
 )
 from cluster.preflight import live_nodes
+from core.approvals import ApprovalOutcome
+from core.approvals import Decision as ApprovalChoice
 from core.domain import Caller, ConcurrencyPolicy
 from core.errors import WonderError
 from core.event_feed import EventFeed
@@ -431,6 +433,22 @@ class RayConversations:
     ) -> TurnOutcome:
         return await self._call(
             conversation_id, lambda actor: actor.cancel_turn.remote(turn_id, reason)
+        )
+
+    async def decide_approval(
+        self,
+        conversation_id: str,
+        approval_id: str,
+        decision: ApprovalChoice,
+        decided_by: str,
+        arguments: JsonObject | None = None,
+        reason: str | None = None,
+    ) -> ApprovalOutcome:
+        return await self._call(
+            conversation_id,
+            lambda actor: actor.decide_approval.remote(
+                approval_id, decision, decided_by, arguments, reason
+            ),
         )
 
     async def add_participant(self, conversation_id: str, agent_id: str) -> ParticipantChange:

@@ -6,6 +6,7 @@ These are the shapes stored in the relational store and passed between actors. L
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -18,6 +19,8 @@ from core.jsontypes import JsonObject
 from core.memory_policy import MemoryUpkeepPolicy
 from core.strict import StrictScalars
 from core.tool_shortcuts import ShortcutError, check_pattern
+
+TOOL_NAME = r"^[a-zA-Z0-9_-]{1,64}$"  # the name the model calls a tool by
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 SECRET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
@@ -170,13 +173,25 @@ class ToolShortcut(Model):
     pattern: str = Field(min_length=1, max_length=500)
 
 
+class ApprovalPolicy(Model):
+    """A tool call that waits for a person's approval before it runs: how long it waits, and
+    what happens when nobody decides in time."""
+
+    timeout_s: int = Field(
+        3600, ge=1, le=7 * 24 * 3600, description="How long the call waits for a decision"
+    )
+    on_timeout: Literal["deny", "approve"] = Field(
+        "deny", description="What an undecided call becomes when the time is up"
+    )
+
+
 class Tool(Model):
     """The LLM-facing interface to a task, workflow, agent, or a tool of an MCP server
     (``mcp``: ``target_id`` is ``<server id>/<the server's tool name>``, ``core.mcp``)."""
 
     id: LibraryId
     version: int = 0
-    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    name: str = Field(pattern=TOOL_NAME)
     description: str = Field(max_length=2000)
     input_schema: JsonObject = Field(default_factory=lambda: {"type": "object"})
     target_type: Literal["task", "workflow", "agent", "mcp"]
@@ -189,6 +204,12 @@ class Tool(Model):
         False,
         description="Safe to run twice with the same input: a call cut by a crash before its "
         "result was recorded is run again (otherwise the model is told it was interrupted)",
+    )
+
+    approval: ApprovalPolicy | None = Field(
+        None,
+        description="Its calls wait for a person's approval before they run (a persona's "
+        "``constraints.approvals`` may ask it of any tool, and wins)",
     )
 
     shortcut: ToolShortcut | None = Field(
@@ -265,6 +286,20 @@ class Constraints(Model):
         "* for any, an IP; each optionally :port), of those the operator allows the client; "
         "none = no network",
     )
+    approvals: dict[str, ApprovalPolicy] = Field(
+        default_factory=dict,
+        max_length=128,
+        description="Tools whose calls wait for a person's approval, by tool name (* for every "
+        "tool); wins over the tool's own ``approval``",
+    )
+
+    @field_validator("approvals")
+    @classmethod
+    def _approval_names(cls, value: dict[str, ApprovalPolicy]) -> dict[str, ApprovalPolicy]:
+        for name in value:
+            if name != "*" and not re.fullmatch(TOOL_NAME, name):
+                raise ValueError(f"approvals: {name!r} is not a tool name (or *)")
+        return value
 
 
 LEGACY_HOOK_FIELDS = {
@@ -569,6 +604,7 @@ class Turn(Model):
     created_at: datetime
     started_at: datetime | None = None  # set when the loop starts running it
     awaiting_operations: bool = False  # answered; waits only for async operations
+    awaiting_approval: bool = False  # tool calls wait for a person's decision (approvals)
     completed_at: datetime | None = None
 
 

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import Field
 
+from core.approvals import ApprovalOutcome
+from core.approvals import Decision as ApprovalChoice
 from core.domain import (
     Caller,
     ConcurrencyPolicy,
@@ -252,6 +254,18 @@ class Conversations(Protocol):
     async def cancel_turn(
         self, conversation_id: str, turn_id: str, reason: str = "cancelled"
     ) -> TurnOutcome: ...
+
+    async def decide_approval(
+        self,
+        conversation_id: str,
+        approval_id: str,
+        decision: ApprovalChoice,
+        decided_by: str,
+        arguments: JsonObject | None = None,
+        reason: str | None = None,
+    ) -> ApprovalOutcome:
+        """A person's decision on a tool call waiting for approval (``core.approvals``)."""
+        ...
 
     async def add_participant(self, conversation_id: str, agent_id: str) -> ParticipantChange: ...
 

@@ -27,6 +27,8 @@ from actors.workflow_coordinator.ports import CoordinatorPorts
 from actors.workflow_coordinator.runs import RunLimits, WorkflowRunService
 from cluster.executor_wiring import executor_services
 from cluster.models import ServedChatModels
+from core.approvals import ApprovalOutcome
+from core.approvals import Decision as ApprovalChoice
 from core.domain import Caller, ConcurrencyPolicy, TaskDef
 from core.event_feed import EventFeed
 from core.event_order import PartialReplies
@@ -282,7 +284,8 @@ class InProcessCluster:
         """Forget the conversation's actor as a kill -9 would (its tasks are cancelled), and
         start a new incarnation of it."""
         old = self.actors.pop(conversation_id)
-        for task in [*old._work.values(), *old._side]:
+        timers = [timer for by_id in old._timers.values() for timer in by_id.values()]
+        for task in [*old._work.values(), *old._side, *timers]:
             task.cancel()
         return self.actor(conversation_id)
 
@@ -339,6 +342,19 @@ class InProcessCluster:
         self, conversation_id: str, turn_id: str, reason: str = "cancelled"
     ) -> TurnOutcome:
         return await self.actor(conversation_id).cancel_turn(turn_id, reason)
+
+    async def decide_approval(
+        self,
+        conversation_id: str,
+        approval_id: str,
+        decision: ApprovalChoice,
+        decided_by: str,
+        arguments: JsonObject | None = None,
+        reason: str | None = None,
+    ) -> ApprovalOutcome:
+        return await self.actor(conversation_id).decide_approval(
+            approval_id, decision, decided_by, arguments, reason
+        )
 
     async def add_participant(self, conversation_id: str, agent_id: str) -> ParticipantChange:
         return await self.actor(conversation_id).add_participant(agent_id)

@@ -27,10 +27,15 @@ from typing import Any, assert_never
 
 from sqlalchemy.exc import IntegrityError
 
+from actors.conversation.approvals import recorded_waits
 from actors.conversation.domain import (
     AddUsage,
     AdoptContext,
     AppendAgentMessage,
+    ApprovalDecided,
+    ApprovalRequest,
+    ApprovalTimedOut,
+    ApprovalVerdict,
     AssembleContext,
     AwaitOperations,
     BeginTurn,
@@ -58,10 +63,12 @@ from actors.conversation.domain import (
     Recovered,
     RecoveredTurn,
     Refuse,
+    RequestApprovals,
     ResumeLoop,
     ResumeTurn,
     RunTools,
     SaveConversation,
+    SettleApproval,
     SettleExtraction,
     SettleOperation,
     StartedTools,
@@ -81,6 +88,9 @@ from actors.conversation.resumption import RECOVERY_EVENTS, started_tools
 from actors.conversation.steps import TurnSteps
 from actors.conversation.tool_dispatch import ToolDispatcher
 from actors.conversation.turn_traces import TurnTraces
+from core.approvals import EVENT_TYPES as APPROVAL_EVENTS
+from core.approvals import ApprovalLog, ApprovalOutcome
+from core.approvals import Decision as ApprovalChoice
 from core.domain import (
     AgentCaller,
     Caller,
@@ -95,6 +105,7 @@ from core.domain import (
     WorkflowCaller,
 )
 from core.errors import (
+    Conflict,
     ErrorCode,
     NotFound,
     RetryableError,
@@ -152,6 +163,8 @@ class ConversationActor:
         self._models: dict[str, ChatModel] = {}  # each model loop's model (one per context)
         self._ended: dict[str, asyncio.Event] = {}  # turns someone waits on
         self._side: set[asyncio.Task[Any]] = set()
+        # Each waiting approval's timeout, by turn, then by approval id.
+        self._timers: dict[str, dict[str, asyncio.Task[None]]] = {}
         self._last_activity = time.monotonic()
         self._closing = False
         self._noted_idle = False
@@ -229,7 +242,10 @@ class ConversationActor:
                 work = self._work.get(turn_id)
                 if work is not None:
                     work.cancel()
+            case RequestApprovals() | SettleApproval():
+                self._time_approvals(decision)
             case CompleteTurn(turn_id=turn_id) | FailTurn(turn_id=turn_id):
+                self._stop_timers(turn_id)
                 self._models.pop(turn_id, None)
                 self.traces.ended(decision)
                 ended = self._ended.pop(turn_id, None)
@@ -267,6 +283,35 @@ class ConversationActor:
         task = asyncio.get_running_loop().create_task(self._run_step(turn_id, step))
         self._work[turn_id] = task
         task.add_done_callback(lambda done: self._step_done(turn_id, done))
+
+    def _time_approvals(self, decision: RequestApprovals | SettleApproval) -> None:
+        """Time each held call that waits (``ApprovalTimedOut`` when its time is up); a decided
+        one's timer stops."""
+        timers = self._timers.setdefault(decision.turn_id, {})
+        match decision:
+            case RequestApprovals(wait=wait):
+                for request in wait.pending:
+                    if request.approval_id not in timers:
+                        timers[request.approval_id] = asyncio.get_running_loop().create_task(
+                            self._expire(request)
+                        )
+            case SettleApproval(verdict=verdict):
+                timer = timers.pop(verdict.approval_id, None)
+                if timer is not None and timer is not asyncio.current_task():
+                    timer.cancel()
+            case _:
+                assert_never(decision)
+
+    def _stop_timers(self, turn_id: str) -> None:
+        for timer in self._timers.pop(turn_id, {}).values():
+            timer.cancel()
+
+    async def _expire(self, request: ApprovalRequest) -> None:
+        await asyncio.sleep(max(0.0, (request.expires_at - utc_now()).total_seconds()))
+        try:
+            self._handle(ApprovalTimedOut(request.approval_id, utc_now()))
+        except Exception:  # the next incarnation finds it expired and decides it then
+            log.exception("approval %s: could not record its timeout", request.approval_id)
 
     def _side_step(self, turn_id: str, step: Coroutine[Any, Any, ConversationEvent]) -> None:
         """A step that runs beside the turn's current one (its event is checked on arrival)."""
@@ -362,7 +407,10 @@ class ConversationActor:
         mid_loop = [t for t in active if t.started_at is not None and not t.awaiting_operations]
         started: dict[str, StartedTools] = {}
         resumes: dict[str, int] = {}
+        waits = {}
         if mid_loop:
+            approvals = self.store.events.list_of_types(self.id, APPROVAL_EVENTS)
+            waits = recorded_waits(ApprovalLog(approvals))
             for event in self.store.events.list_of_types(self.id, RECOVERY_EVENTS):
                 turn_id = str(event.payload.get("turn_id"))
                 if event.type == "tools.started":
@@ -377,7 +425,14 @@ class ConversationActor:
             if turn in mid_loop:
                 moves = tuple(self.store.moves.list(turn.id))
                 turns.append(
-                    RecoveredTurn(turn, ops, moves, started.get(turn.id), resumes.get(turn.id, 0))
+                    RecoveredTurn(
+                        turn,
+                        ops,
+                        moves,
+                        started.get(turn.id),
+                        resumes.get(turn.id, 0),
+                        approval=waits.get(turn.id),
+                    )
                 )
             elif turn.started_at is None:  # not started yet: the turn quotas may refuse it
                 admission = self.ports.quotas.admission(
@@ -667,6 +722,56 @@ class ConversationActor:
         if work is not None:
             await asyncio.gather(work, return_exceptions=True)
         return self._outcome(turn_id)
+
+    async def decide_approval(
+        self,
+        approval_id: str,
+        decision: ApprovalChoice,
+        decided_by: str,
+        arguments: JsonObject | None = None,
+        reason: str | None = None,
+    ) -> ApprovalOutcome:
+        """A person's decision on a tool call waiting for approval: approve it, run it with
+        edited ``arguments``, or deny it. 404: no such call waits; 409: decided already."""
+        self._touch()
+        await self._until_held(approval_id)
+        verdict = ApprovalVerdict(approval_id, decision, decided_by, utc_now(), arguments, reason)
+        decisions, _acks = self._handle(ApprovalDecided(verdict))
+        for decision_made in decisions:
+            match decision_made:
+                case Refuse(code=ErrorCode.NOT_FOUND):
+                    log_ = ApprovalLog(self.store.events.list_of_types(self.id, APPROVAL_EVENTS))
+                    if approval_id in log_.decided:
+                        raise Conflict(f"{approval_id} is decided already")
+                case SettleApproval(turn_id=turn_id, request=request):
+                    ran_with = arguments if decision == "edit" and arguments is not None else {}
+                    if decision == "approve":
+                        ran_with = request.arguments
+                    return ApprovalOutcome(
+                        approval_id=approval_id,
+                        turn_id=turn_id,
+                        tool=request.tool,
+                        decision=decision,
+                        arguments=ran_with,
+                    )
+                case _:
+                    pass
+        raise_refusal(decisions)
+        raise NotFound(f"no tool call waits as {approval_id}")
+
+    async def _until_held(self, approval_id: str, timeout_s: float = 60.0) -> None:
+        """A restarted turn holds its answer again once its context is assembled again: a
+        decision arriving before that waits for it (briefly)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self._resuming_with(approval_id):
+            await asyncio.sleep(0.05)
+
+    def _resuming_with(self, approval_id: str) -> bool:
+        for turn in self.state.turns.values():
+            wait = turn.resuming.approving if turn.resuming is not None else None
+            if wait is not None and any(r.approval_id == approval_id for r in wait.requests):
+                return True
+        return False
 
     async def wait_for_turn(self, turn_id: str, timeout_s: float = 300.0) -> TurnOutcome:
         """Wait until ``turn_id`` stops running here; returns its stored status."""

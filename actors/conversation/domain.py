@@ -95,10 +95,62 @@ class TurnPhase(StrEnum):
     ASSEMBLING = "assembling"  # context assembly is running
     THINKING = "thinking"  # a model call is running
     ACTING = "acting"  # the tool calls of the last answer are running
+    APPROVING = "approving"  # the tool calls of the last answer wait for a person's approval
     AWAITING = "awaiting"  # answered; async operations of this turn are still out
 
 
-RUNNING_PHASES = frozenset({TurnPhase.ASSEMBLING, TurnPhase.THINKING, TurnPhase.ACTING})
+RUNNING_PHASES = frozenset(
+    {TurnPhase.ASSEMBLING, TurnPhase.THINKING, TurnPhase.ACTING, TurnPhase.APPROVING}
+)
+
+APPROVE, DENY, EDIT = "approve", "deny", "edit"  # what a person decides of a tool call
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """A tool call waiting for a person's decision (``approval.requested``): the call as the
+    model made it, and when it stops waiting (``on_timeout``: what it becomes then)."""
+
+    approval_id: str
+    tool_call_id: str
+    tool: str
+    arguments: JsonObject
+    timeout_s: int
+    on_timeout: str
+    requested_at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalVerdict:
+    """A decision on one request (``approval.decided``): ``approve``, ``deny`` or ``edit`` (run
+    with ``arguments`` instead); ``decided_by`` a user, the client, or ``timeout``."""
+
+    approval_id: str
+    decision: str
+    decided_by: str
+    at: datetime
+    arguments: JsonObject | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalWait:
+    """The tool calls of one answer, held until every request among them is decided: the
+    answer's calls and operation ids as the model made them (planned again, as decided, when
+    none waits), and the decisions so far."""
+
+    iteration: int
+    reasoning: str
+    calls: tuple[ToolCallRequested, ...]
+    operation_ids: tuple[str, ...]
+    requests: tuple[ApprovalRequest, ...]
+    verdicts: tuple[ApprovalVerdict, ...] = ()
+
+    @property
+    def pending(self) -> tuple[ApprovalRequest, ...]:
+        decided = {v.approval_id for v in self.verdicts}
+        return tuple(r for r in self.requests if r.approval_id not in decided)
 
 
 @dataclass(slots=True)
@@ -122,6 +174,7 @@ class TurnState:
     usage: Usage = field(default_factory=Usage)
     awaiting_recorded: bool = False  # the store marks it awaiting its operations
     resuming: Resumption | None = None  # a turn cut mid-loop, resumed at its next context
+    approval: ApprovalWait | None = None  # its tool calls wait for decisions (``approving``)
 
 
 @dataclass(slots=True)
@@ -212,6 +265,7 @@ class RecoveredTurn:
     resumes: int = 0
     answered: bool = False
     admission: TurnAdmission | None = None
+    approval: ApprovalWait | None = None  # the last answer's approvals as recorded (no plans)
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +281,8 @@ class Resumption:
     reasoning: str = ""
     operation_ids: dict[str, str] = field(default_factory=dict)  # started async call → op id
     answered: bool = False
+    approving: ApprovalWait | None = None  # its last answer still waits for approvals
+    denied: dict[str, ToolResult] = field(default_factory=dict)  # started call → its denial
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,6 +403,21 @@ class StepFailed:
 
 
 @dataclass(frozen=True, slots=True)
+class ApprovalDecided:
+    """A person decided on a waiting tool call (the API, the stream, the console)."""
+
+    verdict: ApprovalVerdict
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalTimedOut:
+    """A waiting tool call's time is up (the shell's timer)."""
+
+    approval_id: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class ParticipantAdded:
     agent_id: str
     at: datetime
@@ -386,6 +457,8 @@ ConversationEvent = (
     | MemoryExtractionFailed
     | CancelRequested
     | StepFailed
+    | ApprovalDecided
+    | ApprovalTimedOut
     | ParticipantAdded
     | ParticipantRemoved
     | PolicySet
@@ -532,6 +605,28 @@ class RunTools:
     plans: tuple[ToolPlan, ...]
     reasoning: str
     iteration: int = 1  # the move number these calls make (``tools.started`` records it)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestApprovals:
+    """Hold the last answer's tool calls until a person decides on those that need it
+    (``announce``: record ``approval.requested`` for each; False when a restarted turn waits
+    again for what it recorded)."""
+
+    turn_id: str
+    wait: ApprovalWait
+    announce: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class SettleApproval:
+    """Record a decision on a waiting tool call (``approval.decided``); ``last``: nothing else
+    of the answer waits now."""
+
+    turn_id: str
+    request: ApprovalRequest
+    verdict: ApprovalVerdict
+    last: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -710,6 +805,8 @@ Decision = (
     | CallModel
     | AddUsage
     | RunTools
+    | RequestApprovals
+    | SettleApproval
     | RecordMoves
     | AppendAgentMessage
     | AwaitOperations

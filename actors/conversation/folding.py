@@ -36,11 +36,13 @@ from actors.conversation.domain import (
     QueueTurn,
     RecordMoves,
     Refuse,
+    RequestApprovals,
     ResumeLoop,
     ResumeTurn,
     ReturnToolError,
     RunTools,
     SaveConversation,
+    SettleApproval,
     SettleExtraction,
     SettleOperation,
     StartOperation,
@@ -79,6 +81,15 @@ def apply(state: ConversationState, decision: Decision) -> None:
             | AwaitOperations()
         ):
             _apply_step(state.turns[decision.turn_id], decision)
+        case RequestApprovals(turn_id=turn_id, wait=wait):
+            held = state.turns[turn_id]
+            held.phase, held.approval = TurnPhase.APPROVING, wait
+            held.open_calls, held.last_text = wait.calls, wait.reasoning
+        case SettleApproval(turn_id=turn_id, verdict=verdict):
+            waiting = state.turns[turn_id]
+            if waiting.approval is not None:
+                verdicts = (*waiting.approval.verdicts, verdict)
+                waiting.approval = replace(waiting.approval, verdicts=verdicts)
         case ExtractMemories(extraction=extraction):
             state.extracting[extraction.turn_id] = extraction
         case SettleExtraction(turn_id=turn_id):
@@ -185,7 +196,7 @@ def _apply_step(
         case AddUsage(usage=usage):
             turn.usage = usage
         case RunTools(plans=plans, reasoning=reasoning):
-            turn.phase = TurnPhase.ACTING
+            turn.phase, turn.approval = TurnPhase.ACTING, None
             turn.open_calls = tuple(p.call for p in plans)
             turn.agent_calls = agent_call_ids(plans)
             turn.last_text = reasoning

@@ -37,9 +37,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import assert_never
 
+from actors.conversation.approvals import (
+    approval_wait,
+    decided_plans,
+    edit_problem,
+    timed_out,
+)
 from actors.conversation.context import (
     declined,
     operation_result_message,
@@ -47,10 +54,15 @@ from actors.conversation.context import (
     tool_exchange,
 )
 from actors.conversation.domain import (
+    EDIT,
     AddUsage,
     AdoptContext,
     AgentSetup,
     AppendAgentMessage,
+    ApprovalDecided,
+    ApprovalTimedOut,
+    ApprovalVerdict,
+    ApprovalWait,
     AssembleContext,
     AwaitOperations,
     BeginTurn,
@@ -85,10 +97,12 @@ from actors.conversation.domain import (
     Recovered,
     RecoveredTurn,
     Refuse,
+    RequestApprovals,
     ResumeLoop,
     ResumeTurn,
     RunTools,
     SaveConversation,
+    SettleApproval,
     SettleExtraction,
     SettleOperation,
     StartTurn,
@@ -161,6 +175,10 @@ def _plan_event(state: ConversationState, event: ConversationEvent) -> list[Deci
             | MemoryExtractionFailed()
         ):
             return _plan_step(state, event)
+        case ApprovalDecided(verdict=verdict):
+            return _approval_decided(state, verdict)
+        case ApprovalTimedOut():
+            return _approval_timed_out(state, event)
         case ParticipantAdded() | ParticipantRemoved() | PolicySet() | CompletionRequested():
             return _conversation_changed(state, event)
         case _:
@@ -468,6 +486,9 @@ def _resumed(state: ConversationState, turn: TurnState, event: ContextAssembled)
     if resumption.answered:
         ending = _finish(state, turn.turn_id, setup, turn.usage, event.at)
         return [loop, *ending]
+    if resumption.approving is not None:  # its last answer still waits for decisions
+        wait = resumption.approving
+        return [loop, *_held_or_run(state, turn.turn_id, setup, wait, event.at, announce=False)]
     if resumption.interrupted:
         plans = resumed_plans(resumption, setup.catalog)
         return [
@@ -545,7 +566,13 @@ def _model_answered(state: ConversationState, event: ModelAnswered) -> list[Deci
         event.at,
         event.schema_problems,
     )
-    return [*decisions, RunTools(turn.turn_id, agent_id, plans, event.text, turn.moves_made + 1)]
+    iteration = turn.moves_made + 1
+    wait = approval_wait(
+        turn.setup, turn.turn_id, plans, event.operation_ids, event.text, iteration, event.at
+    )
+    if wait is not None:  # some calls wait for a person: the answer's calls are held
+        return [*decisions, RequestApprovals(turn.turn_id, wait)]
+    return [*decisions, RunTools(turn.turn_id, agent_id, plans, event.text, iteration)]
 
 
 def _answered(
@@ -636,6 +663,77 @@ def _tools_returned(state: ConversationState, event: ToolsReturned) -> list[Deci
 def _live(state: ConversationState, turn_id: str, phase: TurnPhase) -> TurnState | None:
     turn = state.turns.get(turn_id)
     return turn if turn is not None and turn.phase is phase else None
+
+
+# --------------------------------------------------------------------------- approvals
+
+
+def _held_or_run(
+    state: ConversationState,
+    turn_id: str,
+    setup: AgentSetup,
+    wait: ApprovalWait,
+    at: datetime,
+    *,
+    announce: bool,
+) -> list[Decision]:
+    """The answer's calls wait while a request is undecided, else run as decided."""
+    if wait.pending:
+        return [RequestApprovals(turn_id, wait, announce)]
+    plans = decided_plans(wait, setup.catalog, state.conversation.id, turn_id, at)
+    return [RunTools(turn_id, setup.agent.id, plans, wait.reasoning, wait.iteration)]
+
+
+def _waiting_for(state: ConversationState, approval_id: str) -> TurnState | None:
+    """The live turn whose held answer has the request ``approval_id``."""
+    for turn in state.turns.values():
+        wait = turn.approval
+        if turn.phase is TurnPhase.APPROVING and wait is not None:
+            if any(r.approval_id == approval_id for r in wait.requests):
+                return turn
+    return None
+
+
+def _approval_decided(state: ConversationState, verdict: ApprovalVerdict) -> list[Decision]:
+    turn = _waiting_for(state, verdict.approval_id)
+    if turn is None or turn.approval is None or turn.setup is None:
+        return [Refuse(ErrorCode.NOT_FOUND, f"no tool call waits as {verdict.approval_id}")]
+    wait = turn.approval
+    request = next(r for r in wait.requests if r.approval_id == verdict.approval_id)
+    if request not in wait.pending:
+        return [Refuse(ErrorCode.CONFLICT, f"{verdict.approval_id} is decided already")]
+    if verdict.decision == EDIT:
+        if verdict.arguments is None:
+            return [Refuse(ErrorCode.INVALID_INPUT, "an edit gives the call's arguments")]
+        problem = edit_problem(wait, request, verdict.arguments, turn.setup.catalog)
+        if problem is not None:
+            return [Refuse(ErrorCode.INVALID_INPUT, f"the edited arguments: {problem}")]
+    return _settle(state, turn, wait, verdict)
+
+
+def _approval_timed_out(state: ConversationState, event: ApprovalTimedOut) -> list[Decision]:
+    turn = _waiting_for(state, event.approval_id)
+    if turn is None or turn.approval is None:
+        return []  # decided meanwhile, or its turn is over
+    wait = turn.approval
+    request = next((r for r in wait.pending if r.approval_id == event.approval_id), None)
+    if request is None:
+        return []
+    return _settle(state, turn, wait, timed_out(request, event.at))
+
+
+def _settle(
+    state: ConversationState, turn: TurnState, wait: ApprovalWait, verdict: ApprovalVerdict
+) -> list[Decision]:
+    assert turn.setup is not None
+    request = next(r for r in wait.requests if r.approval_id == verdict.approval_id)
+    decided = replace(wait, verdicts=(*wait.verdicts, verdict))
+    last = not decided.pending
+    settle = SettleApproval(turn.turn_id, request, verdict, last)
+    if not last:
+        return [settle]
+    ran = _held_or_run(state, turn.turn_id, turn.setup, decided, verdict.at, announce=False)
+    return [settle, *ran]
 
 
 # --------------------------------------------------------------------------- async operations

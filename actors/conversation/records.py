@@ -13,6 +13,7 @@ from typing import assert_never
 
 from sqlalchemy import Connection
 
+from actors.conversation.approvals import decided_payload, requested_payload
 from actors.conversation.domain import (
     AddUsage,
     AdoptContext,
@@ -34,11 +35,13 @@ from actors.conversation.domain import (
     QueueTurn,
     RecordMoves,
     Refuse,
+    RequestApprovals,
     ResumeLoop,
     ResumeTurn,
     ReturnToolError,
     RunTools,
     SaveConversation,
+    SettleApproval,
     SettleExtraction,
     SettleOperation,
     StartOperation,
@@ -51,6 +54,7 @@ from actors.conversation.log import PendingEvent, PendingWrite, turn_payload
 from actors.conversation.resumption import started_payload
 from actors.conversation.tool_calls import call_arguments
 from actors.conversation.tool_dispatch import invocation_mode
+from core.approvals import DECIDED, REQUESTED
 from core.domain import (
     AsyncOperation,
     Conversation,
@@ -144,6 +148,8 @@ class BatchWriter:
                 return self._turn(decision)
             case RunTools():
                 return self._tools_started(decision)
+            case RequestApprovals() | SettleApproval():
+                return self._approvals(decision)
             case RecordMoves() | AppendAgentMessage() | CloseDangling():
                 return self._moves(decision)
             case SettleOperation(operation=operation):
@@ -215,6 +221,7 @@ class BatchWriter:
                     status=TurnStatus.COMPLETED,
                     completed_at=at,
                     awaiting_operations=False,
+                    awaiting_approval=False,
                     usage=usage,
                     memory_extraction_pending=extraction is not None,
                 )
@@ -232,6 +239,7 @@ class BatchWriter:
                     failure_code=None if error is None else error.code,
                     completed_at=at,
                     awaiting_operations=False,
+                    awaiting_approval=False,
                     usage=usage,
                     context_failed=decision.context_failed,
                     **_hook_run(decision.context_assembly_run_id),
@@ -314,6 +322,31 @@ class BatchWriter:
             **changes,
         )
         self.store.pending_extractions.remove(self.conversation_id, turn_id, conn)
+
+    # ------------------------------------------------------------------ approvals
+
+    def _approvals(self, decision: RequestApprovals | SettleApproval) -> PendingWrite | None:
+        """``approval.requested`` for each held call that waits (the turn marked awaiting its
+        approvals), or ``approval.decided`` (unmarked once none waits)."""
+        match decision:
+            case RequestApprovals(turn_id=turn_id, wait=wait, announce=announce):
+                if not announce:
+                    return None
+                events = [
+                    PendingEvent(REQUESTED, requested_payload(turn_id, wait, request))
+                    for request in wait.pending
+                ]
+                waiting = True
+            case SettleApproval(turn_id=turn_id, verdict=verdict, last=last):
+                events = [PendingEvent(DECIDED, decided_payload(turn_id, verdict))]
+                waiting = not last
+            case _:
+                assert_never(decision)
+
+        def write(conn: Connection, _events: list[Event]) -> None:
+            self._update_turn(turn_id, conn, awaiting_approval=waiting)
+
+        return PendingWrite(events, write)
 
     # ------------------------------------------------------------------ operations
 

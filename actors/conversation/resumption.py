@@ -11,6 +11,8 @@ event written before those calls run, and the async operations they started. So:
   an error result saying it was interrupted and may or may not have taken effect, and the model
   decides what to do;
 - a turn whose answer is stored only has what follows the answer left (memory extraction);
+- an answer whose calls were held for approvals (``approvals``) is held again, with the
+  decisions recorded so far; a call a person denied stays denied when its answer's calls run;
 - otherwise the model step that was running is simply asked again.
 
 A turn resumes after at most ``MAX_INTERRUPTIONS`` crashes; the next one fails it.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from actors.conversation.approvals import denials
 from actors.conversation.context import tool_exchange
 from actors.conversation.domain import (
     DispatchTool,
@@ -51,6 +54,11 @@ def resumption_of(recovered: RecoveredTurn) -> Resumption:
     transcript, moves_made = recorded_exchanges(recovered.moves)
     answered = any(move.tool_call is None for move in recovered.moves)
     started = recovered.started
+    wait = recovered.approval
+    if not answered and wait is not None and wait.iteration > moves_made:
+        if started is None or started.iteration < wait.iteration:
+            # Its last answer was waiting for approvals: it waits again for what is undecided.
+            return Resumption(transcript, moves_made, approving=wait)
     if answered or started is None or started.iteration <= moves_made:
         return Resumption(transcript, moves_made, answered=answered)
     operations = {op.tool_call_id: op.id for op in recovered.operations}
@@ -60,6 +68,7 @@ def resumption_of(recovered: RecoveredTurn) -> Resumption:
         started.calls,
         started.reasoning,
         {call.id: operations[call.id] for call in started.calls if call.id in operations},
+        denied=denials(wait) if wait is not None and wait.iteration == started.iteration else {},
     )
 
 
@@ -92,6 +101,9 @@ def resumed_plans(resumption: Resumption, catalog: ToolCatalog) -> tuple[ToolPla
     """What becomes of each interrupted call (see the module's docstring)."""
     plans: list[ToolPlan] = []
     for call in resumption.interrupted:
+        if call.id in resumption.denied:  # a person denied it: it never ran, and does not now
+            plans.append(ReturnToolError(call, resumption.denied[call.id]))
+            continue
         operation_id = resumption.operation_ids.get(call.id)
         if operation_id is not None:
             plans.append(ReturnToolError(call, async_ack(call.id, operation_id)))

@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import assert_never
 
 from actors.conversation.domain import (
+    ApprovalDecided,
+    ApprovalTimedOut,
     CancelRequested,
     CompleteTurn,
     CompletionRequested,
@@ -49,7 +51,7 @@ from core.domain import (
     WorkflowCaller,
 )
 
-WAITING_PHASES = frozenset({TurnPhase.ACTING, TurnPhase.AWAITING})
+WAITING_PHASES = frozenset({TurnPhase.ACTING, TurnPhase.APPROVING, TurnPhase.AWAITING})
 
 
 def conversation_status(
@@ -57,10 +59,10 @@ def conversation_status(
 ) -> ConversationStatus:
     """What the conversation is doing, from its live turns (seed 001's statuses): ``waiting``
     while every live turn waits on work outside it (its tool calls: a task, a delegated agent, a
-    workflow; its async operations), ``active`` while any does its own work (context, model,
-    extraction, queued) or once a turn ends well, ``failed`` once the last turn to end
-    (``ended``) failed and nothing is live; a cancelled turn is no failure. ``completed`` (a
-    user's decision) stays; without a live turn or an ending, ``failed`` stays too."""
+    workflow, a person's approval; its async operations), ``active`` while any does its own work
+    (context, model, extraction, queued) or once a turn ends well, ``failed`` once the last turn
+    to end (``ended``) failed and nothing is live; a cancelled turn is no failure. ``completed``
+    (a user's decision) stays; without a live turn or an ending, ``failed`` stays too."""
     current = state.conversation.status
     if current is ConversationStatus.COMPLETED:
         return current
@@ -141,6 +143,8 @@ def _speakers(event: ConversationEvent) -> list[Participant]:
             | StepFailed()
             | OperationCompleted()
             | OperationsChecked()
+            | ApprovalDecided()
+            | ApprovalTimedOut()
             | ParticipantAdded()
             | ParticipantRemoved()
             | PolicySet()

@@ -753,6 +753,40 @@ ROUTES: dict[tuple[str, str], RouteDoc] = {
         {"turn_id": TURN, "status": "cancelled"},
         {"reason": "not needed"},
     ),
+    ("GET", "/v1/conversations/{conversation_id}/approvals"): RouteDoc(
+        "The tool calls of the conversation's active turns that wait for a person's approval "
+        "(a persona's `constraints.approvals` or a tool's `approval` asks it). Each says when "
+        "it stops waiting (`expires_at`) and what it becomes then (`on_timeout`).",
+        {
+            "items": [
+                {
+                    "approval_id": "approval_01J9A7",
+                    "turn_id": TURN,
+                    "tool_call_id": "call_0",
+                    "tool": "send_email",
+                    "arguments": {"to": "ana@example.com", "subject": "Invoice"},
+                    "timeout_s": 3600,
+                    "on_timeout": "deny",
+                    "requested_at": T,
+                    "expires_at": "2026-01-06T11:14:02Z",
+                }
+            ]
+        },
+    ),
+    ("POST", "/v1/conversations/{conversation_id}/approvals/{approval_id}"): RouteDoc(
+        "Decides a waiting tool call: `approve` runs it as the model asked, `edit` runs it with "
+        "`arguments` (checked against the tool's input schema: 422 otherwise), `deny` does not "
+        "run it and the model hears it was denied (with `reason`). The turn goes on once no "
+        "call of the same answer waits. 409 when it is decided already or its turn is over.",
+        {
+            "approval_id": "approval_01J9A7",
+            "turn_id": TURN,
+            "tool": "send_email",
+            "decision": "edit",
+            "arguments": {"to": "ana@example.com", "subject": "Invoice 2026-01"},
+        },
+        {"decision": "edit", "arguments": {"to": "ana@example.com", "subject": "Invoice 2026-01"}},
+    ),
     ("POST", "/v1/conversations/{conversation_id}/participants"): RouteDoc(
         "Loops one of your agents in: from then on it answers messages that mention "
         "`@<agent_id>`, with the shared history.",

@@ -38,6 +38,7 @@ from serving.gateway.context import GatewayContext
 
 MEMBERS_PREFIX = "/v1/conversations/{conversation_id}/members"
 CONTEXT_PREFIX = "/v1/conversations/{conversation_id}/context"
+APPROVALS_PREFIX = "/v1/conversations/{conversation_id}/approvals"
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,8 @@ def action_of(method: str, route_path: str) -> Action:
         return Action.READ  # members' changes are checked by the members routes themselves
     if route_path.endswith(("/messages", "/cancel", "/replay")):
         return Action.WRITE  # a replay writes nothing, but spends model tokens as a message does
+    if route_path.startswith(APPROVALS_PREFIX):
+        return Action.WRITE  # deciding a tool call is taking part in the turn
     if route_path.startswith(CONTEXT_PREFIX):
         return Action.WRITE  # the context channel is written like the conversation itself
     if method == "DELETE" and route_path == "/v1/conversations/{conversation_id}":

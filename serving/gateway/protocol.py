@@ -30,6 +30,7 @@ from core.domain import (
     Tool,
     Turn,
 )
+from core.jsontypes import JsonObject
 from core.memory_policy import MemoryUpkeepPolicy
 from core.route_model import MessagePermissions
 from core.routes import Route
@@ -328,5 +329,43 @@ class ClientPingFrame(WireModel):
     id: str | None = Field(None, max_length=100)
 
 
-ClientFrame = Annotated[ClientMessageFrame | ClientPingFrame, Field(discriminator="type")]
-CLIENT_FRAME: TypeAdapter[ClientMessageFrame | ClientPingFrame] = TypeAdapter(ClientFrame)
+class ApprovalDecision(WireModel):
+    """A person's decision on a tool call waiting for approval (``POST …/approvals/{id}``)."""
+
+    decision: Literal["approve", "deny", "edit"] = Field(
+        description="approve (run as the model asked), edit (run with `arguments`), deny"
+    )
+    arguments: JsonObject | None = Field(
+        None, description="With `edit` only: the arguments to run with (the tool's schema holds)"
+    )
+    reason: str | None = Field(
+        None, min_length=1, max_length=500, description="Why (a denial's reason, the model hears)"
+    )
+
+    @model_validator(mode="after")
+    def _arguments_with_edit(self) -> ApprovalDecision:
+        if self.decision == "edit" and self.arguments is None:
+            raise ValueError("an edit gives the call's new `arguments`")
+        if self.decision != "edit" and self.arguments is not None:
+            raise ValueError("`arguments` go with an edit only")
+        return self
+
+    def decided(self) -> ApprovalDecision:
+        """The decision, without the frame's own fields."""
+        return ApprovalDecision.model_validate(
+            self.model_dump(include={"decision", "arguments", "reason"}, exclude_none=True)
+        )
+
+
+class ClientApprovalFrame(ApprovalDecision):
+    """An ``approval`` frame: decide a waiting tool call (the body of
+    ``POST …/approvals/{approval_id}``), answered by an ``approval.ack`` frame."""
+
+    type: Literal["approval"]
+    approval_id: str = Field(min_length=1, max_length=200)
+    id: str | None = Field(None, max_length=100, description="Echoed back in the ack or error")
+
+
+AnyClientFrame = ClientMessageFrame | ClientPingFrame | ClientApprovalFrame
+ClientFrame = Annotated[AnyClientFrame, Field(discriminator="type")]
+CLIENT_FRAME: TypeAdapter[AnyClientFrame] = TypeAdapter(ClientFrame)

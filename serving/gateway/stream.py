@@ -11,15 +11,18 @@ sends ``{"type": "message", "content": ...}`` (the body of ``POST .../messages``
 ``model``, ``user_id``, ``reply_to_message_id``; ``to`` routes it to a thread, a session or a
 persona as ``POST /v1/messages`` does), answered by an ``ack`` frame saying where it went (its
 conversation, turn and message; ``forked``; ``streamed_here``: false when it went to another
-conversation, whose own stream carries that turn), or ``{"type": "ping"}``; a frame the server
-cannot use gets an ``error`` frame and the stream goes on. Authentication: the ``Authorization``
-header, or ``?ticket=`` (a one-use stream ticket, ``stream_tickets``) for browsers; a key in the
-URL (``?api_key=``) is refused. Refusals close the socket after an error frame, with the reason
-in the close frame too: 4401 (bad key or ticket), 4404 (no such conversation), 4400 (bad query),
-4429 (the client's concurrent-WebSocket quota is full); a message over the turn or token quota
-gets an error frame (QUOTA_EXCEEDED) and the stream goes on. A key revoked or expired while its
-stream is open closes the stream with 4401 after an error frame (``key_watch``); a user whose
-membership is revoked loses its streams of that conversation with 4404 (``member_watch``).
+conversation, whose own stream carries that turn), ``{"type": "approval", "approval_id",
+"decision", "arguments"?, "reason"?}`` (a decision on a tool call waiting for approval, announced
+by an ``approval.requested`` frame; answered by ``approval.ack``), or ``{"type": "ping"}``; a
+frame the server cannot use gets an ``error`` frame and the stream goes on. Authentication: the
+``Authorization`` header, or ``?ticket=`` (a one-use stream ticket, ``stream_tickets``) for
+browsers; a key in the URL (``?api_key=``) is refused. Refusals close the socket after an error
+frame, with the reason in the close frame too: 4401 (bad key or ticket), 4404 (no such
+conversation), 4400 (bad query), 4429 (the client's concurrent-WebSocket quota is full); a
+message over the turn or token quota gets an error frame (QUOTA_EXCEEDED) and the stream goes
+on. A key revoked or expired while its stream is open closes the stream with 4401 after an error
+frame (``key_watch``); a user whose membership is revoked loses its streams of that conversation
+with 4404 (``member_watch``).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from core.access import Action, check
 from core.domain import Conversation
 from core.errors import InvalidInput, NotFound, Unauthorized, WonderError
 from core.keys import ApiKey, hash_key
+from serving.gateway.approvals import decide
 from serving.gateway.auth import (
     USER_HEADER,
     USER_PATTERN,
@@ -56,7 +60,7 @@ from serving.gateway.limits import MAX_FRAME_BYTES
 from serving.gateway.member_access import level_of
 from serving.gateway.member_watch import get_member_watch
 from serving.gateway.messages import accept_message
-from serving.gateway.protocol import ClientMessageFrame
+from serving.gateway.protocol import ClientApprovalFrame, ClientMessageFrame
 from serving.gateway.quota_checks import get_guard
 from serving.gateway.sessions import MessageRouted, send_routed
 from serving.gateway.stream_tickets import redeem
@@ -203,6 +207,8 @@ class StreamSession:
             request_id = frame.id
             if isinstance(frame, ClientMessageFrame):
                 await self.send(await self.post(frame))
+            elif isinstance(frame, ClientApprovalFrame):
+                await self.send(await self.decide(frame))
             else:
                 await self.send({"seq": None, "type": "pong", "id": frame.id})
         except WebSocketDisconnect:
@@ -239,6 +245,28 @@ class StreamSession:
             "session": routed.session,
             "streamed_here": routed.conversation_id == self.conversation.id,
         }
+        if frame.id is not None:
+            ack["id"] = frame.id
+        return ack
+
+    def admit_decision(self) -> None:
+        """As ``POST …/approvals/{id}``: a working key, and a member who may write."""
+        authenticate_hash(self.context, self.key_hash)
+        if self.user is not None:
+            level = level_of(self.context, self.client_id, self.conversation.id, self.user)
+            check(level, Action.WRITE, self.user, self.conversation.id)
+
+    async def decide(self, frame: ClientApprovalFrame) -> dict[str, Any]:
+        await run_in_threadpool(self.admit_decision)
+        outcome = await decide(
+            self.context,
+            self.client_id,
+            self.conversation.id,
+            frame.approval_id,
+            frame.decided(),
+            self.user or self.client_id,
+        )
+        ack = {"seq": None, "type": "approval.ack", **outcome.model_dump(mode="json")}
         if frame.id is not None:
             ack["id"] = frame.id
         return ack

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from core.domain import Conversation
 from core.errors import InvalidInput, NotFound
 from serving.gateway.errors import field_problems
-from serving.gateway.protocol import CLIENT_FRAME, ClientMessageFrame, ClientPingFrame
+from serving.gateway.protocol import CLIENT_FRAME, AnyClientFrame
 
 MAX_CURSOR_CHARS = 512
 CURSOR_PATTERN = r"^[A-Za-z0-9_-]{1,488}\.[A-Za-z0-9_-]{22}$"  # base64url body . signature
@@ -71,7 +71,7 @@ def decode_cursor(cursor: str, key: bytes) -> tuple[str, str]:
     return created_at, last_id
 
 
-def parse_client_frame(text: str | bytes) -> ClientMessageFrame | ClientPingFrame:
+def parse_client_frame(text: str | bytes) -> AnyClientFrame:
     """A client's WebSocket frame, validated; ``InvalidInput`` names what is wrong with it."""
     try:
         return CLIENT_FRAME.validate_json(text)

@@ -239,6 +239,10 @@ PROBES: dict[tuple[str, str], Build] = {
     ("POST", "/v1/conversations/{conversation_id}/turns/{turn_id}/cancel"): _conv(
         "POST", "/turns/{turn}/cancel"
     ),
+    ("GET", "/v1/conversations/{conversation_id}/approvals"): _conv("GET", "/approvals"),
+    ("POST", "/v1/conversations/{conversation_id}/approvals/{approval_id}"): _conv(
+        "POST", "/approvals/approval_{turn}_1_0", {"decision": "approve"}
+    ),
     ("POST", "/v1/conversations/{conversation_id}/participants"): _conv(
         "POST", "/participants", {"agent_id": "x1"}
     ),

@@ -21,6 +21,11 @@ from actors.conversation.context import tool_spec
 from actors.conversation.domain import (
     AgentSetup,
     AppendAgentMessage,
+    ApprovalDecided,
+    ApprovalRequest,
+    ApprovalTimedOut,
+    ApprovalVerdict,
+    ApprovalWait,
     AssembleContext,
     AwaitOperations,
     BeginTurn,
@@ -169,6 +174,16 @@ def call(name: str, arguments: object, n: int = 0) -> ToolCallRequested:
     return ToolCallRequested(id=f"c-{name}-{n}", name=name, arguments=text)
 
 
+# t1's answer held for a person's approval (the ``approving`` phase): one search call.
+WAIT = ApprovalWait(
+    1,
+    "let me look",
+    (call("search", {"q": "x"}),),
+    ("op-1",),
+    (ApprovalRequest("approval_t1_1_0", "c-search-0", "search", {"q": "x"}, 60, "deny", NOW, NOW),),
+)
+
+
 def conversation(policy: ConcurrencyPolicy = ConcurrencyPolicy.PARALLEL, **kw: Any) -> Conversation:
     fields: dict[str, Any] = {
         "id": "conv",
@@ -206,8 +221,10 @@ def live(phase: TurnPhase, **kw: Any) -> TurnState:
     fields: dict[str, Any] = {"turn_id": "t1", "agent_id": "agent-1", "phase": phase}
     if phase not in (TurnPhase.QUEUED, TurnPhase.AWAITING):
         fields |= {"setup": setup(), "base": BASE}
-    if phase is TurnPhase.ACTING:
+    if phase in (TurnPhase.ACTING, TurnPhase.APPROVING):
         fields["open_calls"] = (call("search", {"q": "x"}),)
+    if phase is TurnPhase.APPROVING:
+        fields["approval"] = WAIT
     return TurnState(**{**fields, **kw})
 
 
@@ -289,14 +306,17 @@ EVENTS: dict[str, ConversationEvent] = {
     "cancel requested": CancelRequested("t1", "stop", NOW),
     "step failed": StepFailed("t1", "agent gone", NOW),
     "turn requested": TurnRequested(active_turn("t1"), NOW),
+    "approval decided": ApprovalDecided(ApprovalVerdict("approval_t1_1_0", "approve", "u", NOW)),
+    "approval timed out": ApprovalTimedOut("approval_t1_1_0", NOW),
 }
 
 A = None  # no live turn t1
-Q, AS, TH, AC, AW = (
+Q, AS, TH, AC, AP, AW = (
     TurnPhase.QUEUED,
     TurnPhase.ASSEMBLING,
     TurnPhase.THINKING,
     TurnPhase.ACTING,
+    TurnPhase.APPROVING,
     TurnPhase.AWAITING,
 )
 EVERY_PHASE: dict[TurnPhase | None, list[str]] = {phase: [] for phase in PHASES}
@@ -320,6 +340,7 @@ EXPECTED: dict[str, dict[TurnPhase | None, list[str]]] = {
         AS: ["HoldDelivery"],
         TH: ["HoldDelivery"],
         AC: ["HoldDelivery"],
+        AP: ["HoldDelivery"],
         AW: ["AssembleContext"],
     },
     "operations checked": {
@@ -328,6 +349,7 @@ EXPECTED: dict[str, dict[TurnPhase | None, list[str]]] = {
         AS: ["SettleOperation", "HoldDelivery"],
         TH: ["SettleOperation", "HoldDelivery"],
         AC: ["SettleOperation", "HoldDelivery"],
+        AP: ["SettleOperation", "HoldDelivery"],
         AW: ["SettleOperation", "AssembleContext"],
     },
     "cancel requested": {
@@ -338,8 +360,15 @@ EXPECTED: dict[str, dict[TurnPhase | None, list[str]]] = {
         **{phase: ["FailTurn"] for phase in PHASES},
         A: [],
         AC: ["CloseDangling", "FailTurn"],
+        AP: ["CloseDangling", "FailTurn"],
     },
     "turn requested": {**EVERY_PHASE, A: ["StartTurn", "AssembleContext"]},
+    # A decision on t1's held call: only the approving turn has it (elsewhere: 404).
+    "approval decided": {
+        **{phase: ["Refuse"] for phase in PHASES},
+        AP: ["SettleApproval", "RunTools"],
+    },
+    "approval timed out": {**EVERY_PHASE, AP: ["SettleApproval", "RunTools"]},
 }
 
 
@@ -806,7 +835,7 @@ ACTIVE, WAITING, FAILED = (
 )
 USER_U = Participant(type="user", id="u")
 # The status each event leaves, planned against turn t1 in each phase with the status that phase
-# implies (acting, awaiting: waiting; otherwise active); absent: unchanged, so no mark.
+# implies (acting, approving, awaiting: waiting; otherwise active); absent: unchanged, so no mark.
 EXPECTED_STATUS: dict[str, dict[TurnPhase | None, ConversationStatus]] = {
     "context assembled": {},
     "context failed": {AS: FAILED},
@@ -818,9 +847,11 @@ EXPECTED_STATUS: dict[str, dict[TurnPhase | None, ConversationStatus]] = {
     "extraction failed": {},
     "operation completed": {AW: ACTIVE},  # delivered: the model works on it
     "operations checked": {AW: ACTIVE},
-    "cancel requested": {AC: ACTIVE, AW: ACTIVE},  # cancelled is not failed
+    "cancel requested": {AC: ACTIVE, AP: ACTIVE, AW: ACTIVE},  # cancelled is not failed
     "step failed": {phase: FAILED for phase in PHASES if phase is not None},
     "turn requested": {A: ACTIVE},  # and its user joins (below)
+    "approval decided": {},  # waiting for a person, then for its tools: waiting throughout
+    "approval timed out": {},
 }
 
 

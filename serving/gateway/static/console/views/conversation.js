@@ -3,6 +3,7 @@
 import { api, query } from "../api.js";
 import { badge, fill, h, when } from "../dom.js";
 import { ConversationStream } from "../stream.js";
+import { approvalsPanel } from "./approvals.js";
 
 function short(text, n = 60) {
   const s = String(text || "").replace(/\s+/g, " ");
@@ -91,6 +92,7 @@ export async function render(main, { conversationId }, { say }) {
   const streamState = h("p", { id: "stream-state", class: "stream-state", role: "status" }, "Connecting…");
   const seen = new Set();
   const bubbles = new Map(); // turn id -> the reply streaming into it
+  const approvals = approvalsPanel(conv.id, { say });
 
   function line(cls, ...content) {
     const el = h("div", { class: `line ${cls}` }, ...content);
@@ -137,6 +139,11 @@ export async function render(main, { conversationId }, { say }) {
         bubbles.delete(ev.turn_id);
         line("error", `turn failed: ${ev.reason || ""}`);
         refreshThreads();
+      } else if (ev.type === "approval.requested") {
+        line("meta", `tool call ${ev.tool} waits for approval`);
+        approvals.refresh();
+      } else if (ev.type === "approval.decided") {
+        approvals.refresh();
       } else if (ev.type === "turn.started" || ev.type === "turn.completed") {
         refreshThreads();
       } else if (ev.type === "error") {
@@ -163,13 +170,14 @@ export async function render(main, { conversationId }, { say }) {
   const chat = h("section", { class: "panel chat", "aria-labelledby": "chat-h" },
     h("h2", { id: "chat-h" }, "Chat"),
     h("p", { class: "hint" }, "Last seq seen: ", seqShown, ". ", streamState),
-    log, inflight, conv.status === "completed" ? h("p", {}, "This conversation is completed.") : form);
+    log, inflight, approvals.panel, conv.status === "completed" ? h("p", {}, "This conversation is completed.") : form);
 
   fill(main,
     h("h1", {}, conv.title || conv.id),
     h("p", { class: "meta" }, badge(conv.status), " ", conv.id, conv.agent_id ? ` · agent ${conv.agent_id}` : "", ` · created ${when(conv.created_at)}`),
     actions,
     h("div", { class: "columns" }, chat, tree));
+  approvals.refresh();
   stream.open();
   return () => { stream.close(); if (window.wonderConsole?.stream === stream) delete window.wonderConsole; };
 }

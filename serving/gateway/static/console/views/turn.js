@@ -4,6 +4,7 @@
 import { api, ApiError } from "../api.js";
 import { badge, duration, fill, h, json, when } from "../dom.js";
 import { callTools } from "./call_tools.js";
+import { approvalsPanel } from "./approvals.js";
 
 function moveItem(move, index, prevAt) {
   const call = move.tool_call;
@@ -126,11 +127,14 @@ export async function render(main, { conversationId, turnId }, { say }) {
       h("button", { type: "submit", disabled: running }, "Fork and re-run")) : h("p", { class: "hint" }, "The first turn of a conversation has no turn before it to re-run from."));
 
   const used = turn.model && turn.model.used;
+  // Its tool calls waiting for a person (approve, edit, deny), while it is active.
+  const approvals = turn.status === "active" ? approvalsPanel(conversationId, { say, turnId: turn.id }) : null;
   fill(main,
     h("p", { class: "crumbs" }, h("a", { href: `#/conversations/${conversationId}` }, `← ${conversationId}`)),
     h("h1", {}, `Turn ${turn.id}`),
     h("dl", { class: "facts" },
-      h("dt", {}, "Status"), h("dd", {}, badge(turn.status), turn.failure_reason ? ` ${turn.failure_reason}` : ""),
+      h("dt", {}, "Status"), h("dd", {}, badge(turn.status), turn.failure_reason ? ` ${turn.failure_reason}` : "",
+        turn.awaiting_approval ? [" ", badge("approving"), " waits for a person's approval"] : ""),
       h("dt", {}, "Input"), h("dd", {}, turn.input),
       h("dt", {}, "Source"), h("dd", {}, turn.source || "human"),
       h("dt", {}, "Duration"), h("dd", {}, duration(turn.started_at || turn.created_at, turn.completed_at) || "running"),
@@ -139,6 +143,7 @@ export async function render(main, { conversationId, turnId }, { say }) {
       h("dt", {}, "Model"), h("dd", {}, used ? `${used.provider}/${used.model} (${used.model_profile_id} v${used.model_profile_version})` : "the persona's profile"),
       h("dt", {}, "Replies to"), h("dd", {}, turn.parent_turn_id ? h("a", { href: `#/conversations/${conversationId}/turns/${turn.parent_turn_id}` }, turn.parent_turn_id) : "—"),
       turn.inherited_from ? [h("dt", {}, "Inherited from"), h("dd", {}, h("a", { href: `#/conversations/${turn.inherited_from}` }, turn.inherited_from))] : null),
+    approvals ? approvals.panel : null,
     h("section", { class: "panel", "aria-labelledby": "moves-h" },
       h("h2", { id: "moves-h" }, `Moves (${moves.length})`),
       moves.length ? h("ol", { class: "moves" }, moves.map((m, i) => moveItem(m, i, i ? moves[i - 1].created_at : turn.started_at)))
@@ -157,4 +162,5 @@ export async function render(main, { conversationId, turnId }, { say }) {
         return h("li", {}, `${l.kind.replace("_", " ")}: `, href ? h("a", { href }, l.target_id) : l.target_id);
       })) : h("p", { class: "empty" }, "No recorded hook runs, workflow runs, delegations or memory writes.")),
     forking);
+  if (approvals) await approvals.refresh();
 }
