@@ -12,7 +12,7 @@ from serving.gateway.console import ASSETS
 
 SCRIPT = """
 globalThis.localStorage = { getItem: () => null, setItem() {}, removeItem() {} };
-const library = await import(process.argv[1]);
+const diff = await import(process.argv[1]);
 const conversation = await import(process.argv[2]);
 const turn = await import(process.argv[3]);
 const turns = [
@@ -22,8 +22,8 @@ const turns = [
 const tree = conversation.threadTree(turns);
 const spans = { name: "root", children: [{ name: "a", children: [{ name: "b" }] }, { name: "c" }] };
 console.log(JSON.stringify({
-  diff: library.lineDiff("a\\nb\\nc", "a\\nc\\nd"),
-  same: library.lineDiff("x", "x"),
+  diff: diff.lineDiff("a\\nb\\nc", "a\\nc\\nd"),
+  same: diff.lineDiff("x", "x"),
   threads: Object.fromEntries([...tree.entries()].map(([k, v]) => [String(k), v.map((t) => t.id)])),
   waterfall: turn.flattenSpans(spans).map((r) => [r.span.name, r.depth]),
 }));
@@ -33,7 +33,7 @@ console.log(JSON.stringify({
 def run_console_logic() -> dict[str, Any]:
     modules = [
         ASSETS[name].as_uri()
-        for name in ("views/library.js", "views/conversation.js", "views/turn.js")
+        for name in ("diff.js", "views/conversation.js", "views/turn.js")
     ]
     done = subprocess.run(
         ["node", "--input-type=module", "-e", SCRIPT, *modules],

