@@ -136,6 +136,8 @@ def test_ids_that_collide_are_remapped_and_agents_of_another_client_dropped(
         turn["conversation_id"] = bob_own
     for message in colliding["messages"]:
         message["conversation_id"] = bob_own
+    for move in colliding["moves"]:
+        move["turn_id"] = colliding["turns"][0]["id"]
     first = bob.api.post("/v1/conversations/import", json={"bundle": colliding})
     again = bob.api.post("/v1/conversations/import", json={"bundle": colliding})
     assert first.status_code == again.status_code == 201, (first.text, again.text)
@@ -177,19 +179,19 @@ def _broken(bundle: dict[str, Any], how: str) -> dict[str, Any]:
     ("how", "fragment"),
     [
         ("twice", "appears twice"),
-        ("orphan", "moves[0]"),
+        ("orphan", "names a turn the bundle does not hold"),
         ("running", "still running"),
         ("foreign", "another conversation"),
     ],
 )
-def test_an_inconsistent_bundle_is_a_422_and_writes_nothing(
+def test_an_inconsistent_bundle_is_a_400_and_writes_nothing(
     alice: Side, how: str, fragment: str, ray_cluster: Cluster
 ) -> None:
     source = alice.converse("hi")
     bundle = alice.api.get(f"/v1/conversations/{source}/export").json()
     before = alice.api.get("/v1/conversations", params={"limit": 200}).json()["items"]
     refused = alice.api.post("/v1/conversations/import", json={"bundle": _broken(bundle, how)})
-    assert refused.status_code == 422, refused.text
+    assert refused.status_code == 400, refused.text
     assert fragment in error_of(refused)["message"]
     after = alice.api.get("/v1/conversations", params={"limit": 200}).json()["items"]
     assert len(after) == len(before)
