@@ -604,7 +604,7 @@ ROUTES: dict[tuple[str, str], RouteDoc] = {
         "A new conversation of your client with the history of an exported bundle. Every id is "
         "new (the answer maps the bundle's turn ids to the new ones); agents you do not own are "
         "dropped, `agent_id` names yours that answers from now on. A bundle that is not "
-        "consistent (an id twice, a row of a turn it lacks, a turn still running) is a 422.",
+        "consistent (an id twice, a row of a turn it lacks, a turn still running) is a 400.",
         {
             "conversation": {**CONVERSATION, "id": "conv_01JA"},
             "turn_ids": {TURN: "turn_01JA"},
