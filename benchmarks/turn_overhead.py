@@ -10,6 +10,10 @@ what is measured is Wonder's own overhead. Figures:
 - ``turn_overhead_nohooks_p50_ms``: the same without hooks;
 - ``turn_context_hook_p50_ms`` / ``turn_extraction_hook_p50_ms``: the same with one hook only
   (what each adds; the extraction runs after the turn completed, beside the next one);
+- ``paused_turn_p50/p99_ms``: turns with both hooks, each after a pause of ``--pause-min`` to
+  ``--pause-max`` seconds (default 5 to 30) with nothing else running: what a conversation a user
+  comes back to waits (Ray ends idle worker processes after 1 s); ``paused_turn_nohooks_*`` the
+  same without hooks, alternating with them;
 - ``gateway_turn_overhead_p50/p99_ms``: the same through the gateway WebSocket (send a message
   frame → receive ``turn.completed``; skipped with ``--actor-only``);
 - ``reactivation_p50/p99_ms``: message to an evicted conversation → acknowledged, beside
@@ -31,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import time
 from typing import Any
 
@@ -88,24 +93,29 @@ def _conversations() -> Any:
     return conversations(wonder_env())
 
 
-async def _actor_turns(conv_id: str, n: int) -> list[float]:
+async def _actor_turns(conv_id: str, n: int, acks: list[float] | None = None) -> list[float]:
     handle = await _conversations().actor(conv_id)
     await handle.status.remote()
     samples = []
     for i in range(n):
         t0 = time.perf_counter()
         ack = await handle.post_message.remote(f"m{i}", "bench", message_id=None)
+        if acks is not None:
+            acks.append(time.perf_counter() - t0)
         done = await handle.wait_for_turn.remote(ack.turn_id)
         samples.append(time.perf_counter() - t0)
-        assert done.status.value == "completed", done
+        if done.status.value != "completed":  # counted (and its time kept), not hidden
+            FAILED.append(f"{conv_id}: {done.failure_reason}")
+            progress(f"turn failed: {done.failure_reason}")
     return samples
 
 
 async def _gateway_turns(
-    port: int, key: str, conv_id: str, n: int
+    port: int, key: str, conv_id: str, n: int, acks: list[float] | None = None
 ) -> tuple[list[float], list[float]]:
     """Message frame → the agent's ``message`` event (the reply, what the user waits for), and
-    message frame → ``turn.completed`` (memory extraction runs after it, seed 001)."""
+    message frame → ``turn.completed`` (memory extraction runs after it, seed 001); ``acks``:
+    message frame → its ``ack`` frame."""
     import websockets
 
     url = f"ws://127.0.0.1:{port}/v1/conversations/{conv_id}/stream?after_seq=0"
@@ -124,8 +134,11 @@ async def _gateway_turns(
             turn_id = None
             while True:
                 frame = json.loads(await ws.recv())
+                FRAMES[str(frame.get("type"))] = FRAMES.get(str(frame.get("type")), 0) + 1
                 if frame.get("type") == "ack":
                     turn_id = frame.get("turn_id")
+                    if acks is not None:
+                        acks.append(time.perf_counter() - t0)
                 message = frame.get("message") or {}
                 if frame.get("type") == "message" and message.get("role") == "agent":
                     replies.append(time.perf_counter() - t0)
@@ -139,7 +152,24 @@ async def _gateway_turns(
     return samples, replies
 
 
+async def _paused_turns(
+    series: dict[str, str], pauses: int, low: float, high: float
+) -> dict[str, list[float]]:
+    """One turn of each series in turn, each after a pause drawn in [low, high] seconds."""
+    draw = random.Random(32)
+    samples: dict[str, list[float]] = {name: [] for name in series}
+    for i in range(pauses):
+        for name, conv_id in series.items():
+            await asyncio.sleep(draw.uniform(low, high))
+            (took,) = await _actor_turns(conv_id, 1)
+            samples[name].append(took)
+            progress(f"paused turn {i + 1}/{pauses} ({name}): {took * 1000:.1f} ms")
+    return samples
+
+
 DASHBOARD: dict[str, str] = {}
+FRAMES: dict[str, int] = {}  # gateway frames received during timed turns, by type
+FAILED: list[str] = []  # turns through the actor that failed (a hook timed out, ...)
 
 
 def _alive_conversations() -> int:
@@ -246,8 +276,11 @@ async def _gateway_series(
             store, client_id=setup["client_id"], agent_id=setup["agents"][name].id
         )
         await _gateway_turns(port, setup["key"], conv.id, 10)
-        completed, replies = await _gateway_turns(port, setup["key"], conv.id, turns)
+        acks: list[float] = []
+        completed, replies = await _gateway_turns(port, setup["key"], conv.id, turns, acks)
         results[f"gateway{suffix}"], results[f"gateway_reply{suffix}"] = ms(completed), ms(replies)
+        results[f"gateway_ack{suffix}"] = ms(acks)
+        progress(f"ack via gateway WebSocket ({name}): {results[f'gateway_ack{suffix}']}")
         progress(f"turn via gateway WebSocket ({name}): {results[f'gateway{suffix}']}")
         progress(f"reply via gateway WebSocket ({name}): {results[f'gateway_reply{suffix}']}")
     return results
@@ -276,6 +309,7 @@ async def main_async(args: argparse.Namespace, store: Any, port: int) -> dict[st
     # The series alternate in rounds, so a change of load on a shared machine hits them alike.
     series: dict[str, str] = {}
     samples: dict[str, list[float]] = {}
+    acks: list[float] = []  # the both-hooks series' acknowledgements
     for name in ("hooks", "nohooks", "context", "extraction"):
         conv = create_conversation(
             store, client_id=setup["client_id"], agent_id=setup["agents"][name].id
@@ -285,10 +319,23 @@ async def main_async(args: argparse.Namespace, store: Any, port: int) -> dict[st
     for round_ in range(ROUNDS):
         for name, conv_id in series.items():
             share = args.turns // ROUNDS + (1 if round_ < args.turns % ROUNDS else 0)
-            samples[name] += await _actor_turns(conv_id, share)
+            samples[name] += await _actor_turns(conv_id, share, acks if name == "hooks" else None)
     for name, values in samples.items():
         results[f"turn_{name}"] = ms(values)
         progress(f"turn via actor ({name}): {results[f'turn_{name}']}")
+    results["turn_ack"] = ms(acks)
+    progress(f"ack via actor (hooks): {results['turn_ack']}")
+
+    if args.pauses:
+        paused = await _paused_turns(
+            {"hooks": series["hooks"], "nohooks": series["nohooks"]},
+            args.pauses,
+            args.pause_min,
+            args.pause_max,
+        )
+        for name, values in paused.items():
+            results[f"paused_{name}"] = ms(values)
+            progress(f"turn via actor after a pause ({name}): {results[f'paused_{name}']}")
 
     if not args.actor_only:
         results.update(await _gateway_series(store, setup, port, args.turns))
@@ -409,6 +456,11 @@ def main() -> None:
         "--actor-only", action="store_true", help="skip the gateway WebSocket series"
     )
     parser.add_argument(
+        "--pauses", type=int, default=20, help="turns after a pause, per series (0: skip)"
+    )
+    parser.add_argument("--pause-min", type=float, default=5.0, help="shortest pause (s)")
+    parser.add_argument("--pause-max", type=float, default=30.0, help="longest pause (s)")
+    parser.add_argument(
         "--recording",
         action="store_true",
         help="only the recording on/off/export series (in this process, no Ray)",
@@ -431,10 +483,21 @@ def main() -> None:
         "turn_overhead_nohooks_p99_ms": results["turn_nohooks"]["p99"],
         "turn_context_hook_p50_ms": results["turn_context"]["p50"],
         "turn_extraction_hook_p50_ms": results["turn_extraction"]["p50"],
+        "turn_ack_p50_ms": results["turn_ack"]["p50"],
+        "failed_turns": len(FAILED),
         "reactivation_p50_ms": results["reactivation"]["p50"],
         "reactivation_p99_ms": results["reactivation"]["p99"],
         "bare_actor_start_p50_ms": results["bare_actor_start"]["p50"],
     }
+    if "paused_hooks" in results:
+        summary.update(
+            {
+                "paused_turn_p50_ms": results["paused_hooks"]["p50"],
+                "paused_turn_p99_ms": results["paused_hooks"]["p99"],
+                "paused_turn_nohooks_p50_ms": results["paused_nohooks"]["p50"],
+                "paused_turn_nohooks_p99_ms": results["paused_nohooks"]["p99"],
+            }
+        )
     if "gateway" in results:
         summary.update(
             {
@@ -444,6 +507,12 @@ def main() -> None:
                 "gateway_reply_p50_ms": results["gateway_reply"]["p50"],
                 "gateway_reply_p99_ms": results["gateway_reply"]["p99"],
                 "gateway_reply_nohooks_p50_ms": results["gateway_reply_nohooks"]["p50"],
+                "gateway_ack_p50_ms": results["gateway_ack"]["p50"],
+                "gateway_frames_per_turn": round(sum(FRAMES.values()) / (2 * (args.turns + 10)), 1),
+                "gateway_frames": FRAMES,
+                "gateway_over_actor_p50": round(
+                    results["gateway"]["p50"] / results["turn_hooks"]["p50"], 2
+                ),
             }
         )
     if "scale" in results:

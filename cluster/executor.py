@@ -51,10 +51,21 @@ def execute_task(
     context: TaskContext,
     services: ServicesFactory | ServicesRef,
 ) -> TaskOutcome:
-    """Ray entry point: run a task definition (JSON) in a worker process.
+    """Ray entry point: run a task definition (JSON) in a worker process (``run_here``)."""
+    return run_here(task_json, task_input, context, services)
 
-    The task may grow the worker's memory by ``executor_memory_limit_mb`` at most: past it,
-    allocations fail (``MemoryError``) and the task fails alone, the worker stays.
+
+def run_here(
+    task_json: str,
+    task_input: JsonObject,
+    context: TaskContext,
+    services: ServicesFactory | ServicesRef,
+) -> TaskOutcome:
+    """Run a task definition (JSON) in this process: a Ray task's worker, or a member of the
+    executor pool (``cluster.executor_pool``).
+
+    The task may grow the process's memory by ``executor_memory_limit_mb`` at most: past it,
+    allocations fail (``MemoryError``) and the task fails alone, the process stays.
     """
     # Loaded here, in the worker: the actions pull in httpx, pyarrow and numpy (≈ 50 MiB), which a
     # conversation actor submitting a task must not pay for.

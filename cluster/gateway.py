@@ -16,6 +16,7 @@ from ray import serve
 from ray.serve import Application
 
 from cluster import niceness, placement, wiring
+from cluster.executor_pool import start_pool
 from cluster.mcp import RayMcpTools
 from cluster.memory_access import ProcessMemory, ServedEmbedders
 from cluster.scheduler import scheduler_handle
@@ -83,6 +84,7 @@ class Gateway:
             mcp=RayMcpTools(settings_env),
         )
         scheduler_handle(settings_env)  # cron triggers fire while a gateway is up (idempotent)
+        start_pool(settings)  # executor processes up before the first turn (idempotent)
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         return create_api(self._context)

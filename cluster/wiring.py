@@ -22,6 +22,7 @@ from cluster.async_operations import RayAsyncOperations, runner_handle
 from cluster.conversation_events import RayEventPublisher, event_listener
 from cluster.conversations import RayConversations, directory_handle
 from cluster.executor import RayTaskRunner, ServicesRef
+from cluster.executor_pool import PooledTaskRunner
 from cluster.mcp import RayMcpTools
 from cluster.metrics import ray_metrics
 from cluster.models import ServedChatModels
@@ -94,9 +95,11 @@ def workflows(settings_env: dict[str, str]) -> WorkflowRunService:
 EXECUTOR_SERVICES = ServicesRef("cluster.executor_wiring", "executor_services")
 
 
-def task_runner(settings_env: dict[str, str]) -> RayTaskRunner:
-    options = placement.executor_options(settings_from_env(settings_env))
-    return RayTaskRunner(EXECUTOR_SERVICES, **options)
+def task_runner(settings_env: dict[str, str]) -> PooledTaskRunner:
+    """Tasks on the executor pool (``cluster.executor_pool``), Ray tasks beyond it."""
+    settings = settings_from_env(settings_env)
+    overflow = RayTaskRunner(EXECUTOR_SERVICES, **placement.executor_options(settings))
+    return PooledTaskRunner(settings, EXECUTOR_SERVICES, overflow)
 
 
 # --------------------------------------------------------------------------- per kind of process

@@ -195,7 +195,8 @@ class TaskRunner(Protocol):
 
     Business failures come back as a failed ``TaskOutcome``; infrastructure failures raise
     ``RetryableError`` so the caller's retry policy applies. Cancelling the awaiting coroutine
-    cancels the task.
+    cancels the task if it has not started; one already running on a long-lived executor process
+    runs to its end (within the action time limit).
     """
 
     async def run(

@@ -286,6 +286,14 @@ class Settings(BaseSettings):
         description="How much a task may grow its executor worker's data segment (RLIMIT_DATA, "
         "set for the task's duration above what the worker holds when it starts); None = no limit",
     )
+    executor_pool_size: int = Field(
+        2,
+        ge=0,
+        le=64,
+        description="Long-lived executor processes that run hooks and tool tasks (started with "
+        "the gateway, restarted when one dies); a caller using them all runs its next task as a "
+        "Ray task. 0 = every task is a Ray task",
+    )
     project_path_roots: list[str] = Field(
         default_factory=list,
         description="Directories whose repositories a project may name by path or file:// URL "

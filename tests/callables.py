@@ -124,6 +124,19 @@ def previous_as_context(data: dict[str, Any]) -> dict[str, Any]:
 
 
 @library_callable
+def sleep_then_pid(data: dict[str, Any]) -> dict[str, Any]:
+    """Sleep ``seconds`` (default 1), then answer with the process's id."""
+    time.sleep(float(data.get("seconds") or 1))
+    return {"pid": os.getpid()}
+
+
+@library_callable
+def kill_process(data: dict[str, Any]) -> Any:
+    """End the process at once (``os._exit``: no exception to catch, as a crash would)."""
+    os._exit(3)
+
+
+@library_callable
 def pending_as_context(data: dict[str, Any]) -> dict[str, Any]:
     """A context-assembly hook's answer: the pending operations it was given, as system context
     (``tool@turn_id`` each)."""

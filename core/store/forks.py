@@ -11,7 +11,6 @@ one ``seq`` orders (and pages) inherited and own entries together.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 from pydantic import BaseModel, TypeAdapter
@@ -20,8 +19,8 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from core.domain import Conversation, Event, Message, Turn
 from core.store import schema
-from core.store.database import Database
 from core.store.members import conversations_of
+from core.store.ops_base import StoreOps
 
 
 class Segment(BaseModel):
@@ -78,11 +77,8 @@ def _event_turn(event: Event) -> str | None:
     return None
 
 
-class ForkOps:
+class ForkOps(StoreOps):
     """Fork rows, and reads of a conversation's visible history (inherited entries marked)."""
-
-    def __init__(self, db: Database) -> None:
-        self.db = db
 
     # ------------------------------------------------------------------ fork rows
 
@@ -342,11 +338,3 @@ class ForkOps:
                 high = rows[-1].seq
             else:
                 low = rows[-1].seq
-
-    @contextmanager
-    def _read(self, conn: Connection | None) -> Iterator[Connection]:
-        if conn is not None:
-            yield conn
-        else:
-            with self.db.connect() as own:
-                yield own

@@ -7,8 +7,7 @@ gateway reads them back. Writes here never touch a conversation's events.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -17,7 +16,7 @@ from sqlalchemy.exc import IntegrityError
 
 from core.model_calls import ModelCallRecord, TurnLink, UsageTotals
 from core.store import schema
-from core.store.database import Database
+from core.store.ops_base import StoreOps
 from core.trace_records import SpanRecord
 
 MAX_LISTED = 1000
@@ -35,27 +34,8 @@ class TurnTrace:
         self.parent_span_id = parent_span_id
 
 
-class RecordOps:
+class RecordOps(StoreOps):
     """``store.records``: model calls, spans, turn traces and links."""
-
-    def __init__(self, db: Database) -> None:
-        self.db = db
-
-    @contextmanager
-    def _write(self, conn: Connection | None) -> Iterator[Connection]:
-        if conn is not None:
-            yield conn
-        else:
-            with self.db.begin() as c:
-                yield c
-
-    @contextmanager
-    def _read(self, conn: Connection | None = None) -> Iterator[Connection]:
-        if conn is not None:
-            yield conn
-        else:
-            with self.db.connect() as c:
-                yield c
 
     # ------------------------------------------------------------------ writes
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -48,6 +47,7 @@ from core.store.memory_upkeep import MemoryUpkeepOps
 from core.store.message_embeddings import MessageEmbeddingOps
 from core.store.message_routes import MessageRouteOps
 from core.store.model_calls import RecordOps
+from core.store.ops_base import StoreOps
 from core.store.projects import ProjectOps, WorkspaceOps
 from core.store.quotas import AdminKeyOps, QuotaOps
 from core.store.secrets import SecretOps
@@ -62,27 +62,6 @@ from core.workflows import WorkflowDef
 M = TypeVar("M", bound=BaseModel)
 
 
-class _Ops:
-    def __init__(self, db: Database) -> None:
-        self.db = db
-
-    @contextmanager
-    def _write(self, conn: Connection | None) -> Iterator[Connection]:
-        if conn is not None:
-            yield conn
-        else:
-            with self.db.begin() as own:
-                yield own
-
-    @contextmanager
-    def _read(self, conn: Connection | None) -> Iterator[Connection]:
-        if conn is not None:
-            yield conn
-        else:
-            with self.db.connect() as own:
-                yield own
-
-
 def _ts(value: datetime) -> str:
     return value.isoformat()
 
@@ -91,7 +70,7 @@ def hash_api_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-class ClientOps(_Ops):
+class ClientOps(StoreOps):
     def insert(self, client: Client, conn: Connection | None = None) -> Client:
         with self._write(conn) as c:
             c.execute(insert(schema.clients).values(id=client.id, data=client.model_dump_json()))
@@ -123,7 +102,7 @@ class ClientOps(_Ops):
             return row.scalar_one_or_none()
 
 
-class AgentOps(_Ops):
+class AgentOps(StoreOps):
     def insert(self, agent: Agent, conn: Connection | None = None) -> Agent:
         with self._write(conn) as c:
             c.execute(
@@ -175,7 +154,7 @@ class AgentOps(_Ops):
         return agent
 
 
-class ConversationOps(_Ops):
+class ConversationOps(StoreOps):
     def insert(self, conv: Conversation, conn: Connection | None = None) -> Conversation:
         with self._write(conn) as c:
             c.execute(insert(schema.conversations).values(**self._row(conv)))
@@ -254,7 +233,7 @@ class ConversationOps(_Ops):
             return [Conversation.model_validate_json(r) for r in rows]
 
 
-class TurnOps(_Ops):
+class TurnOps(StoreOps):
     def insert(self, turn: Turn, conn: Connection | None = None) -> Turn:
         with self._write(conn) as c:
             c.execute(
@@ -308,7 +287,7 @@ class TurnOps(_Ops):
         return sorted(found, key=lambda turn: turn.id)
 
 
-class MessageOps(_Ops):
+class MessageOps(StoreOps):
     def insert(self, message: Message, conn: Connection | None = None) -> Message:
         with self._write(conn) as c:
             c.execute(
@@ -348,7 +327,7 @@ class MessageOps(_Ops):
             return [Message.model_validate_json(r) for r in c.execute(query).scalars()]
 
 
-class MoveOps(_Ops):
+class MoveOps(StoreOps):
     def insert(self, move: Move, conn: Connection | None = None) -> Move:
         with self._write(conn) as c:
             c.execute(
@@ -391,7 +370,7 @@ class MoveOps(_Ops):
         return called
 
 
-class EventOps(_Ops):
+class EventOps(StoreOps):
     def append(self, event: Event, conn: Connection | None = None) -> Event:
         with self._write(conn) as c:
             c.execute(
@@ -463,7 +442,7 @@ class EventOps(_Ops):
             return [Event.model_validate_json(r) for r in c.execute(query).scalars()]
 
 
-class ContextOps(_Ops):
+class ContextOps(StoreOps):
     """Per-conversation working state (seed 003's context channel)."""
 
     def get(self, conversation_id: str, key: str) -> Any:
@@ -510,7 +489,7 @@ class ContextOps(_Ops):
         return bool(gone)
 
 
-class AsyncOperationOps(_Ops):
+class AsyncOperationOps(StoreOps):
     def insert(self, op: AsyncOperation, conn: Connection | None = None) -> AsyncOperation:
         with self._write(conn) as c:
             c.execute(
@@ -563,7 +542,7 @@ class AsyncOperationOps(_Ops):
             ]
 
 
-class SessionOps(_Ops):
+class SessionOps(StoreOps):
     """Stable labels pointing at conversations (sessions, sub-agent sessions)."""
 
     def get(self, client_id: str, label: str, conn: Connection | None = None) -> str | None:

@@ -7,30 +7,18 @@ writes one transaction per planning batch: the run row (when it changed) and eve
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 from sqlalchemy import Connection, bindparam, insert, select, update
 
 from core.errors import NotFound
 from core.store import schema
-from core.store.database import Database
+from core.store.ops_base import StoreOps
 from core.workflows import NodeRecord, WorkflowRun
 
 
-class WorkflowRunOps:
+class WorkflowRunOps(StoreOps):
     """Runs and node history over one database."""
-
-    def __init__(self, db: Database) -> None:
-        self.db = db
-
-    @contextmanager
-    def _write(self, conn: Connection | None) -> Iterator[Connection]:
-        if conn is not None:
-            yield conn
-        else:
-            with self.db.begin() as own:
-                yield own
 
     def insert(self, run: WorkflowRun, conn: Connection | None = None) -> WorkflowRun:
         parent_run = run.parent.run_id if run.parent and run.parent.type == "workflow" else None

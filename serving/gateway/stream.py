@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -94,6 +95,13 @@ def parse_after_seq(raw: str | None) -> int:
     return int(raw)
 
 
+def encode_frame(frame: dict[str, Any]) -> str:
+    """A frame as JSON text, encoded once: events are plain JSON already (the common case, a
+    token delta per frame, costs no walk over it); anything else in a frame (a datetime, a
+    model) is encoded as FastAPI would."""
+    return json.dumps(frame, separators=(",", ":"), ensure_ascii=False, default=jsonable_encoder)
+
+
 class StreamSession:
     """One subscriber: pumps events out and reads client frames in, over one WebSocket."""
 
@@ -121,7 +129,7 @@ class StreamSession:
         async with self._send_lock:
             if self.websocket.application_state != WebSocketState.CONNECTED:
                 raise WebSocketDisconnect(1006)
-            await self.websocket.send_json(jsonable_encoder(frame))
+            await self.websocket.send_text(encode_frame(frame))
 
     async def run(self) -> None:
         pump = asyncio.create_task(self.pump_events())

@@ -60,7 +60,13 @@ def test_conversations_even_out_over_workers_tasks_avoid_accelerators(multinode:
             limit=10_000,
             raise_on_missing_output=False,
         )
-        ran = [t for t in tasks if "execute" in (t.func_or_class_name or "")]
+        # Ray tasks (``execute_task``) and calls to the executor pool's members alike.
+        ran = [
+            t
+            for t in tasks
+            if "execute" in (name := t.func_or_class_name or "")
+            or name.startswith("ExecutorProcess.run")
+        ]
         return {t.node_id for t in ran} if len(ran) >= CONVERSATIONS else None
 
     task_nodes = wait_for(executor_nodes, timeout=60, interval=1.0)

@@ -1,0 +1,157 @@
+"""The executor pool: long-lived executor processes that hooks and tool tasks run on.
+
+A Ray task needs a worker process, and Ray ends idle workers above its soft limit after a second:
+a conversation that runs a hook after a pause waited for a process to start (0.6-1 s). The pool is
+``WONDER_EXECUTOR_POOL_SIZE`` named detached actors (``executor:0``, ``executor:1``, ...), started
+with the gateway and restarted by Ray when one dies, so a task never waits for a process start
+while its member is alive.
+
+Each member is a separate process running one task at a time on its main thread, exactly as a Ray
+task worker does: the same ``run_here`` (the memory limit for the task's duration, the action time
+limit, ``SIGALRM`` for sync callables, ``SystemExit`` refused), so the executor's containment holds
+per task as before. A task that takes its process down (``os._exit``, a crash, the kernel's OOM
+killer) fails alone with a retryable error; Ray restarts the member and the next task finds it.
+
+A caller (``PooledTaskRunner``, one per process) sends each task to a member it is not using
+(``core.executor_pool.choose_member``); when it is using every member, the task runs as a Ray task
+(``RayTaskRunner``), so a slow tool never holds up a hook of the same process. Tasks from
+different processes may queue on one member (each process knows only its own calls): size the
+pool for the tasks a node runs at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+from collections.abc import Callable
+from typing import Any
+
+import ray
+
+from cluster import placement
+from cluster.executor import RayTaskRunner, ServicesFactory, ServicesRef, run_here
+from cluster.naming import named_detached
+from core.domain import TaskDef
+from core.errors import RetryableError, WonderError
+from core.executor_pool import choose_member
+from core.jsontypes import JsonObject
+from core.ports import TaskContext, TaskOutcome
+from core.settings import Settings
+from core.tracing import current_traceparent
+
+log = logging.getLogger("wonder.executor")
+
+MEMBER_PREFIX = "executor:"
+
+
+def member_name(index: int) -> str:
+    return f"{MEMBER_PREFIX}{index}"
+
+
+class ExecutorProcess:
+    """One pool member: runs library tasks in its own process, one at a time (a sync actor with
+    ``max_concurrency=1``: Ray runs its calls on the process's main thread)."""
+
+    def run(
+        self,
+        task_json: str,
+        task_input: JsonObject,
+        context: TaskContext,
+        services: ServicesFactory | ServicesRef,
+    ) -> TaskOutcome:
+        return run_here(task_json, task_input, context, services)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def member_handle(index: int, settings: Settings) -> Any:
+    """Get or create pool member ``index`` (placed as executor tasks are)."""
+    return named_detached(
+        ExecutorProcess,
+        member_name(index),
+        max_concurrency=1,  # one task at a time, on the main thread (SIGALRM, RLIMIT_DATA)
+        max_task_retries=0,  # a task that took its process down is not run again
+        **placement.executor_options(settings),
+    )
+
+
+def start_pool(settings: Settings) -> list[Any]:
+    """Every member of the pool, created where missing (idempotent; the gateway calls it when
+    it starts, so the processes are up before the first turn)."""
+    return [member_handle(i, settings) for i in range(settings.executor_pool_size)]
+
+
+class PooledTaskRunner:
+    """``TaskRunner`` over the pool: a member this process is not using, else a Ray task.
+
+    Ray's failures become retryable errors, as with ``RayTaskRunner``. A cancelled call that a
+    member has already started runs to its end (bounded by the action time limit); this process
+    counts the member as busy until it has."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        services: ServicesFactory | ServicesRef,
+        overflow: RayTaskRunner,
+        handle: Callable[[int], Any] | None = None,
+    ) -> None:
+        self._settings = settings
+        self._services = services
+        self._overflow = overflow
+        self._handle_of = handle or (lambda index: member_handle(index, settings))
+        size = settings.executor_pool_size
+        self._handles: list[Any | None] = [None] * size
+        self._in_flight = [0] * size
+        self._turn = random.randrange(size) if size else 0
+
+    async def run(self, task: TaskDef, task_input: JsonObject, context: TaskContext) -> TaskOutcome:
+        index = choose_member(self._in_flight, self._turn)
+        if index is None:
+            return await self._overflow.run(task, task_input, context)
+        self._turn = index + 1
+        if context.traceparent is None:  # the caller's span travels with the task, explicitly
+            context = context.model_copy(update={"traceparent": current_traceparent()})
+        member = self._member(index)
+        self._in_flight[index] += 1
+        ref = member.run.remote(task.model_dump_json(), task_input, context, self._services)
+        done = asyncio.wrap_future(ref.future())
+        done.add_done_callback(lambda finished: self._release(index, finished))
+        try:
+            outcome: TaskOutcome = await asyncio.shield(done)
+        except asyncio.CancelledError:
+            ray.cancel(ref)  # dropped if still queued; a running call runs to its end
+            raise
+        except ray.exceptions.RayTaskError as exc:
+            cause = exc.cause
+            if isinstance(cause, WonderError):
+                raise cause from None
+            raise RetryableError(f"task {task.id} failed: {cause}") from exc
+        except ray.exceptions.RayActorError as exc:
+            self._forget(index, member)
+            raise RetryableError(
+                f"task {task.id}: its executor process stopped while running it ({exc})"
+            ) from exc
+        except ray.exceptions.RayError as exc:
+            raise RetryableError(f"task {task.id} could not run: {exc}") from exc
+        return outcome
+
+    def _member(self, index: int) -> Any:
+        member = self._handles[index]
+        if member is None:
+            member = self._handles[index] = self._handle_of(index)
+        return member
+
+    def _release(self, index: int, finished: asyncio.Future[Any]) -> None:
+        self._in_flight[index] -= 1
+        if not finished.cancelled():
+            finished.exception()  # retrieved: a cancelled caller no longer awaits it
+
+    def _forget(self, index: int, member: Any) -> None:
+        """After the member's process died: Ray restarts it under the same handle; a member
+        that will not come back (killed for good) is looked up, or created, again next time."""
+        if self._handles[index] is member:
+            self._handles[index] = None
+        log.warning("executor pool member %s stopped during a task", member_name(index))
