@@ -18,6 +18,10 @@ what is measured is Wonder's own overhead. Figures:
   frame → receive ``turn.completed``; skipped with ``--actor-only``);
 - ``reactivation_p50/p99_ms``: message to an evicted conversation → acknowledged, beside
   ``bare_actor_start_p50_ms``: a bare named detached actor created and called once (its floor);
+- ``load_1m``: the machine's 1-minute load average as each series began and ended (``actor``,
+  ``paused``, ``gateway``), and ``executor_pool_size`` (``WONDER_EXECUTOR_POOL_SIZE``; 0 runs
+  every hook and tool task as a Ray task, as before the pool): compare figures of one run, or of
+  runs at a like load;
 - scale run: N conversations messaged once each, ``max_resident_actors`` sampled from the Ray
   state API and the directory's peak, under ``--cap``;
 - ``--recording``: instead of all the above, what recording adds to a turn
@@ -35,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import time
 from typing import Any
@@ -170,6 +175,17 @@ async def _paused_turns(
 DASHBOARD: dict[str, str] = {}
 FRAMES: dict[str, int] = {}  # gateway frames received during timed turns, by type
 FAILED: list[str] = []  # turns through the actor that failed (a hook timed out, ...)
+LOADS: dict[str, list[float]] = {}  # the 1-minute load average as each series began and ended
+
+
+def _pool_size() -> int:
+    from core.settings import settings_from_env, wonder_env
+
+    return settings_from_env(wonder_env()).executor_pool_size
+
+
+def _load(series: str) -> None:
+    LOADS.setdefault(series, []).append(round(os.getloadavg()[0], 1))
 
 
 def _alive_conversations() -> int:
@@ -316,10 +332,12 @@ async def main_async(args: argparse.Namespace, store: Any, port: int) -> dict[st
         )
         await _actor_turns(conv.id, 10)  # warm: actor, executor workers, imports
         series[name], samples[name] = conv.id, []
+    _load("actor")
     for round_ in range(ROUNDS):
         for name, conv_id in series.items():
             share = args.turns // ROUNDS + (1 if round_ < args.turns % ROUNDS else 0)
             samples[name] += await _actor_turns(conv_id, share, acks if name == "hooks" else None)
+    _load("actor")
     for name, values in samples.items():
         results[f"turn_{name}"] = ms(values)
         progress(f"turn via actor ({name}): {results[f'turn_{name}']}")
@@ -327,18 +345,22 @@ async def main_async(args: argparse.Namespace, store: Any, port: int) -> dict[st
     progress(f"ack via actor (hooks): {results['turn_ack']}")
 
     if args.pauses:
+        _load("paused")
         paused = await _paused_turns(
             {"hooks": series["hooks"], "nohooks": series["nohooks"]},
             args.pauses,
             args.pause_min,
             args.pause_max,
         )
+        _load("paused")
         for name, values in paused.items():
             results[f"paused_{name}"] = ms(values)
             progress(f"turn via actor after a pause ({name}): {results[f'paused_{name}']}")
 
     if not args.actor_only:
+        _load("gateway")
         results.update(await _gateway_series(store, setup, port, args.turns))
+        _load("gateway")
 
     results["bare_actor_start"] = ms(await _bare_actor_starts(args.reactivations))
     progress(f"bare detached actor create + first call (baseline): {results['bare_actor_start']}")
@@ -488,6 +510,8 @@ def main() -> None:
         "reactivation_p50_ms": results["reactivation"]["p50"],
         "reactivation_p99_ms": results["reactivation"]["p99"],
         "bare_actor_start_p50_ms": results["bare_actor_start"]["p50"],
+        "executor_pool_size": _pool_size(),
+        "load_1m": LOADS,
     }
     if "paused_hooks" in results:
         summary.update(

@@ -215,6 +215,23 @@ class ConversationDirectoryActor(ConversationDirectory):
         """The directory's figures, and how many of its actors it placed on each node."""
         return {**super().stats(), "nodes": self.host.choice.held_per_node()}
 
+    def resident_actors(self, limit: int = 200) -> list[dict[str, str]]:
+        """The resident conversations' actors, most recently active first: conversation id,
+        actor name and Ray actor id (the Ray dashboard's address for the actor)."""
+        out = []
+        for conversation_id, handle in reversed(self._resident.items()):
+            actor_id = getattr(handle, "_actor_id", None)
+            out.append(
+                {
+                    "conversation_id": conversation_id,
+                    "name": conversation_actor_name(conversation_id),
+                    "actor_id": actor_id.hex() if actor_id is not None else "",
+                }
+            )
+            if len(out) >= limit:
+                break
+        return out
+
 
 def starts_that_fit() -> int:
     """Actor starts at once that leave the cluster room for the work already running: each start
@@ -433,6 +450,14 @@ class RayConversations:
 
     async def complete_conversation(self, conversation_id: str) -> ConversationChange:
         return await self._call(conversation_id, lambda actor: actor.complete.remote())
+
+    async def residency(self) -> JsonObject:
+        """The directory's figures (resident actors against the cap, activations, evictions,
+        waiting) and its resident actors (operators: ``GET /v1/operations``)."""
+        directory = self._directory()
+        stats: JsonObject = await directory.stats.remote()
+        actors = await directory.resident_actors.remote()
+        return {**stats, "actors": actors}
 
     async def status(self, conversation_id: str) -> JsonObject:
         """What a live conversation actor is doing (operators, tests, benchmarks)."""

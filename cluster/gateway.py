@@ -19,7 +19,10 @@ from cluster import niceness, placement, wiring
 from cluster.executor_pool import start_pool
 from cluster.mcp import RayMcpTools
 from cluster.memory_access import ProcessMemory, ServedEmbedders
+from cluster.models import ServedChatModels
+from cluster.operations import RayClusterView
 from cluster.scheduler import scheduler_handle
+from core.secret_vault import SecretVault
 from core.settings import Settings, settings_from_env, wonder_env
 from core.store import store_for_settings
 from serving.gateway.app import create_api
@@ -72,9 +75,11 @@ class Gateway:
 
     def __init__(self, settings_env: dict[str, str]) -> None:
         settings = settings_from_env(settings_env)
+        store = store_for_settings(settings)
+        conversations = wiring.conversations(settings_env)
         self._context = GatewayContext(
-            store=store_for_settings(settings),
-            conversations=wiring.conversations(settings_env),
+            store=store,
+            conversations=conversations,
             workflows=wiring.workflows(settings_env),
             memory=ProcessMemory(settings, ServedEmbedders(settings_env)),
             settings_env=settings_env,
@@ -82,6 +87,8 @@ class Gateway:
             node=ray.get_runtime_context().get_node_id(),
             models=DeployedModelNames(),
             mcp=RayMcpTools(settings_env),
+            chat_models=ServedChatModels(settings, SecretVault(store, settings)),
+            cluster=RayClusterView(conversations),
         )
         scheduler_handle(settings_env)  # cron triggers fire while a gateway is up (idempotent)
         start_pool(settings)  # executor processes up before the first turn (idempotent)

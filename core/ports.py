@@ -320,6 +320,18 @@ class MemoryUpkeepRunner(Protocol):
         ...
 
 
+class ClusterView(Protocol):
+    """What operators see of the running cluster (``GET /v1/operations``)."""
+
+    async def residency(self) -> JsonObject:
+        """The conversation directory's figures and its resident actors."""
+        ...
+
+    async def model_deployments(self) -> list[JsonObject]:
+        """The model deployments: application, name, status, replicas by state."""
+        ...
+
+
 class Residency(Protocol):
     """What a Conversation actor asks of the directory that keeps resident actors bounded."""
 

@@ -12,6 +12,9 @@ from typing import Any
 
 MAX_MEMORY_CHARS = 600
 MAX_CONTEXT_CHARS = 6000
+MEMORIES_TITLE = "What you remember (most relevant and important first):"
+PENDING_TITLE = "Work still in progress from earlier in this conversation:"
+TOOLS_TITLE = "Tools you can call:"
 
 
 def _clip(text: str, limit: int) -> str:
@@ -61,9 +64,9 @@ def assemble_context(
     """The text appended to the system prompt; empty sections are left out."""
     sections: list[str] = []
     for title, lines in (
-        ("What you remember (most relevant and important first):", memory_lines(memories)),
-        ("Work still in progress from earlier in this conversation:", pending_lines(pending)),
-        ("Tools you can call:", tool_lines(tools)),
+        (MEMORIES_TITLE, memory_lines(memories)),
+        (PENDING_TITLE, pending_lines(pending)),
+        (TOOLS_TITLE, tool_lines(tools)),
     ):
         if lines:
             sections.append("\n".join([title, *lines]))

@@ -166,6 +166,25 @@ class RecordOps(StoreOps):
             currency=str(currency) if currencies == 1 and currency else None,
         )
 
+    def totals_since(self, since: datetime) -> UsageTotals:
+        """Every client's calls since ``since`` summed: calls, failures, tokens (operators: the
+        models' throughput; no cost, which is in each client's own currency)."""
+        t = schema.model_calls
+        query = select(
+            func.count(),
+            func.sum(case((t.c.status == "error", 1), else_=0)),
+            func.coalesce(func.sum(t.c.prompt_tokens), 0),
+            func.coalesce(func.sum(t.c.completion_tokens), 0),
+        ).where(t.c.created_at >= _ts(since))
+        with self._read() as c:
+            row = c.execute(query).one()
+        return UsageTotals(
+            calls=int(row[0] or 0),
+            failed_calls=int(row[1] or 0),
+            prompt_tokens=int(row[2] or 0),
+            completion_tokens=int(row[3] or 0),
+        )
+
     def spans(self, trace_id: str, limit: int = 5000) -> list[SpanRecord]:
         t = schema.spans
         query = select(t.c.data).where(t.c.trace_id == trace_id).order_by(t.c.started_at)

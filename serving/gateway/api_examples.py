@@ -559,6 +559,123 @@ ROUTES: dict[tuple[str, str], RouteDoc] = {
             ]
         },
     ),
+    (
+        "GET",
+        "/v1/conversations/{conversation_id}/turns/{turn_id}/calls/{call_id}/context",
+    ): RouteDoc(
+        "A recorded call's context window: the system prompt, the memories and other context "
+        "assembled into it, the history and the tool specs, each with its estimated tokens "
+        "(about four characters a token: `counted_by`), beside the prompt tokens the model "
+        "reported and the model's window where the deployment states it.",
+        {
+            "call_id": "call_01J9ZB4M6D2S8E3Q1T7V5W9X0Y",
+            "provider": "vllm",
+            "model": "default",
+            "counted_by": "estimate",
+            "sections": [
+                {
+                    "name": "system_prompt",
+                    "label": "System prompt",
+                    "tokens": 8,
+                    "chars": 16,
+                    "items": 1,
+                    "text": "You are helpful.",
+                },
+                {
+                    "name": "history",
+                    "label": "History (the conversation's messages, the current one last)",
+                    "tokens": 9,
+                    "chars": 19,
+                    "items": 1,
+                    "text": "user: What is 12*7?",
+                },
+            ],
+            "total_tokens": 17,
+            "reported_prompt_tokens": 31,
+            "window": 8192,
+            "max_tokens": 256,
+        },
+    ),
+    (
+        "POST",
+        "/v1/conversations/{conversation_id}/turns/{turn_id}/calls/{call_id}/replay",
+    ): RouteDoc(
+        "Sends the recorded call's request, as it was, to another model profile's model and "
+        "returns its answer beside the recorded one. Nothing is written to the conversation. "
+        "Admitted as a turn is (429 over concurrent turns or the day's tokens).",
+        {
+            "call_id": "call_01J9ZB4M6D2S8E3Q1T7V5W9X0Y",
+            "model_profile_id": "big",
+            "model_profile_version": 1,
+            "provider": "openai",
+            "model": "gpt-4o-mini",
+            "request": {
+                "model": "gpt-4o-mini",
+                "messages": [{"role": "user", "content": "What is 12*7?"}],
+                "stream": True,
+            },
+            "response": {"content": "12*7 = 84", "tool_calls": [], "finish_reason": "stop"},
+            "usage": {"prompt_tokens": 14, "completion_tokens": 6},
+            "duration_s": 0.82,
+            "first_token_s": 0.31,
+            "status": "ok",
+            "error": None,
+            "original": {"content": "84", "tool_calls": [], "finish_reason": "stop"},
+            "original_usage": {"prompt_tokens": 31, "completion_tokens": 2},
+        },
+        {"model_profile": "big"},
+    ),
+    ("GET", "/v1/operations"): RouteDoc(
+        "The cluster at a glance, for operator (admin) keys (403 for any other): the conversation "
+        "directory's resident actors against the cap, activations, evictions and waiting "
+        "activations, with each resident actor's Ray actor id; the Serve deployments and their "
+        "replicas by state; every client's model calls over the last `window_s` seconds; the "
+        "Ray dashboard's port. A part that cannot be read is null, with a note.",
+        {
+            "residency": {
+                "resident": 2,
+                "max_resident": 1000,
+                "peak_resident": 3,
+                "activations": 5,
+                "evictions": 3,
+                "starting": 0,
+                "waiting": 0,
+                "idle": 1,
+                "refused": 0,
+                "actors": [
+                    {
+                        "conversation_id": CONV,
+                        "name": f"conversation:{CONV}",
+                        "actor_id": "4c1e6f0b0d2a5f3c8e9d7b6a01000000",
+                    }
+                ],
+            },
+            "deployments": [
+                {
+                    "application": "llm",
+                    "name": "llm",
+                    "status": "HEALTHY",
+                    "replicas": {"RUNNING": 1},
+                    "message": "",
+                }
+            ],
+            "model_calls": {
+                "window_s": 300,
+                "totals": {
+                    "calls": 42,
+                    "failed_calls": 1,
+                    "prompt_tokens": 51200,
+                    "completion_tokens": 6300,
+                    "cost": 0.0,
+                    "currency": None,
+                },
+                "calls_per_minute": 8.4,
+                "completion_tokens_per_s": 21.0,
+            },
+            "dashboard_port": 8265,
+            "notes": [],
+        },
+    ),
     ("GET", "/v1/conversations/{conversation_id}/turns/{turn_id}/trace"): RouteDoc(
         "The turn's trace as a span tree across every process that worked on it (agent, model "
         "calls, tools, executor tasks, workflows, delegated turns); root is null while it runs.",

@@ -10,7 +10,15 @@ from dataclasses import dataclass, field
 from starlette.requests import HTTPConnection
 
 from core.mcp import McpTools
-from core.ports import Conversations, MemoryAccess, ServedModels, WorkflowRuns, Workspaces
+from core.ports import (
+    ChatModels,
+    ClusterView,
+    Conversations,
+    MemoryAccess,
+    ServedModels,
+    WorkflowRuns,
+    Workspaces,
+)
 from core.settings import Settings, settings_from_env
 from core.store import Store
 
@@ -28,6 +36,8 @@ class GatewayContext:
     node: str = ""  # the Ray node this replica runs on (``X-Wonder-Node`` of a stream's handshake)
     models: ServedModels | None = None  # what the local model answers to (model profile PUTs)
     mcp: McpTools | None = None  # connections to the clients' MCP servers (``core.mcp``)
+    chat_models: ChatModels | None = None  # the models a replayed call is sent to (playground)
+    cluster: ClusterView | None = None  # what operators see of the cluster (/v1/operations)
 
     @property
     def settings(self) -> Settings:

@@ -108,8 +108,8 @@ def action_of(method: str, route_path: str) -> Action:
     """What a request on a conversation's route does, by method and route."""
     if method in ("GET", "HEAD") or route_path.startswith(MEMBERS_PREFIX):
         return Action.READ  # members' changes are checked by the members routes themselves
-    if route_path.endswith("/messages") or route_path.endswith("/cancel"):
-        return Action.WRITE
+    if route_path.endswith(("/messages", "/cancel", "/replay")):
+        return Action.WRITE  # a replay writes nothing, but spends model tokens as a message does
     if route_path.startswith(CONTEXT_PREFIX):
         return Action.WRITE  # the context channel is written like the conversation itself
     if method == "DELETE" and route_path == "/v1/conversations/{conversation_id}":

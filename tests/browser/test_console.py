@@ -7,6 +7,7 @@ end, that the API key travelled in no URL and that the page reached no other hos
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx
@@ -233,6 +234,13 @@ def test_library_versions_diff_and_inline_errors_then_a_workflow_run(
     # The run's executor tasks may start cold on a loaded machine: give them time.
     expect(page.locator("#run-status")).to_have_text("completed", timeout=240_000)
     expect(page.locator(".node[data-node='say'] .badge")).to_have_text(["done", "done", "done"])
+    # The graph: three nodes, the fan-out's edge marked, each node's state in the run.
+    drawn = page.locator("#run-graph svg")
+    expect(drawn.locator("g.wf-node")).to_have_count(3)
+    expect(drawn.locator(".wf-edge")).to_have_count(2)
+    expect(drawn.locator(".wf-edge-label")).to_have_text(["each"])
+    expect(drawn.locator("g[data-node='say']")).to_have_class(re.compile(r"\bwf-done\b"))
+    expect(drawn).to_have_attribute("aria-label", re.compile(r"say: done \u00d73"))
     expect(page.locator("main")).to_contain_text('"word": "c!"')
     console.screenshot("workflow-run")
     console.go("#/workflows")

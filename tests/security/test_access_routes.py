@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -224,6 +224,16 @@ PROBES: dict[tuple[str, str], Build] = {
     },
     ("GET", "/v1/conversations/{conversation_id}/usage"): _conv("GET", "/usage"),
     ("GET", "/v1/conversations/{conversation_id}/export"): _conv("GET", "/export"),
+    # A call that is not there: the owner's own read is a 404 too (the call's id is checked
+    # after the conversation's), so only the refusal is compared.
+    ("GET", "/v1/conversations/{conversation_id}/turns/{turn_id}/calls/{call_id}/context"): (
+        lambda ids: replace(
+            _conv("GET", "/turns/{turn}/calls/call_none/context")(ids), member_may_read=False
+        )
+    ),
+    ("POST", "/v1/conversations/{conversation_id}/turns/{turn_id}/calls/{call_id}/replay"): _conv(
+        "POST", "/turns/{turn}/calls/call_none/replay", {"model_profile": "local"}
+    ),
     ("PUT", "/v1/conversations/{conversation_id}/policy"): _conv(
         "PUT", "/policy", {"concurrency_policy": "queue"}
     ),
@@ -385,6 +395,8 @@ CONVERSATION_FREE: dict[tuple[str, str], str] = {
         )
     },
     ("GET", "/v1/quota"): "the client's quota",
+    ("GET", "/v1/operations"): "operator (admin) keys only, 403 for any other: the cluster's "
+    "figures (resident actors, deployments, throughput)",
     ("GET", "/v1/clients/{client_id}/quota"): "operator route",
     ("PUT", "/v1/clients/{client_id}/quota"): "operator route",
     ("GET", "/v1/user-quotas"): "quotas",

@@ -5,17 +5,24 @@ import { fill, h } from "./dom.js";
 import * as conversations from "./views/conversations.js";
 import * as conversation from "./views/conversation.js";
 import * as turn from "./views/turn.js";
+import * as compare from "./views/compare.js";
 import * as memories from "./views/memories.js";
 import * as library from "./views/library.js";
 import * as workflows from "./views/workflows.js";
+import * as operations from "./views/operations.js";
+import { renderKeys, renderMembers } from "./views/access.js";
 
 const ROUTES = [
   [/^conversations\/([^/]+)\/turns\/([^/]+)$/, turn, ["conversationId", "turnId"]],
+  [/^conversations\/([^/]+)\/compare$/, compare, ["conversationId"]],
+  [/^conversations\/([^/]+)\/members$/, { render: renderMembers }, ["conversationId"]],
   [/^conversations\/([^/]+)$/, conversation, ["conversationId"]],
   [/^(?:conversations)?$/, conversations, []],
   [/^memories$/, memories, []],
   [/^library(?:\/([^/]+))?(?:\/([^/]+))?$/, library, ["kind", "id"]],
   [/^workflows(?:\/runs\/([^/]+))?$/, workflows, ["runId"]],
+  [/^operations$/, operations, []],
+  [/^keys$/, { render: renderKeys }, []],
 ];
 
 const main = document.getElementById("main");

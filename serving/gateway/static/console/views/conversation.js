@@ -57,7 +57,8 @@ export async function render(main, { conversationId }, { say }) {
   };
   const parent = conv.forked_from_conversation_id
     ? h("p", {}, "Forked from ", convLink(conv.forked_from_conversation_id), " at turn ",
-      h("a", { href: `#/conversations/${conv.forked_from_conversation_id}/turns/${conv.forked_at_turn_id}` }, conv.forked_at_turn_id))
+      h("a", { href: `#/conversations/${conv.forked_from_conversation_id}/turns/${conv.forked_at_turn_id}` }, conv.forked_at_turn_id),
+      " · ", h("a", { href: `#/conversations/${conv.id}/compare`, id: "compare-link" }, "Compare with the original, turn by turn"))
     : conv.started_by_conversation_id
       ? h("p", {}, "Started by ", convLink(conv.started_by_conversation_id), " (a delegation)")
       : null;
@@ -81,7 +82,8 @@ export async function render(main, { conversationId }, { say }) {
     h("button", { type: "button", class: "danger", onclick: async () => {
       if (!confirm(`Delete ${conv.id} and every child it started?`)) return;
       try { await api("DELETE", path); say("Deleted."); location.hash = "#/conversations"; } catch (e) { say(e.message, "error"); }
-    } }, "Delete"));
+    } }, "Delete"),
+    h("a", { href: `#/conversations/${conv.id}/members`, class: "button-link" }, "Members"));
 
   // --- the chat -------------------------------------------------------------------------
   const log = h("div", { id: "chat-log", class: "log", role: "log", "aria-label": "Messages", tabindex: "0" });

@@ -1,29 +1,13 @@
 // The library: personas, model profiles, tools, tasks and workflows; every version of one
 // object, a line diff between two versions, and an editor whose validation errors show inline.
 import { api, query } from "../api.js";
+import { lineDiff } from "../diff.js";
 import { field, fill, h, json, select, table } from "../dom.js";
 
 export const KINDS = [
   ["personas", "Personas"], ["model-profiles", "Model profiles"], ["tools", "Tools"],
   ["tasks", "Tasks"], ["workflows", "Workflows"],
 ];
-
-/** A line diff (longest common subsequence): [[" ", line] | ["-", line] | ["+", line]]. */
-export function lineDiff(a, b) {
-  const x = a.split("\n"), y = b.split("\n");
-  const n = x.length, m = y.length;
-  const lcs = Array.from({ length: n + 1 }, () => new Int32Array(m + 1));
-  for (let i = n - 1; i >= 0; i--) for (let j = m - 1; j >= 0; j--)
-    lcs[i][j] = x[i] === y[j] ? lcs[i + 1][j + 1] + 1 : Math.max(lcs[i + 1][j], lcs[i][j + 1]);
-  const out = [];
-  let i = 0, j = 0;
-  while (i < n || j < m) {
-    if (i < n && j < m && x[i] === y[j]) { out.push([" ", x[i]]); i++; j++; }
-    else if (j < m && (i === n || lcs[i][j + 1] >= lcs[i + 1][j])) { out.push(["+", y[j]]); j++; }
-    else { out.push(["-", x[i]]); i++; }
-  }
-  return out;
-}
 
 const pretty = (obj) => {
   const { created_at, version, ...rest } = obj; // what differs between versions by nature

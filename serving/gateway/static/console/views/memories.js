@@ -1,5 +1,6 @@
-// An agent's memories: newest first (by type, consolidated ones on request), a search (vector,
-// full text or hybrid) with each hit's relevance and score, and deleting one.
+// An agent's memories: newest first (by type, consolidated ones on request, each consolidation
+// with the memories it summarises), a search (vector, full text or hybrid) with each hit's
+// relevance and score, and deleting one.
 import { api, query } from "../api.js";
 import { field, fill, h, select, table, when } from "../dom.js";
 
@@ -18,8 +19,18 @@ export async function render(main, { params }, { say }) {
   const hits = h("div", { id: "memory-hits", "aria-live": "polite" });
   const typeList = () => types.value.split(",").map((t) => t.trim()).filter(Boolean);
 
+  let sourcesOf = new Map(); // a consolidated memory's id → the memories it summarises (loaded ones)
+  const content = (m) => {
+    const sources = sourcesOf.get(m.id) || [];
+    return [
+      h("span", { class: "text" }, m.content || `(stored by reference: ${m.content_ref})`),
+      m.consolidated_into ? h("span", { class: "hint" }, ` · consolidated into ${m.consolidated_into}`) : null,
+      sources.length ? h("details", { class: "sources" }, h("summary", {}, `Sources (${sources.length})`),
+        h("ul", {}, sources.map((x) => h("li", {}, `${x.content || x.content_ref} `, h("span", { class: "hint" }, `${x.type} · ${when(x.created_at)}`))))) : null,
+    ];
+  };
   const row = (m, extra = []) => [
-    h("span", { class: "text" }, m.content || `(stored by reference: ${m.content_ref})`),
+    h("span", {}, content(m)),
     m.type, m.significance.toFixed(2), ...extra, when(m.created_at),
     m.metadata && m.metadata.turn_id ? h("a", { href: `#/conversations/${m.metadata.conversation_id}/turns/${m.metadata.turn_id}` }, "turn") : "—",
     h("button", { type: "button", class: "danger small", "aria-label": `Delete memory ${m.id}`, onclick: async () => {
@@ -30,6 +41,8 @@ export async function render(main, { params }, { say }) {
 
   async function load() {
     const page = await api("GET", `/v1/agents/${encodeURIComponent(agent.value)}/memories${query({ types: typeList(), include_consolidated: consolidated.checked ? "true" : "", limit: 100 })}`);
+    sourcesOf = new Map();
+    for (const m of page.items) if (m.consolidated_into) sourcesOf.set(m.consolidated_into, [...(sourcesOf.get(m.consolidated_into) || []), m]);
     fill(list, table(`${page.items.length} memories, newest first`, ["Content", "Type", "Significance", "Stored", "Written by", ""], page.items.map((m) => row(m))));
   }
   async function search(e) {

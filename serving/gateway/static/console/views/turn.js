@@ -3,6 +3,7 @@
 // from it: at this turn, or re-running its message (edited) from the turn before.
 import { api, ApiError } from "../api.js";
 import { badge, duration, fill, h, json, when } from "../dom.js";
+import { callTools } from "./call_tools.js";
 
 function moveItem(move, index, prevAt) {
   const call = move.tool_call;
@@ -33,7 +34,7 @@ function requestMessages(request) {
     m.tool_calls ? json(m.tool_calls, "Tool calls in this message") : null)));
 }
 
-function modelCall(call, i) {
+function modelCall(call, i, path) {
   const response = call.response || {};
   return h("li", { class: "model-call" },
     h("h3", {}, `Call ${i + 1}: ${call.purpose || "answer"} · ${call.provider}/${call.model}`, " ", badge(call.status || "ok"),
@@ -49,7 +50,8 @@ function modelCall(call, i) {
     response.content ? h("p", { class: "text" }, response.content) : null,
     response.tool_calls && response.tool_calls.length ? json(response.tool_calls, "Tool calls in the response") : null,
     response.finish_reason ? h("p", { class: "hint" }, `finish: ${response.finish_reason}`) : null,
-    call.error ? h("p", { class: "error" }, `${call.error.code}: ${call.error.message}`) : null);
+    call.error ? h("p", { class: "error" }, `${call.error.code}: ${call.error.message}`) : null,
+    callTools(path, call, i + 1));
 }
 
 /** GET `path`, or null where this gateway has no such record (a 404). */
@@ -143,7 +145,7 @@ export async function render(main, { conversationId, turnId }, { say }) {
         : h("p", { class: "empty" }, "No moves: the model answered without calling a tool.")),
     h("section", { class: "panel", "aria-labelledby": "calls-h", id: "model-calls" },
       h("h2", { id: "calls-h" }, "Model calls"),
-      calls ? h("ol", { class: "calls" }, calls.map(modelCall))
+      calls ? h("ol", { class: "calls" }, calls.map((c, i) => modelCall(c, i, path)))
         : h("p", { class: "empty", id: "no-calls" }, "No recorded model calls for this turn.")),
     h("section", { class: "panel", "aria-labelledby": "trace-h" },
       h("h2", { id: "trace-h" }, "Trace"),

@@ -2,6 +2,7 @@
 // states, inputs and outputs, refreshed while it runs.
 import { api, query } from "../api.js";
 import { badge, duration, field, fill, h, json, select, table, when } from "../dom.js";
+import { graph } from "./workflow_graph.js";
 
 const DONE = new Set(["completed", "failed", "cancelled"]);
 
@@ -11,8 +12,15 @@ async function runView(main, runId, say) {
   fill(main, h("p", { class: "crumbs" }, h("a", { href: "#/workflows" }, "← Workflow runs")), heading, body);
   let timer = null;
   let stopped = false;
+  let definition = null; // the run's workflow version: read once, its graph drawn at each refresh
   async function refresh() {
     const { run, nodes } = await api("GET", `/v1/workflow-runs/${encodeURIComponent(runId)}`);
+    if (definition === null) {
+      try {
+        const versions = (await api("GET", `/v1/workflows/${encodeURIComponent(run.workflow_id)}/versions`)).items;
+        definition = versions.find((v) => v.version === run.workflow_version) || versions[versions.length - 1] || {};
+      } catch (e) { definition = {}; }
+    }
     // The latest record of each token is where that token stands; a node's state is its latest token's.
     const latest = new Map();
     for (const n of nodes) latest.set(`${n.node_id}|${n.token_id}`, n);
@@ -24,6 +32,10 @@ async function runView(main, runId, say) {
         h("dt", {}, "Status"), h("dd", { id: "run-status" }, badge(run.status)),
         h("dt", {}, "Duration"), h("dd", {}, duration(run.started_at || run.created_at, run.finished_at) || "running"),
         run.context && run.context.conversation_id ? [h("dt", {}, "For conversation"), h("dd", {}, h("a", { href: `#/conversations/${run.context.conversation_id}` }, run.context.conversation_id))] : null),
+      h("section", { class: "panel", "aria-labelledby": "graph-h" }, h("h2", { id: "graph-h" }, "Graph"),
+        definition.nodes ? h("div", { class: "wf-graph-wrap", id: "run-graph" }, graph(definition, byNode))
+          : h("p", { class: "empty" }, "The workflow's definition could not be read."),
+        h("p", { class: "hint" }, "Each node's state in this run; a fan-out's edge reads “each”. Re-running a run from one node is not offered: the API starts runs from the beginning.")),
       h("section", { class: "panel", "aria-labelledby": "nodes-h" }, h("h2", { id: "nodes-h" }, "Nodes"),
         h("ol", { class: "nodes" }, [...byNode.entries()].map(([nodeId, tokens]) => h("li", { class: "node", dataset: { node: nodeId } },
           h("h3", {}, nodeId, " ", h("span", { class: "hint" }, tokens[0].kind), " ",
