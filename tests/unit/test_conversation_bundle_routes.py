@@ -52,7 +52,7 @@ class Side:
         )
         context = GatewayContext(
             store=cluster.store,
-            conversations=cluster,  # type: ignore[arg-type]
+            conversations=cluster,
             workflows=cluster.workflows,
             memory=cluster.memory,
             settings_env=cluster.settings_env,
