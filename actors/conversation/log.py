@@ -39,6 +39,7 @@ from core.ids import new_id
 from core.jsontypes import JsonObject
 from core.store import Store
 from core.store.writers import WriterLease, lock_conversation
+from core.tracing import TraceContext
 
 Publish = Callable[[JsonObject], None]
 Write = Callable[[Connection, list[Event]], None]
@@ -183,14 +184,16 @@ def create_child_conversation(
     session_label: str,
     at: datetime,
     user_id: str | None = None,
+    trace: TraceContext | None = None,
 ) -> str:
     """A delegated child conversation created atomically with its first message (seed 003).
 
     One transaction writes the conversation (``child_id``, working on ``workplace``: its
     ``(project_id, branch)``, see ``core.projects.child_workplace``), its ``conversation_started``
     event, the first turn (not yet started: the child's actor starts it), the message and their
-    events, and the sub-agent session label that lets a later call resume it. Returns the turn's
-    id.
+    events, the sub-agent session label that lets a later call resume it, and the trace the turn
+    joins (``trace``: the delegating span's; written before the child's actor exists, which
+    may start the turn as soon as it is activated). Returns the turn's id.
     """
     child = Conversation(
         id=child_id,
@@ -247,4 +250,6 @@ def create_child_conversation(
             store.events.append(event, conn)
         store.sessions.put(parent.client_id, session_label, child.id, at, conn)
         store.members.copy(parent.id, child.id, at, conn)  # the parent's users keep access
+        if trace is not None:
+            store.records.put_trace(turn.id, trace.trace_id, trace.span_id, conn)
     return turn.id

@@ -21,6 +21,7 @@ from actors.conversation.domain import DispatchTool
 from actors.conversation.log import create_child_conversation
 from actors.conversation.ports import ToolPorts
 from actors.conversation.tool_calls import MODE_ARGUMENT
+from core import tracing
 from core.domain import (
     Agent,
     AgentCaller,
@@ -337,6 +338,7 @@ class ToolDispatcher:
             session_label=label,
             at=utc_now(),
             user_id=store.turns.get(turn_id).user_id,  # the child's turn works for the same user
+            trace=tracing.current(),  # the delegating span: the child's turn joins its trace
         )
 
 

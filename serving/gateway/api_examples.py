@@ -117,6 +117,54 @@ MOVE = {
     "tool_call": {"id": "call_1", "name": "calculator", "input": {"expression": "12*7"}},
     "tool_result": {"success": True, "result": {"expression": "12*7", "result": 84}},
 }
+BUNDLE: dict[str, Any] = {
+    "format": "wonder.conversation/1",
+    "exported_at": T,
+    "conversation": CONVERSATION,
+    "turns": [
+        {
+            "id": TURN,
+            "conversation_id": CONV,
+            "agent_id": AGENT,
+            "caller": {"type": "user", "user_id": "ana"},
+            "user_id": "ana",
+            "input": "What is 12*7?",
+            "status": "completed",
+            "usage": {"prompt_tokens": 31, "completion_tokens": 2},
+            "created_at": T,
+            "completed_at": T,
+        }
+    ],
+    "messages": [
+        {**{k: v for k, v in MESSAGE.items() if k != "inherited_from"}, "seq": 3},
+        {
+            "id": "msg_01JB",
+            "conversation_id": CONV,
+            "turn_id": TURN,
+            "role": "agent",
+            "author": AGENT,
+            "content": "84",
+            "seq": 4,
+            "source": "agent",
+            "created_at": T,
+        },
+    ],
+    "moves": [],
+    "model_calls": [
+        {
+            "id": "call_01J9ZB4M6D2S8E3Q1T7V5W9X0Y",
+            "source": {"conversation_id": CONV, "turn_id": TURN, "step": 1},
+            "purpose": "answer",
+            "provider": "vllm",
+            "model": "default",
+            "request": {"model": "default", "messages": [{"role": "user", "content": "12*7?"}]},
+            "response": {"content": "84", "tool_calls": [], "finish_reason": "stop"},
+            "usage": {"prompt_tokens": 31, "completion_tokens": 2},
+            "timings": {"started_at": T, "duration_s": 0.41},
+            "created_at": T,
+        }
+    ],
+}
 RUN_OUT: dict[str, Any] = {
     "run": {
         "id": RUN,
@@ -662,6 +710,26 @@ ROUTES: dict[tuple[str, str], RouteDoc] = {
     ("GET", "/v1/usage"): RouteDoc(
         "Your client's model calls summed (one agent's with agent_id, since a time with since).",
         USAGE_EXAMPLE,
+    ),
+    ("GET", "/v1/conversations/{conversation_id}/export"): RouteDoc(
+        "The conversation as one JSON bundle: its ended turns with their messages, moves and "
+        "model calls (request and response bodies inline). `POST /v1/conversations/import` "
+        "takes it back, here or in another deployment.",
+        BUNDLE,
+    ),
+    ("POST", "/v1/conversations/import"): RouteDoc(
+        "A new conversation of your client with the history of an exported bundle. Every id is "
+        "new (the answer maps the bundle's turn ids to the new ones); agents you do not own are "
+        "dropped, `agent_id` names yours that answers from now on. A bundle that is not "
+        "consistent (an id twice, a row of a turn it lacks, a turn still running) is a 400.",
+        {
+            "conversation": {**CONVERSATION, "id": "conv_01JA"},
+            "turn_ids": {TURN: "turn_01JA"},
+            "messages": 2,
+            "moves": 0,
+            "model_calls": 1,
+        },
+        {"bundle": BUNDLE, "agent_id": AGENT},
     ),
     ("GET", "/v1/conversations/{conversation_id}/events"): RouteDoc(
         "The durable events (what the stream replays, without token deltas), by seq.",

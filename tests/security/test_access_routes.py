@@ -223,6 +223,7 @@ PROBES: dict[tuple[str, str], Build] = {
         for part in ("calls", "links", "trace", "usage")
     },
     ("GET", "/v1/conversations/{conversation_id}/usage"): _conv("GET", "/usage"),
+    ("GET", "/v1/conversations/{conversation_id}/export"): _conv("GET", "/export"),
     # A call that is not there: the owner's own read is a 404 too (the call's id is checked
     # after the conversation's), so only the refusal is compared.
     ("GET", "/v1/conversations/{conversation_id}/turns/{turn_id}/calls/{call_id}/context"): (
@@ -366,6 +367,8 @@ CONVERSATION_FREE: dict[tuple[str, str], str] = {
     ("GET", "/v1/agents"): "agents are the client's, shared by its users",
     ("GET", "/v1/agents/{agent_id}"): "agents are the client's, shared by its users",
     ("POST", "/v1/conversations"): "starts a new conversation: its user owns it",
+    ("POST", "/v1/conversations/import"): "starts a new conversation from the bundle in its "
+    "body (its user owns it); reads no stored conversation",
     ("POST", "/v1/workflows/{workflow_id}/runs"): "a run started over the API works for no "
     "conversation (the client's, like a project)",
     **{
