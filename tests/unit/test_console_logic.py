@@ -32,8 +32,7 @@ console.log(JSON.stringify({
 
 def run_console_logic() -> dict[str, Any]:
     modules = [
-        ASSETS[name].as_uri()
-        for name in ("diff.js", "views/conversation.js", "views/turn.js")
+        ASSETS[name].as_uri() for name in ("diff.js", "views/conversation.js", "views/turn.js")
     ]
     done = subprocess.run(
         ["node", "--input-type=module", "-e", SCRIPT, *modules],
