@@ -1,7 +1,7 @@
 """A conversation as one JSON bundle, and the plan to import one, pure (docs/observability.md).
 
 A bundle holds a conversation, its ended turns, their messages, moves and model calls
-(``GET /v1/conversations/{id}/export``). Importing it (``POST /v1/conversations/import``) makes
+(``GET /v1/conversations/{id}/export``). Importing it (``POST /v1/conversation-imports``) makes
 a new conversation of the importing client with the same history: every id is new (the bundle's
 ids only say what refers to what, so two imports of one bundle, or a bundle from another
 deployment, never collide with anything stored), agent ids the importing client does not own are

@@ -713,11 +713,11 @@ ROUTES: dict[tuple[str, str], RouteDoc] = {
     ),
     ("GET", "/v1/conversations/{conversation_id}/export"): RouteDoc(
         "The conversation as one JSON bundle: its ended turns with their messages, moves and "
-        "model calls (request and response bodies inline). `POST /v1/conversations/import` "
+        "model calls (request and response bodies inline). `POST /v1/conversation-imports` "
         "takes it back, here or in another deployment.",
         BUNDLE,
     ),
-    ("POST", "/v1/conversations/import"): RouteDoc(
+    ("POST", "/v1/conversation-imports"): RouteDoc(
         "A new conversation of your client with the history of an exported bundle. Every id is "
         "new (the answer maps the bundle's turn ids to the new ones); agents you do not own are "
         "dropped, `agent_id` names yours that answers from now on. A bundle that is not "

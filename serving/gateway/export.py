@@ -3,7 +3,7 @@
 ``GET /v1/conversations/{id}/export`` returns the conversation's bundle (``core.
 conversation_bundle``): its ended turns, messages, moves and model calls, bodies inline; access
 is the conversation's (a client reads only its own; with an acting user, the member check of
-every ``/v1/conversations/{id}`` route applies). ``POST /v1/conversations/import`` makes a new
+every ``/v1/conversations/{id}`` route applies). ``POST /v1/conversation-imports`` makes a new
 conversation of the calling client from a bundle: validated (its schema, then its consistency),
 every id new, agent ids the client does not own dropped, the log written once by the import
 before any actor exists (``core.conversation_bundle_store``). The body is bounded
@@ -28,7 +28,7 @@ from serving.gateway.context import GatewayContext
 from serving.gateway.members import start_owner
 from serving.gateway.protocol import WireModel
 
-router = APIRouter(prefix="/v1/conversations", tags=["conversations"])
+router = APIRouter(prefix="/v1", tags=["conversations"])
 
 
 class ConversationImport(WireModel):
@@ -63,7 +63,7 @@ def _objects(context: GatewayContext) -> ObjectStore | None:
 
 
 @router.get(
-    "/{conversation_id}/export",
+    "/conversations/{conversation_id}/export",
     response_model=ConversationBundle,
     summary="The conversation as one JSON bundle: its ended turns, messages, moves and model calls",
 )
@@ -76,7 +76,7 @@ async def export_conversation(
 
 
 @router.post(
-    "/import",
+    "/conversation-imports",
     status_code=201,
     response_model=ConversationImported,
     summary="A new conversation with the history of an exported bundle (every id new)",

@@ -47,7 +47,7 @@ BODY_LIMITS: tuple[BodyLimit, ...] = (
     BodyLimit(
         "POST", re.compile(r"/v1/(agents/[^/]+/)?chat/completions$"), 1 * MIB, "a chat's messages"
     ),
-    BodyLimit("POST", re.compile(r"/v1/conversations/import$"), 32 * MIB, "a conversation bundle"),
+    BodyLimit("POST", re.compile(r"/v1/conversation-imports$"), 32 * MIB, "a conversation bundle"),
 )
 
 

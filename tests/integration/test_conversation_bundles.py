@@ -81,6 +81,10 @@ def test_an_exported_conversation_imported_elsewhere_has_the_same_history(
     alice: Side, bob: Side, ray_cluster: Cluster
 ) -> None:
     source = alice.converse("the code word is heron", "and the colour is teal")
+    # A turn's model calls are recorded beside it, a moment after it ends: wait for both.
+    for turn in alice.api.get(f"/v1/conversations/{source}/turns").json()["items"]:
+        calls = f"/v1/conversations/{source}/turns/{turn['id']}/calls"
+        wait_for(lambda calls=calls: alice.api.get(calls).json()["items"], timeout=30)
     exported = alice.api.get(f"/v1/conversations/{source}/export")
     assert exported.status_code == 200, exported.text
     bundle = exported.json()
@@ -92,7 +96,7 @@ def test_an_exported_conversation_imported_elsewhere_has_the_same_history(
     assert all(c["request"]["messages"] for c in bundle["model_calls"])  # bodies inline
 
     imported = bob.api.post(
-        "/v1/conversations/import", json={"bundle": bundle, "agent_id": bob.agent.id}
+        "/v1/conversation-imports", json={"bundle": bundle, "agent_id": bob.agent.id}
     )
     assert imported.status_code == 201, imported.text
     answer = imported.json()
@@ -138,8 +142,8 @@ def test_ids_that_collide_are_remapped_and_agents_of_another_client_dropped(
         message["conversation_id"] = bob_own
     for move in colliding["moves"]:
         move["turn_id"] = colliding["turns"][0]["id"]
-    first = bob.api.post("/v1/conversations/import", json={"bundle": colliding})
-    again = bob.api.post("/v1/conversations/import", json={"bundle": colliding})
+    first = bob.api.post("/v1/conversation-imports", json={"bundle": colliding})
+    again = bob.api.post("/v1/conversation-imports", json={"bundle": colliding})
     assert first.status_code == again.status_code == 201, (first.text, again.text)
     ids = {first.json()["conversation"]["id"], again.json()["conversation"]["id"]}
     assert len(ids) == 2 and bob_own not in ids and source not in ids
@@ -150,7 +154,7 @@ def test_ids_that_collide_are_remapped_and_agents_of_another_client_dropped(
     assert imported["agent_id"] is None
     assert all(p["id"] != alice.agent.id for p in imported["participants"])
     named = bob.api.post(
-        "/v1/conversations/import", json={"bundle": bundle, "agent_id": alice.agent.id}
+        "/v1/conversation-imports", json={"bundle": bundle, "agent_id": alice.agent.id}
     )
     assert named.status_code == 404 and "agent_id" in error_of(named)["message"]
 
@@ -190,7 +194,7 @@ def test_an_inconsistent_bundle_is_a_400_and_writes_nothing(
     source = alice.converse("hi")
     bundle = alice.api.get(f"/v1/conversations/{source}/export").json()
     before = alice.api.get("/v1/conversations", params={"limit": 200}).json()["items"]
-    refused = alice.api.post("/v1/conversations/import", json={"bundle": _broken(bundle, how)})
+    refused = alice.api.post("/v1/conversation-imports", json={"bundle": _broken(bundle, how)})
     assert refused.status_code == 400, refused.text
     assert fragment in error_of(refused)["message"]
     after = alice.api.get("/v1/conversations", params={"limit": 200}).json()["items"]
@@ -202,7 +206,7 @@ def test_a_malformed_or_oversized_bundle_is_refused_before_anything_is_written(
 ) -> None:
     source = alice.converse("hi")
     bundle = alice.api.get(f"/v1/conversations/{source}/export").json()
-    path = "/v1/conversations/import"
+    path = "/v1/conversation-imports"
     assert alice.api.post(path, json={"bundle": {**bundle, "format": "other/9"}}).status_code == 422
     assert alice.api.post(path, json={"bundle": {**bundle, "extra": 1}}).status_code == 422
     assert (

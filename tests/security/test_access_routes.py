@@ -367,7 +367,7 @@ CONVERSATION_FREE: dict[tuple[str, str], str] = {
     ("GET", "/v1/agents"): "agents are the client's, shared by its users",
     ("GET", "/v1/agents/{agent_id}"): "agents are the client's, shared by its users",
     ("POST", "/v1/conversations"): "starts a new conversation: its user owns it",
-    ("POST", "/v1/conversations/import"): "starts a new conversation from the bundle in its "
+    ("POST", "/v1/conversation-imports"): "starts a new conversation from the bundle in its "
     "body (its user owns it); reads no stored conversation",
     ("POST", "/v1/workflows/{workflow_id}/runs"): "a run started over the API works for no "
     "conversation (the client's, like a project)",

@@ -28,7 +28,7 @@ from tests.factories import make_agent, make_client, make_conversation, scripted
 from tests.inprocess import InProcessCluster
 
 pytestmark = pytest.mark.timeout(120)
-IMPORT = "/v1/conversations/import"
+IMPORT = "/v1/conversation-imports"
 
 
 @pytest.fixture

@@ -158,9 +158,12 @@ def schemathesis_config() -> SchemathesisConfig:
                     # headers, stdio: command), header names the transport sets or that carry
                     # credentials are refused whatever their case, and a URL must be on the
                     # operator's WONDER_MCP_ALLOWED_HOSTS (empty here: 403) and a command start
-                    # an MCP server (400 naming what it did). Each answer names the field.
+                    # an MCP server (400 naming what it did); a conversation bundle's rows name
+                    # each other (a message's turn, a move's turn and message, a call's turn must
+                    # be the bundle's own, ids unique, no turn still running: 400 naming the row).
+                    # Each answer names the field.
                     "include-path-regex": r"^/v1/((agents/\{agent_id\}/)?chat/completions"
-                    r"|mcp-servers/\{server_id\})$",
+                    r"|mcp-servers/\{server_id\}|conversation-imports)$",
                     "checks": {
                         "positive_data_acceptance": {
                             "expected-statuses": [
