@@ -10,7 +10,6 @@ the subject of, and an acting user (``X-Wonder-User``) only the entries it made.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
@@ -23,6 +22,7 @@ from core.store.audit import AuditEntry, AuditFilter
 from serving.gateway.audit_trail import Audit, record
 from serving.gateway.auth import USER_PATTERN, AdminId, ClientId, Context, Guard, IsAdmin, User
 from serving.gateway.protocol import Page
+from serving.gateway.query_params import Rfc3339Time
 
 __all__ = ["record", "router"]  # ``record``: the audit trail's older entry point, kept here
 
@@ -107,9 +107,11 @@ def list_audit(
         Query(max_length=200, pattern=USER_PATTERN, description="Changes made as this user"),
     ] = None,
     since: Annotated[
-        datetime | None, Query(description="At or after this time (with a time zone)")
+        Rfc3339Time | None, Query(description="At or after this time (with a time zone)")
     ] = None,
-    until: Annotated[datetime | None, Query(description="Before this time")] = None,
+    until: Annotated[
+        Rfc3339Time | None, Query(description="Before this time (with a time zone)")
+    ] = None,
     after_cursor: Annotated[str | None, Query(max_length=64, description="An entry id")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> Page[AuditEntry]:

@@ -9,11 +9,30 @@ routes outside the OpenAPI document (the console) are not checked.
 
 from __future__ import annotations
 
+import re
+from datetime import datetime
+from typing import Annotated, Any
+
 from fastapi.dependencies.utils import get_flat_dependant
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
-from pydantic import BaseModel
+from pydantic import BaseModel, BeforeValidator
 from starlette.requests import HTTPConnection
+
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
+
+
+def _rfc3339(value: Any) -> Any:
+    """A time in a query as its schema states it (RFC 3339 ``date-time``, with its offset): not
+    a bare date, a time without a zone, or a number of seconds, which pydantic would accept."""
+    if isinstance(value, str) and not _RFC3339.fullmatch(value):
+        raise ValueError(
+            "expected an RFC 3339 date-time with a time zone, e.g. 2026-01-31T12:00:00Z"
+        )
+    return value
+
+
+Rfc3339Time = Annotated[datetime, BeforeValidator(_rfc3339)]
 
 _declared: dict[int, frozenset[str]] = {}  # route id -> its declared query names (routes live on)
 
