@@ -1,7 +1,8 @@
 """One trace per turn across the cluster, on a real local Ray (docs/observability.md).
 
 A turn calls a task tool (a Ray task in an executor worker) and delegates to another agent (its own
-Conversation actor): the spans each process recorded join the parent turn's trace, under the right
+Conversation actor), or calls a workflow tool (a run on a workflow coordinator, whose node runs an
+executor task): the spans each process recorded join the parent turn's trace, under the right
 parents, and the delegated turn's model calls are recorded as that turn's. The records are written
 by each process's background writer; the test reads the store they wrote.
 """
@@ -13,9 +14,10 @@ from typing import Any
 import pytest
 
 from core.domain import Tool, TurnStatus
-from core.ids import utc_now
+from core.ids import new_id, utc_now
 from core.trace_records import SpanNode, span_tree
 from core.tracing import turn_span_id, turn_trace_id
+from core.workflows import WorkflowDef
 from tests.conftest import Cluster, async_wait_for
 from tests.factories import make_agent, make_client, make_conversation, scripted_profile, task_tool
 from tests.integration.access import post
@@ -101,3 +103,57 @@ async def test_a_turn_is_one_trace_across_actor_executor_and_delegate(
     assert request["messages"][-1] == {"role": "user", "content": "hello expert"}
     links = {(link.kind, link.target_id) for link in store.records.links(ack.turn_id)}
     assert ("child_turn", child_turn.turn_id) in links
+
+
+async def test_a_workflow_tools_run_joins_the_turns_trace(ray_cluster: Cluster) -> None:
+    store = ray_cluster.store
+    client_id, _ = make_client(store)
+    pid = task_tool(
+        store, "pid", [{"kind": "python", "params": {"callable": "tests.callables:worker_pid"}}]
+    )
+    workflow = store.workflows.put(
+        WorkflowDef.model_validate(
+            {
+                "id": f"wf-{new_id().lower()}",
+                "nodes": [{"id": "probe", "kind": "task", "target_id": pid.target_id}],
+            }
+        ),
+        utc_now(),
+    )
+    tool = store.tools.put(
+        Tool(
+            id=f"tool-probe-{new_id().lower()}",
+            name="probe",
+            description="run the probe workflow",
+            input_schema={"type": "object"},
+            target_type="workflow",
+            target_id=workflow.id,
+        ),
+        utc_now(),
+    )
+    script = [{"tool_calls": [{"name": "probe", "arguments": {}}]}, {"reply": "done"}]
+    agent = make_agent(store, client_id, scripted_profile(store, script), [tool])
+    conv = make_conversation(store, client_id, agent)
+    ack = await post(conv.id, "go", "u")
+    await async_wait_for(
+        lambda: store.turns.get(ack.turn_id).status is TurnStatus.COMPLETED, timeout=90
+    )
+
+    def tree() -> SpanNode | None:
+        spans = store.records.spans(turn_trace_id(ack.turn_id))
+        root = span_tree(spans, turn_span_id(ack.turn_id))
+        names = [n.name for n in _walk(root)] if root is not None else []
+        done = any(n.startswith("run_task") for n in names) and names.count("chat script") == 2
+        return root if done and any(n.startswith("invoke_workflow") for n in names) else None
+
+    root = await async_wait_for(tree, timeout=60, interval=0.5)
+    (call,) = [c for c in root.children if c.name == "execute_tool probe"]
+    (run,) = call.children
+    assert run.name == f"invoke_workflow {workflow.id}" and run.process == "workflow"
+    assert run.attributes["gen_ai.operation.name"] == "invoke_workflow"
+    assert run.attributes["gen_ai.conversation.id"] == conv.id
+    (node,) = run.children
+    assert node.name == "workflow_node probe" and node.process == "workflow"
+    (task,) = node.children
+    assert task.name == f"run_task {pid.target_id}" and task.process == "executor"
+    assert task.trace_id == root.trace_id
