@@ -131,7 +131,10 @@ def numbered(prefix: str) -> Iterator[str]:
 
 
 async def turn(model: VllmHandleModel, messages: list[dict[str, Any]]) -> str:
-    request = ChatRequest(messages=messages, max_tokens=12, tool_calling="native")
+    # The model named as a profile names it (the affinity key digests it and the first message).
+    request = ChatRequest(
+        model=model.model, messages=messages, max_tokens=12, tool_calling="native"
+    )
     chunks = [chunk async for chunk in model.stream(request)]
     assert isinstance(chunks[-1], ModelFinished)
     return "".join(c.text for c in chunks if isinstance(c, TextDelta))
