@@ -1,4 +1,4 @@
-"""The executor pool: long-lived executor processes that hooks and tool tasks run on.
+"""The executor pool: long-lived executor processes that a turn's hooks run on.
 
 A Ray task needs a worker process, and Ray ends idle workers above its soft limit after a second:
 a conversation that runs a hook after a pause waited for a process to start (0.6-1 s). The pool is
@@ -12,11 +12,17 @@ limit, ``SIGALRM`` for sync callables, ``SystemExit`` refused), so the executor'
 per task as before. A task that takes its process down (``os._exit``, a crash, the kernel's OOM
 killer) fails alone with a retryable error; Ray restarts the member and the next task finds it.
 
-A caller (``PooledTaskRunner``, one per process) sends each task to a member it is not using
-(``core.executor_pool.choose_member``); when it is using every member, the task runs as a Ray task
-(``RayTaskRunner``), so a slow tool never holds up a hook of the same process. Tasks from
-different processes may queue on one member (each process knows only its own calls): size the
-pool for the tasks a node runs at once.
+A caller (``PooledTaskRunner``, one per process) sends each hook's task to a member it is not
+using (``core.executor_pool.choose_member``); when it is using every member, the task runs as a Ray
+task (``RayTaskRunner``). Hook tasks from different processes may queue on one member (each
+process knows only its own calls): size the pool for the hooks a node runs at once.
+
+Every other task (a tool's, a workflow node's, an operation's) runs as a Ray task. A tool may run
+for minutes, and a call queued on a member behind another process's tool would wait for it with
+no way out: Ray answers ``ray.cancel`` of a queued call to a sync actor with a cancelled result
+and still runs the call later, so a caller that gave up and ran it elsewhere would run it twice
+(and a conversation restarted after a crash, knowing nothing of its first run still holding a
+member, would queue its rerun behind it).
 """
 
 from __future__ import annotations
@@ -85,11 +91,12 @@ def start_pool(settings: Settings) -> list[Any]:
 
 
 class PooledTaskRunner:
-    """``TaskRunner`` over the pool: a member this process is not using, else a Ray task.
+    """``TaskRunner`` over the pool: a hook's task on a member this process is not using, else
+    (and every other task) a Ray task.
 
-    Ray's failures become retryable errors, as with ``RayTaskRunner``. A cancelled call that a
-    member has already started runs to its end (bounded by the action time limit); this process
-    counts the member as busy until it has."""
+    Ray's failures become retryable errors, as with ``RayTaskRunner``. A cancelled call runs to
+    its end all the same (bounded by the action time limit; see the module's docstring): this
+    process counts the member as busy until it has."""
 
     def __init__(
         self,
@@ -108,7 +115,7 @@ class PooledTaskRunner:
         self._turn = random.randrange(size) if size else 0
 
     async def run(self, task: TaskDef, task_input: JsonObject, context: TaskContext) -> TaskOutcome:
-        index = choose_member(self._in_flight, self._turn)
+        index = choose_member(self._in_flight, self._turn) if context.hook is not None else None
         if index is None:
             return await self._overflow.run(task, task_input, context)
         self._turn = index + 1
@@ -121,9 +128,6 @@ class PooledTaskRunner:
         done.add_done_callback(lambda finished: self._release(index, finished))
         try:
             outcome: TaskOutcome = await asyncio.shield(done)
-        except asyncio.CancelledError:
-            ray.cancel(ref)  # dropped if still queued; a running call runs to its end
-            raise
         except ray.exceptions.RayTaskError as exc:
             cause = exc.cause
             if isinstance(cause, WonderError):

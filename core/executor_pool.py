@@ -3,8 +3,8 @@
 The pool (``cluster.executor_pool``) is a few long-lived executor processes, each running one
 task at a time. A caller process keeps how many of its own tasks each member is running
 (``in_flight``) and sends the next one to a member it is not using; when it is using them all
-(or the pool is empty), the task runs as a Ray task instead: a slow tool never holds a hook up
-behind it in the same process. Among free members the choice rotates from a per-process
+(or the pool is empty), the task runs as a Ray task instead. Only hooks' tasks use the pool
+(``cluster.executor_pool`` says why). Among free members the choice rotates from a per-process
 starting point, so callers in different processes spread over the members.
 """
 

@@ -290,9 +290,9 @@ class Settings(BaseSettings):
         2,
         ge=0,
         le=64,
-        description="Long-lived executor processes that run hooks and tool tasks (started with "
-        "the gateway, restarted when one dies); a caller using them all runs its next task as a "
-        "Ray task. 0 = every task is a Ray task",
+        description="Long-lived executor processes that run a turn's hooks (started with the "
+        "gateway, restarted when one dies); a caller using them all runs its next hook as a Ray "
+        "task, as every other task runs. 0 = every task is a Ray task",
     )
     project_path_roots: list[str] = Field(
         default_factory=list,

@@ -30,8 +30,10 @@ def runner(env: dict[str, str]) -> PooledTaskRunner:
 async def run(
     pool: PooledTaskRunner, env: dict[str, str], name: str, **task_input: Any
 ) -> TaskOutcome:
+    """Run ``name`` as a turn's hook runs (only hooks use the pool)."""
     task = TaskDef(id="t", actions=[TaskAction(kind="python", params={"callable": name})])
-    return await pool.run(task, task_input, TaskContext(settings_env=env))
+    context = TaskContext(settings_env=env, hook="context_assembly")
+    return await pool.run(task, task_input, context)
 
 
 async def member_pids(env: dict[str, str]) -> list[int]:
@@ -72,6 +74,23 @@ async def test_a_caller_using_every_member_runs_its_next_task_as_a_ray_task(
     assert all(o.success for o in outcomes)
     assert sorted(pids[:2]) == sorted(members)
     assert pids[2] not in members
+
+
+@pytest.mark.timeout(300)
+async def test_a_tools_task_is_a_ray_task_never_queued_behind_a_member(
+    ray_cluster: Cluster,
+) -> None:
+    """A tool may run for minutes: its task is a Ray task even while both members are free, so
+    no other process's call queues behind it (and none of its calls queues behind another's)."""
+    env = ray_cluster.env
+    members = await member_pids(env)
+    task = TaskDef(
+        id="t",
+        actions=[TaskAction(kind="python", params={"callable": "tests.callables:worker_pid"})],
+    )
+    outcome = await runner(env).run(task, {}, TaskContext(settings_env=env))
+    assert outcome.success, outcome
+    assert outcome.result["pid"] not in members  # type: ignore[index]
 
 
 @pytest.mark.timeout(360)

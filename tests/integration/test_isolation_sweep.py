@@ -112,6 +112,13 @@ def ok(response: httpx.Response, status: int = 200) -> dict[str, Any]:
     return dict(response.json())
 
 
+# "hi" is answered; "hold" calls the tool, whose calls wait for a person's approval (a day).
+SCRIPT = [
+    {"match": "hold", "tool_calls": [{"name": "echo", "arguments": {}}]},
+    {"match": "hi", "reply": "hi"},
+]
+
+
 def _library(owner: Owner) -> None:
     api = owner.api
     task_id, workflow_id, tool_id = unique("task"), unique("wf"), unique("tool")
@@ -131,9 +138,15 @@ def _library(owner: Owner) -> None:
         ),
         "tools": (
             tool_id,
-            {"name": "echo", "description": "echo", "target_type": "task", "target_id": task_id},
+            {
+                "name": "echo",
+                "description": "echo",
+                "target_type": "task",
+                "target_id": task_id,
+                "approval": {"timeout_s": 86400},
+            },
         ),
-        "model-profiles": (profile_id, {"provider": "scripted", "script": [{"reply": "hi"}]}),
+        "model-profiles": (profile_id, {"provider": "scripted", "script": SCRIPT}),
         "personas": (
             persona_id,
             {"system_prompt": "sweep", "model_profile_id": profile_id, "tool_ids": [tool_id]},
@@ -163,6 +176,24 @@ def _conversation(owner: Owner) -> None:
     wait_for(
         lambda: (
             api.get(f"/v1/conversations/{conv['id']}/turns/{turn_id}").json()["status"] != "active"
+        ),
+        timeout=90,
+        interval=0.2,
+    )
+    calls = f"/v1/conversations/{conv['id']}/turns/{turn_id}/calls"
+    owner.ids["call_id"] = wait_for(
+        lambda: next((c["id"] for c in api.get(calls).json()["items"]), None),
+        timeout=60,
+        interval=0.2,
+    )
+    ok(api.post(f"/v1/conversations/{conv['id']}/messages", json={"content": "hold"}), 202)
+    owner.ids["approval_id"] = wait_for(
+        lambda: next(
+            (
+                a["approval_id"]
+                for a in api.get(f"/v1/conversations/{conv['id']}/approvals").json()["items"]
+            ),
+            None,
         ),
         timeout=90,
         interval=0.2,
@@ -267,6 +298,8 @@ FACTORIES: dict[str, Callable[[Owner, str], str]] = {
     "name": lambda o, path: _secret_name(o, path),
     "server_id": lambda o, _path: o.ids["server_id"],
     "key": lambda o, path: _context_key(o, path),
+    "call_id": lambda o, _path: o.ids["call_id"],
+    "approval_id": lambda o, _path: o.ids["approval_id"],
 }
 
 
@@ -452,6 +485,7 @@ def _snapshot(owner: Owner) -> dict[str, Any]:
         "secret": ok(api.get(f"/v1/secrets/{ids['secret']}")),
         "mcp_server": ok(api.get(f"/v1/mcp-servers/{ids['server_id']}")),
         "context": ok(api.get(f"/v1/conversations/{conv}/context")),
+        "approvals": ok(api.get(f"/v1/conversations/{conv}/approvals")),
         "memory_upkeep": ok(api.get(f"/v1/agents/{ids['agent_id']}/memory-upkeep")),
         "library": {
             kind: ok(api.get(f"/v1/{kind}/{ids[kind]}/versions")) for kind in LIBRARY_KINDS

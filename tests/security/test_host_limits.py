@@ -106,7 +106,7 @@ SECRET = "the host's secret\n"
 # fast as it goes (renameat2 RENAME_EXCHANGE), with symlinks to the host's secret and its
 # directory, until the test drops a ``stop`` file in.
 FLIPPER = """python3 - <<'EOF'
-import ctypes, os
+import ctypes, os, time
 libc = ctypes.CDLL(None, use_errno=True)
 def exchange(a, b):
     if libc.renameat2(-100, a.encode(), -100, b.encode(), 2) != 0:
@@ -123,6 +123,7 @@ while not os.path.exists("stop"):
     for name in ("link", "dir"):
         exchange(name, name + ".alt")
     flips += 1
+    time.sleep(0.001)  # a flip per millisecond races well enough; a spin would spend its CPU limit
 print("flips", flips)
 EOF"""
 
