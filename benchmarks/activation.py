@@ -1,4 +1,4 @@
-"""Conversations that start fast and weigh little (issue 10): activation, bursts, RSS.
+"""Conversations that start fast and weigh little: activation, bursts, RSS.
 
 Starts its own local Ray and the gateway (``benchmarks.harness``); the agent is a zero-latency
 scripted echo without hooks, so what is measured is Wonder's own cost. In one run:

@@ -1,4 +1,4 @@
-"""Turns that survive their actors, under fire (issue 12, item 5).
+"""Turns that survive their actors, under fire.
 
 Starts its own local Ray and the gateway (``benchmarks.harness``). Two parts, one run:
 

@@ -1,4 +1,4 @@
-"""Wonder on several Ray nodes of this machine (issue 9): turns/s over the gateway WebSocket, and
+"""Wonder on several Ray nodes of this machine: turns/s over the gateway WebSocket, and
 a node-kill drill.
 
 Starts PostgreSQL and moto's S3 on 127.0.0.1 (``cluster.local_services``) and N Ray nodes

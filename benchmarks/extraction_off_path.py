@@ -1,4 +1,4 @@
-"""Memory extraction off the turn's path (issue 10, seed 001): a turn whose persona's extraction
+"""Memory extraction off the turn's path: a turn whose persona's extraction
 hook is slow completes as fast as one without it.
 
 In one process, without Ray (``tests.inprocess``: the production ConversationActor, executor and

@@ -1,4 +1,4 @@
-"""What the hooks cost a turn besides Ray (issue 10): store statements and time, in one process.
+"""What the hooks cost a turn besides Ray: store statements and time, in one process.
 
 Without Ray (``tests.inprocess``: the production ConversationActor, executor and store in this
 process; only the runtime is replaced), so the figures are Wonder's own work, not Ray's noise on a

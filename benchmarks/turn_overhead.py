@@ -1,4 +1,4 @@
-"""Turn overhead, re-activation latency and residency at scale (issue: the walking system).
+"""Turn overhead, re-activation latency and residency at scale.
 
 Starts its own local Ray (own temp dir, free ports, no dashboard auth), a Serve gateway, and a
 store in a temp dir. The model is a zero-latency scripted echo and the persona has no tools, so

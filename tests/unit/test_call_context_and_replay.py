@@ -22,14 +22,12 @@ from core.ids import new_id, utc_now
 from core.llm.protocol import ChatModel
 from core.memory.context import assemble_context
 from core.quotas import Quota
-from core.recording_setup import flush_records, install_recording, uninstall_recording
-from core.settings import settings_from_env
-from serving.gateway.app import create_api
-from serving.gateway.context import GatewayContext
+from core.recording_setup import flush_records
 from serving.models import chat_model_for
 from tests.conftest import async_wait_for
 from tests.factories import make_agent, make_client, make_conversation, scripted_profile, task_tool
 from tests.inprocess import InProcessCluster
+from tests.recorded_gateway import gateway_client, recording_cluster
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -52,26 +50,12 @@ class ScriptedOnly:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[InProcessCluster]:
-    env = {"WONDER_DATA_DIR": str(tmp_path), "WONDER_EMBEDDER": "local"}
-    cluster = InProcessCluster(env)
-    install_recording(cluster.store, settings_from_env(env), "test")
-    yield cluster
-    uninstall_recording()
-    cluster.close()
+    with recording_cluster(tmp_path) as cluster:
+        yield cluster
 
 
 def gateway(cluster: InProcessCluster, key: str) -> TestClient:
-    context = GatewayContext(
-        store=cluster.store,
-        conversations=cluster,  # type: ignore[arg-type]
-        workflows=cluster.workflows,
-        memory=cluster.memory,
-        settings_env=cluster.settings_env,
-        chat_models=ScriptedOnly(),
-    )
-    client = TestClient(create_api(context), raise_server_exceptions=False)
-    client.headers["Authorization"] = f"Bearer {key}"
-    return client
+    return gateway_client(cluster, key, ScriptedOnly())
 
 
 def test_the_system_message_splits_into_prompt_memories_and_the_rest() -> None:

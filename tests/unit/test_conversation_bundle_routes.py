@@ -14,18 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
 from core.conversation_bundle import MAX_MESSAGES
 from core.domain import Agent, TurnStatus
-from core.recording_setup import flush_records, install_recording, uninstall_recording
-from core.settings import settings_from_env
-from serving.gateway.app import create_api
-from serving.gateway.context import GatewayContext
+from core.recording_setup import flush_records
 from serving.gateway.limits import MIB
 from tests.conftest import async_wait_for
 from tests.factories import make_agent, make_client, make_conversation, scripted_profile
 from tests.inprocess import InProcessCluster
+from tests.recorded_gateway import gateway_client, recording_cluster
 
 pytestmark = pytest.mark.timeout(120)
 IMPORT = "/v1/conversation-imports"
@@ -33,12 +30,8 @@ IMPORT = "/v1/conversation-imports"
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[InProcessCluster]:
-    env = {"WONDER_DATA_DIR": str(tmp_path), "WONDER_EMBEDDER": "local"}
-    cluster = InProcessCluster(env)
-    install_recording(cluster.store, settings_from_env(env), "test")
-    yield cluster
-    uninstall_recording()
-    cluster.close()
+    with recording_cluster(tmp_path) as cluster:
+        yield cluster
 
 
 class Side:
@@ -50,15 +43,7 @@ class Side:
         self.agent: Agent = make_agent(
             cluster.store, self.client_id, scripted_profile(cluster.store)
         )
-        context = GatewayContext(
-            store=cluster.store,
-            conversations=cluster,
-            workflows=cluster.workflows,
-            memory=cluster.memory,
-            settings_env=cluster.settings_env,
-        )
-        self.api = TestClient(create_api(context), raise_server_exceptions=False)
-        self.api.headers["Authorization"] = f"Bearer {key}"
+        self.api = gateway_client(cluster, key)
 
     async def say(self, conversation_id: str, content: str) -> str:
         store = self.cluster.store
