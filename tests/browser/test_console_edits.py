@@ -11,7 +11,12 @@ from playwright.sync_api import expect
 
 from tests.browser.console_page import Console
 from tests.integration.test_gateway import http_client
-from tests.integration.test_workflow_reruns import counting_chain, ended, runs_of
+from tests.integration.test_workflow_reruns import (
+    START_TIMEOUT,
+    counting_chain,
+    ended,
+    runs_of,
+)
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -72,6 +77,7 @@ def test_rerun_a_finished_workflow_run_from_a_middle_node(
     console: Console, client_key: tuple[str, str], gateway_url: str, tmp_path: Path
 ) -> None:
     with http_client(gateway_url, client_key[1]) as api:
+        api.timeout = START_TIMEOUT
         workflow_id = counting_chain(api)
         started = ended(
             api,

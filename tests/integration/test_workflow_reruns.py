@@ -19,6 +19,8 @@ from tests.integration.test_gateway import deploy_gateway, error_of, http_client
 pytestmark = pytest.mark.timeout(300)
 
 COUNT = "tests.callables:count_runs"  # appends a line per run to its ``path``
+# Starting a run launches its coordinator: on a loaded machine the answer may take a while.
+START_TIMEOUT = httpx.Timeout(120)
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +32,7 @@ def gateway(ray_cluster: Cluster, serve_port: int) -> str:
 def client(gateway: str, ray_cluster: Cluster) -> Iterator[httpx.Client]:
     _, key = make_client(ray_cluster.store, "reruns")
     with http_client(gateway, key) as http:
+        http.timeout = START_TIMEOUT
         yield http
 
 
