@@ -209,6 +209,11 @@ class WorkflowRunService:
             QuotaExceeded: the client's ``concurrent_runs`` are all in use.
         """
         original = self.runs.get(run_id, client_id)
+        definition = self.store.workflows.get(
+            original.workflow_id, original.workflow_version, client_id=original.client_id
+        )
+        if from_node not in {node.id for node in definition.nodes}:
+            raise NotFound(f"node {from_node} not found in workflow {definition.id}")
         if not original.status.terminal:
             raise Conflict(
                 f"run {run_id} is {original.status.value}: re-run it from a node once it has ended"
@@ -218,9 +223,6 @@ class WorkflowRunService:
                 f"run {run_id} works on a project branch, whose changes by its nodes are not "
                 "recorded: it cannot be re-run from a node"
             )
-        definition = self.store.workflows.get(
-            original.workflow_id, original.workflow_version, client_id=original.client_id
-        )
         records = self.runs.history(run_id)
         rerun_plan(definition, run_id, records, from_node, node_input)  # refuses what it cannot
         await asyncio.to_thread(self._admit, definition, original.input, original.client_id)

@@ -189,6 +189,18 @@ def schemathesis_config() -> SchemathesisConfig:
                     },
                 },
                 {
+                    # A re-run from a node needs the run to have ended, and to have reached the
+                    # node with every node upstream of it completed: states of the run (a run the
+                    # stateful phase just started is still running), answered with 409 naming
+                    # them.
+                    "include-path-regex": r"^/v1/workflow-runs/\{run_id\}/reruns$",
+                    "checks": {
+                        "positive_data_acceptance": {
+                            "expected-statuses": ["2xx", "401", "403", "404", "409", "429"]
+                        }
+                    },
+                },
+                {
                     # A schedule's days must exist and its firings be at least the deployment's
                     # WONDER_TRIGGER_MIN_INTERVAL_S apart: rules of the calendar and the
                     # operator, answered with 400 naming the schedule.
