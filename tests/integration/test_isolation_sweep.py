@@ -258,7 +258,13 @@ def owner(
         _conversation(made)
         _others(made)
         _mcp_server(made, mcp_server)
-        yield made
+        try:
+            yield made
+        finally:
+            # Its "hold" turn waits a day for an approval: deleting the conversation stops its
+            # actor, which would otherwise stay resident and busy for the rest of the session
+            # (a later test that lowers the resident cap would find no room).
+            made.api.delete(f"/v1/conversations/{made.ids['conversation_id']}")
 
 
 @pytest.fixture(scope="module")
