@@ -37,7 +37,8 @@ from typing import Any
 import ray
 
 from cluster import placement
-from cluster.executor import RayTaskRunner, ServicesFactory, ServicesRef, run_here
+from cluster.by_name import FunctionRef
+from cluster.executor import RayTaskRunner, ServicesFactory, run_here
 from cluster.naming import named_detached
 from core.domain import TaskDef
 from core.errors import RetryableError, WonderError
@@ -65,7 +66,7 @@ class ExecutorProcess:
         task_json: str,
         task_input: JsonObject,
         context: TaskContext,
-        services: ServicesFactory | ServicesRef,
+        services: ServicesFactory | FunctionRef,
     ) -> TaskOutcome:
         return run_here(task_json, task_input, context, services)
 
@@ -101,7 +102,7 @@ class PooledTaskRunner:
     def __init__(
         self,
         settings: Settings,
-        services: ServicesFactory | ServicesRef,
+        services: ServicesFactory | FunctionRef,
         overflow: RayTaskRunner,
         handle: Callable[[int], Any] | None = None,
     ) -> None:
