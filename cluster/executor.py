@@ -144,27 +144,41 @@ def memory_limit(extra_mb: int | None) -> Iterator[None]:
         resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
 
 
+async def task_outcome(ref: Any, task_id: str) -> TaskOutcome:
+    """Await a submitted task (``execute_task``, or a call that runs one): the task's own
+    ``WonderError`` as it was raised, Ray's failures as retryable errors. A cancelled caller
+    cancels the task."""
+    try:
+        outcome: TaskOutcome = await ref
+    except asyncio.CancelledError:
+        ray.cancel(ref)
+        raise
+    except ray.exceptions.RayTaskError as exc:
+        cause = exc.cause
+        if isinstance(cause, WonderError):
+            raise cause from None
+        raise RetryableError(f"task {task_id} failed: {cause}") from exc
+    except ray.exceptions.RayError as exc:
+        raise RetryableError(f"task {task_id} could not run: {exc}") from exc
+    return outcome
+
+
+def with_traceparent(context: TaskContext) -> TaskContext:
+    """The caller's span travels with the task, explicitly."""
+    if context.traceparent is not None:
+        return context
+    return context.model_copy(update={"traceparent": current_traceparent()})
+
+
 class RayTaskRunner:
-    """``TaskRunner`` over ``execute_task``: Ray's failures become retryable errors."""
+    """``TaskRunner`` over ``execute_task`` submitted from this process: Ray's failures become
+    retryable errors."""
 
     def __init__(self, services: ServicesFactory | FunctionRef, **options: object) -> None:
         self._services = services
         self._remote = execute_task.options(**options) if options else execute_task
 
     async def run(self, task: TaskDef, task_input: JsonObject, context: TaskContext) -> TaskOutcome:
-        if context.traceparent is None:  # the caller's span travels with the task, explicitly
-            context = context.model_copy(update={"traceparent": current_traceparent()})
+        context = with_traceparent(context)
         ref = self._remote.remote(task.model_dump_json(), task_input, context, self._services)
-        try:
-            outcome: TaskOutcome = await ref
-        except asyncio.CancelledError:
-            ray.cancel(ref)
-            raise
-        except ray.exceptions.RayTaskError as exc:
-            cause = exc.cause
-            if isinstance(cause, WonderError):
-                raise cause from None
-            raise RetryableError(f"task {task.id} failed: {cause}") from exc
-        except ray.exceptions.RayError as exc:
-            raise RetryableError(f"task {task.id} could not run: {exc}") from exc
-        return outcome
+        return await task_outcome(ref, task.id)
