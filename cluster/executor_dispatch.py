@@ -15,7 +15,7 @@ the dispatcher's node, as it did from the caller's). The dispatcher only forward
 ``execute_task`` and awaits it, many calls at once; the containment of a task is the executor's
 (``run_here``: its own process, memory and time limits). A caller that cancels its call cancels the
 task: Ray cancels the awaiting coroutine of an async actor's call, which cancels the task. If a
-dispatcher dies, its calls in flight fail retryably and Ray restarts it.
+dispatcher dies, its calls in flight fail retryably and the next call makes a new one.
 """
 
 from __future__ import annotations
@@ -60,7 +60,12 @@ def dispatch_name(node_id: str) -> str:
 def dispatch_handle(node_id: str) -> Any:
     """Get or create the dispatcher of node ``node_id``, on that node."""
     return named_detached(
-        ExecutorDispatch, dispatch_name(node_id), label_selector={NODE_ID_LABEL: node_id}
+        ExecutorDispatch,
+        dispatch_name(node_id),
+        label_selector={NODE_ID_LABEL: node_id},
+        # Not restarted by Ray: pinned to its node, it could never start again once the node is
+        # lost. A caller whose call failed looks it up (or makes it) again on its next call.
+        max_restarts=0,
     )
 
 
