@@ -155,3 +155,17 @@ def count_runs(data: dict[str, Any]) -> dict[str, Any]:
         f.seek(0)
         runs = len(f.readlines())
     return {"n": int(args.get("n") or 0) + 1, "runs": runs}
+
+
+@library_callable
+async def mark_wait_mark(data: dict[str, Any]) -> dict[str, Any]:
+    """Append ``start`` to ``path``, wait ``seconds``, append ``end``: a cancelled call leaves
+    ``start`` alone."""
+    import asyncio
+
+    with open(str(data["path"]), "a") as f:
+        f.write("start\n")
+    await asyncio.sleep(float(data.get("seconds") or 10))
+    with open(str(data["path"]), "a") as f:
+        f.write("end\n")
+    return {"done": True}
