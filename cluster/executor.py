@@ -144,14 +144,40 @@ def memory_limit(extra_mb: int | None) -> Iterator[None]:
         resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
 
 
+# How long a cancelled task may take to stop on its interrupt before its worker is killed.
+CANCEL_GRACE_S = 2.0
+_escalations: set[asyncio.Task[None]] = set()
+
+
+def cancel_task(ref: Any) -> None:
+    """Cancel a submitted task: interrupted first (``KeyboardInterrupt`` in its worker); one still
+    running ``CANCEL_GRACE_S`` later is stopped with its worker process (``force``), so a cancelled
+    task never runs on to its end, whatever it does with the interrupt."""
+    ray.cancel(ref)
+    escalation = asyncio.get_running_loop().create_task(_escalate(ref))
+    _escalations.add(escalation)
+    escalation.add_done_callback(_escalations.discard)
+
+
+async def _escalate(ref: Any) -> None:
+    done = asyncio.wrap_future(ref.future())
+    finished, _ = await asyncio.wait({done}, timeout=CANCEL_GRACE_S)
+    if not finished:
+        with contextlib.suppress(Exception):  # an actor call's ref cannot be forced: it stops
+            ray.cancel(ref, force=True)
+    else:
+        with contextlib.suppress(BaseException):
+            done.result()  # retrieved: nobody awaits it any more
+
+
 async def task_outcome(ref: Any, task_id: str) -> TaskOutcome:
     """Await a submitted task (``execute_task``, or a call that runs one): the task's own
     ``WonderError`` as it was raised, Ray's failures as retryable errors. A cancelled caller
-    cancels the task."""
+    cancels the task (``cancel_task``)."""
     try:
         outcome: TaskOutcome = await ref
     except asyncio.CancelledError:
-        ray.cancel(ref)
+        cancel_task(ref)
         raise
     except ray.exceptions.RayTaskError as exc:
         cause = exc.cause
