@@ -150,9 +150,10 @@ _escalations: set[asyncio.Task[None]] = set()
 
 
 def cancel_task(ref: Any) -> None:
-    """Cancel a submitted task: interrupted first (``KeyboardInterrupt`` in its worker); one still
-    running ``CANCEL_GRACE_S`` later is stopped with its worker process (``force``), so a cancelled
-    task never runs on to its end, whatever it does with the interrupt."""
+    """Cancel a submitted task (``execute_task``): interrupted first (``KeyboardInterrupt`` in its
+    worker); one still running ``CANCEL_GRACE_S`` later is stopped with its worker process
+    (``force``), so a cancelled task never runs on to its end, whatever it does with the
+    interrupt."""
     ray.cancel(ref)
     escalation = asyncio.get_running_loop().create_task(_escalate(ref))
     _escalations.add(escalation)
@@ -163,21 +164,25 @@ async def _escalate(ref: Any) -> None:
     done = asyncio.wrap_future(ref.future())
     finished, _ = await asyncio.wait({done}, timeout=CANCEL_GRACE_S)
     if not finished:
-        with contextlib.suppress(Exception):  # an actor call's ref cannot be forced: it stops
+        with contextlib.suppress(Exception):  # it ended meanwhile
             ray.cancel(ref, force=True)
     else:
         with contextlib.suppress(BaseException):
             done.result()  # retrieved: nobody awaits it any more
 
 
-async def task_outcome(ref: Any, task_id: str) -> TaskOutcome:
-    """Await a submitted task (``execute_task``, or a call that runs one): the task's own
-    ``WonderError`` as it was raised, Ray's failures as retryable errors. A cancelled caller
-    cancels the task (``cancel_task``)."""
+async def task_outcome(ref: Any, task_id: str, *, actor_call: bool = False) -> TaskOutcome:
+    """Await a submitted task (``execute_task``, or with ``actor_call`` an async actor's call that
+    runs one): the task's own ``WonderError`` as it was raised, Ray's failures as retryable errors.
+    A cancelled caller cancels the task (``cancel_task``), or the call (Ray cancels the actor's
+    awaiting coroutine, which cancels its task in turn)."""
     try:
         outcome: TaskOutcome = await ref
     except asyncio.CancelledError:
-        cancel_task(ref)
+        if actor_call:
+            ray.cancel(ref)
+        else:
+            cancel_task(ref)
         raise
     except ray.exceptions.RayTaskError as exc:
         cause = exc.cause

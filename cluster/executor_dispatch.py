@@ -96,7 +96,7 @@ class DispatchedTaskRunner:
             task.model_dump_json(), task.id, task_input, context, self._services, self._options
         )
         try:
-            return await task_outcome(ref, task.id)
+            return await task_outcome(ref, task.id, actor_call=True)
         except RetryableError:
             if self._handle is dispatcher:  # looked up again next time (restarted or replaced)
                 self._handle = None
