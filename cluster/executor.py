@@ -185,13 +185,18 @@ async def task_outcome(ref: Any, task_id: str, *, actor_call: bool = False) -> T
             cancel_task(ref)
         raise
     except ray.exceptions.RayTaskError as exc:
-        cause = exc.cause
-        if isinstance(cause, WonderError):
-            raise cause from None
-        raise RetryableError(f"task {task_id} failed: {cause}") from exc
+        raise task_error(exc, task_id) from None
     except ray.exceptions.RayError as exc:
         raise RetryableError(f"task {task_id} could not run: {exc}") from exc
     return outcome
+
+
+def task_error(exc: ray.exceptions.RayTaskError, task_id: str) -> WonderError:
+    """A task that raised: its own ``WonderError`` as it was raised, anything else retryable."""
+    cause = exc.cause
+    if isinstance(cause, WonderError):
+        return cause
+    return RetryableError(f"task {task_id} failed: {cause}")
 
 
 def with_traceparent(context: TaskContext) -> TaskContext:

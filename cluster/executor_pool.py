@@ -40,10 +40,10 @@ import ray
 
 from cluster import placement
 from cluster.by_name import FunctionRef
-from cluster.executor import ServicesFactory, run_here, with_traceparent
+from cluster.executor import ServicesFactory, run_here, task_error, with_traceparent
 from cluster.naming import named_detached
 from core.domain import TaskDef
-from core.errors import RetryableError, WonderError
+from core.errors import RetryableError
 from core.executor_pool import choose_member
 from core.jsontypes import JsonObject
 from core.ports import TaskContext, TaskOutcome, TaskRunner
@@ -130,10 +130,7 @@ class PooledTaskRunner:
         try:
             outcome: TaskOutcome = await asyncio.shield(done)
         except ray.exceptions.RayTaskError as exc:
-            cause = exc.cause
-            if isinstance(cause, WonderError):
-                raise cause from None
-            raise RetryableError(f"task {task.id} failed: {cause}") from exc
+            raise task_error(exc, task.id) from None
         except ray.exceptions.RayActorError as exc:
             self._forget(index, member)
             raise RetryableError(
