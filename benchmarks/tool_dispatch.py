@@ -19,9 +19,7 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ray
 from ray.util.state import list_tasks
 
-from benchmarks.harness import free_port, ms, reporter
+from benchmarks.harness import local_ray, ms, reporter
 from cluster import placement
 from cluster.executor import RayTaskRunner
 from cluster.executor_dispatch import DispatchedTaskRunner
@@ -104,44 +102,23 @@ def main() -> None:
     parser.add_argument("--callers", type=int, default=8, help="new callers per mode")
     args = parser.parse_args()
 
-    data_dir = Path(tempfile.mkdtemp(prefix="wonder-bench-"))
-    ray_tmp = tempfile.mkdtemp(prefix="wb", dir="/tmp")
-    env = {"WONDER_DATA_DIR": str(data_dir), "RAY_AUTH_MODE": "disabled"}
-    os.environ.update(env)
-    os.environ.pop("RAY_ADDRESS", None)
-    progress("starting a local Ray")
-    dashboard_port = free_port()
-    dashboard = f"http://127.0.0.1:{dashboard_port}"
-    ray.init(
-        num_cpus=2,
-        namespace="wonder",
-        _temp_dir=ray_tmp,
-        include_dashboard=True,
-        dashboard_host="127.0.0.1",
-        dashboard_port=dashboard_port,
-        runtime_env={"env_vars": env},
-        log_to_driver=False,
-    )
-    try:
+    with local_ray(progress, dashboard=True) as local:
+        env, dashboard = local.env, str(local.dashboard_url)
         load_before = os.getloadavg()[0]
         results = {
             how: asyncio.run(run_mode(env, dashboard, how, args.callers))
             for how in ("direct", "dispatched")
         }
-        direct, dispatched = results["direct"], results["dispatched"]
-        summary = {
-            "benchmark": "tool_dispatch",
-            "callers": args.callers,
-            **results,
-            "first_call_p50_direct_over_dispatched": round(
-                direct["first_call_ms"]["p50"] / max(dispatched["first_call_ms"]["p50"], 0.01), 1
-            ),
-            "load_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-        }
-    finally:
-        ray.shutdown()
-        shutil.rmtree(data_dir, ignore_errors=True)
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+    direct, dispatched = results["direct"], results["dispatched"]
+    summary = {
+        "benchmark": "tool_dispatch",
+        "callers": args.callers,
+        **results,
+        "first_call_p50_direct_over_dispatched": round(
+            direct["first_call_ms"]["p50"] / max(dispatched["first_call_ms"]["p50"], 0.01), 1
+        ),
+        "load_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+    }
     print(json.dumps(summary))
 
 
