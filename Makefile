@@ -99,9 +99,13 @@ status:
 # load 35-130 here: too long for `make test`; run it when the store changes.
 PG_INTEGRATION := $(addprefix tests/integration/,test_conversation_actor.py test_gateway_stream.py \
   test_workflows.py test_memory_recall.py test_conversation_tree.py)
+# And, in a session of its own, a turn's trace read back from a real Arize Phoenix: a session with
+# it makes every process of its Ray export spans (tests/conftest.py collects it only when named).
+PHOENIX_TESTS := tests/e2e/test_phoenix_trace.py
 test: install test-system-packages $(NODE_STAMP) $(PHOENIX_STAMP)
 	$(BIN)/python -m pytest --durations=40 tests
 	$(BIN)/python -m pytest --database=postgresql $(PG_INTEGRATION)
+	$(BIN)/python -m pytest $(PHOENIX_TESTS)
 
 test-postgres: install test-system-packages
 	$(BIN)/python -m pytest --database=postgresql tests/integration

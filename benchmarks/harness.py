@@ -106,6 +106,51 @@ def agent_ports_given() -> None:
     parameter.RayParams.__init__ = with_ports  # type: ignore[method-assign]
 
 
+@dataclass
+class LocalRay:
+    """A running local Ray without the gateway: its ``WONDER_*`` env and, if asked for, the
+    dashboard's URL (Ray's state API)."""
+
+    env: dict[str, str]
+    dashboard_url: str | None
+
+
+@contextmanager
+def local_ray(
+    progress: Callable[[str], None],
+    *,
+    dashboard: bool = False,
+    system_config: dict[str, Any] | None = None,
+) -> Iterator[LocalRay]:
+    """Start a local Ray (2 CPUs, a fresh data dir, no gateway); stop it and remove both after."""
+    import ray
+
+    data_dir = Path(tempfile.mkdtemp(prefix="wonder-bench-"))
+    ray_tmp = tempfile.mkdtemp(prefix="wb", dir="/tmp")
+    env = {"WONDER_DATA_DIR": str(data_dir), "RAY_AUTH_MODE": "disabled"}
+    os.environ.update(env)
+    os.environ.pop("RAY_ADDRESS", None)
+    progress("starting a local Ray")
+    dashboard_port = free_port() if dashboard else None
+    ray.init(
+        num_cpus=2,
+        namespace="wonder",
+        _temp_dir=ray_tmp,
+        include_dashboard=dashboard,
+        **({"dashboard_host": "127.0.0.1", "dashboard_port": dashboard_port} if dashboard else {}),
+        runtime_env={"env_vars": env},
+        log_to_driver=False,
+        _system_config=system_config or None,
+    )
+    try:
+        url = f"http://127.0.0.1:{dashboard_port}" if dashboard_port else None
+        yield LocalRay(env, url)
+    finally:
+        ray.shutdown()
+        shutil.rmtree(data_dir, ignore_errors=True)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
 @contextmanager
 def local_system(progress: Callable[[str], None], **settings: str) -> Iterator[System]:
     """Start a local Ray (2 CPUs, dashboard on a free port) and the gateway; stop both after.

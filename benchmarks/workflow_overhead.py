@@ -36,15 +36,15 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.harness import local_ray
 
 NOOP = "library.workflows.steps:noop"
 
@@ -353,36 +353,15 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    import ray
-
-    data_dir = Path(tempfile.mkdtemp(prefix="wonder-bench-"))
-    ray_tmp = tempfile.mkdtemp(prefix="wb", dir="/tmp")
-    env = {"WONDER_DATA_DIR": str(data_dir), "RAY_AUTH_MODE": "disabled"}
-    os.environ.update(env)
-    os.environ.pop("RAY_ADDRESS", None)
-    progress("starting a local Ray")
     system_config = (
         {"idle_worker_killing_time_threshold_ms": int(args.keep_workers_s * 1000)}
         if args.keep_workers_s > 0
         else {}
     )
-    ray.init(
-        num_cpus=2,
-        namespace="wonder",
-        _temp_dir=ray_tmp,
-        include_dashboard=False,
-        runtime_env={"env_vars": env},
-        log_to_driver=False,
-        _system_config=system_config,
-    )
-    try:
+    with local_ray(progress, system_config=system_config) as local:
         from core.store import open_store
 
-        results = asyncio.run(main_async(args, open_store(env)))
-    finally:
-        ray.shutdown()
-        shutil.rmtree(data_dir, ignore_errors=True)
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+        results = asyncio.run(main_async(args, open_store(local.env)))
     print(json.dumps(results), flush=True)
 
 

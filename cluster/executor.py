@@ -2,7 +2,7 @@
 
 A task runs in a Ray worker process; the collaborators its actions use (store, chat models, memory)
 are built there, once per process, by the services factory the caller passes along: a module-level
-function (it travels by reference), or a ``ServicesRef`` naming one, resolved where the task runs.
+function (it travels by reference), or a ``FunctionRef`` naming one, resolved where the task runs.
 Processes that only submit tasks (conversation actors, the coordinator) never import the actions
 nor what builds their services: ``execute_task`` loads them where it runs.
 """
@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import resource
 import threading
 from collections.abc import Callable, Coroutine, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import ray
 
+from cluster.by_name import FunctionRef
 from core.domain import TaskDef
 from core.errors import ErrorCode, RetryableError, WonderError
 from core.jsontypes import JsonObject
@@ -33,23 +32,12 @@ ServicesFactory = Callable[[dict[str, str]], "ActionServices"]
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class ServicesRef:
-    """A services factory named by its module and function, imported where a task runs."""
-
-    module: str
-    name: str
-
-    def resolve(self) -> ServicesFactory:
-        return cast(ServicesFactory, getattr(importlib.import_module(self.module), self.name))
-
-
 @ray.remote(num_cpus=0, max_retries=0)
 def execute_task(
     task_json: str,
     task_input: JsonObject,
     context: TaskContext,
-    services: ServicesFactory | ServicesRef,
+    services: ServicesFactory | FunctionRef,
 ) -> TaskOutcome:
     """Ray entry point: run a task definition (JSON) in a worker process (``run_here``)."""
     return run_here(task_json, task_input, context, services)
@@ -59,7 +47,7 @@ def run_here(
     task_json: str,
     task_input: JsonObject,
     context: TaskContext,
-    services: ServicesFactory | ServicesRef,
+    services: ServicesFactory | FunctionRef,
 ) -> TaskOutcome:
     """Run a task definition (JSON) in this process: a Ray task's worker, or a member of the
     executor pool (``cluster.executor_pool``).
@@ -72,7 +60,9 @@ def run_here(
     from actors.executor import run_task
 
     task = TaskDef.model_validate_json(task_json)
-    factory = services.resolve() if isinstance(services, ServicesRef) else services
+    factory = (
+        cast(ServicesFactory, services.resolve()) if isinstance(services, FunctionRef) else services
+    )
     ready = factory(context.settings_env)
     try:
         with memory_limit(ready.settings.executor_memory_limit_mb):
@@ -154,27 +144,77 @@ def memory_limit(extra_mb: int | None) -> Iterator[None]:
         resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
 
 
-class RayTaskRunner:
-    """``TaskRunner`` over ``execute_task``: Ray's failures become retryable errors."""
+# How long a cancelled task may take to stop on its interrupt before its worker is killed.
+CANCEL_GRACE_S = 2.0
+_escalations: set[asyncio.Task[None]] = set()
 
-    def __init__(self, services: ServicesFactory | ServicesRef, **options: object) -> None:
+
+def cancel_task(ref: Any) -> None:
+    """Cancel a submitted task (``execute_task``): interrupted first (``KeyboardInterrupt`` in its
+    worker); one still running ``CANCEL_GRACE_S`` later is stopped with its worker process
+    (``force``), so a cancelled task never runs on to its end, whatever it does with the
+    interrupt."""
+    ray.cancel(ref)
+    escalation = asyncio.get_running_loop().create_task(_escalate(ref))
+    _escalations.add(escalation)
+    escalation.add_done_callback(_escalations.discard)
+
+
+async def _escalate(ref: Any) -> None:
+    done = asyncio.wrap_future(ref.future())
+    finished, _ = await asyncio.wait({done}, timeout=CANCEL_GRACE_S)
+    if not finished:
+        with contextlib.suppress(Exception):  # it ended meanwhile
+            ray.cancel(ref, force=True)
+    else:
+        with contextlib.suppress(BaseException):
+            done.result()  # retrieved: nobody awaits it any more
+
+
+async def task_outcome(ref: Any, task_id: str, *, actor_call: bool = False) -> TaskOutcome:
+    """Await a submitted task (``execute_task``, or with ``actor_call`` an async actor's call that
+    runs one): the task's own ``WonderError`` as it was raised, Ray's failures as retryable errors.
+    A cancelled caller cancels the task (``cancel_task``), or the call (Ray cancels the actor's
+    awaiting coroutine, which cancels its task in turn)."""
+    try:
+        outcome: TaskOutcome = await ref
+    except asyncio.CancelledError:
+        if actor_call:
+            ray.cancel(ref)
+        else:
+            cancel_task(ref)
+        raise
+    except ray.exceptions.RayTaskError as exc:
+        raise task_error(exc, task_id) from None
+    except ray.exceptions.RayError as exc:
+        raise RetryableError(f"task {task_id} could not run: {exc}") from exc
+    return outcome
+
+
+def task_error(exc: ray.exceptions.RayTaskError, task_id: str) -> WonderError:
+    """A task that raised: its own ``WonderError`` as it was raised, anything else retryable."""
+    cause = exc.cause
+    if isinstance(cause, WonderError):
+        return cause
+    return RetryableError(f"task {task_id} failed: {cause}")
+
+
+def with_traceparent(context: TaskContext) -> TaskContext:
+    """The caller's span travels with the task, explicitly."""
+    if context.traceparent is not None:
+        return context
+    return context.model_copy(update={"traceparent": current_traceparent()})
+
+
+class RayTaskRunner:
+    """``TaskRunner`` over ``execute_task`` submitted from this process: Ray's failures become
+    retryable errors."""
+
+    def __init__(self, services: ServicesFactory | FunctionRef, **options: object) -> None:
         self._services = services
         self._remote = execute_task.options(**options) if options else execute_task
 
     async def run(self, task: TaskDef, task_input: JsonObject, context: TaskContext) -> TaskOutcome:
-        if context.traceparent is None:  # the caller's span travels with the task, explicitly
-            context = context.model_copy(update={"traceparent": current_traceparent()})
+        context = with_traceparent(context)
         ref = self._remote.remote(task.model_dump_json(), task_input, context, self._services)
-        try:
-            outcome: TaskOutcome = await ref
-        except asyncio.CancelledError:
-            ray.cancel(ref)
-            raise
-        except ray.exceptions.RayTaskError as exc:
-            cause = exc.cause
-            if isinstance(cause, WonderError):
-                raise cause from None
-            raise RetryableError(f"task {task.id} failed: {cause}") from exc
-        except ray.exceptions.RayError as exc:
-            raise RetryableError(f"task {task.id} could not run: {exc}") from exc
-        return outcome
+        return await task_outcome(ref, task.id)

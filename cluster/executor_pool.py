@@ -14,10 +14,12 @@ killer) fails alone with a retryable error; Ray restarts the member and the next
 
 A caller (``PooledTaskRunner``, one per process) sends each hook's task to a member it is not
 using (``core.executor_pool.choose_member``); when it is using every member, the task runs as a Ray
-task (``RayTaskRunner``). Hook tasks from different processes may queue on one member (each
-process knows only its own calls): size the pool for the hooks a node runs at once.
+task (through the node's dispatcher, ``cluster.executor_dispatch``). Hook tasks from different
+processes may queue on one member (each process knows only its own calls): size the pool for the
+hooks a node runs at once.
 
-Every other task (a tool's, a workflow node's, an operation's) runs as a Ray task. A tool may run
+Every other task (a tool's, a workflow node's, an operation's) runs as a Ray task, submitted by the
+node's dispatcher so that every caller's tasks share warm workers. A tool may run
 for minutes, and a call queued on a member behind another process's tool would wait for it with
 no way out: Ray answers ``ray.cancel`` of a queued call to a sync actor with a cancelled result
 and still runs the call later, so a caller that gave up and ran it elsewhere would run it twice
@@ -37,15 +39,15 @@ from typing import Any
 import ray
 
 from cluster import placement
-from cluster.executor import RayTaskRunner, ServicesFactory, ServicesRef, run_here
+from cluster.by_name import FunctionRef
+from cluster.executor import ServicesFactory, run_here, task_error, with_traceparent
 from cluster.naming import named_detached
 from core.domain import TaskDef
-from core.errors import RetryableError, WonderError
+from core.errors import RetryableError
 from core.executor_pool import choose_member
 from core.jsontypes import JsonObject
-from core.ports import TaskContext, TaskOutcome
+from core.ports import TaskContext, TaskOutcome, TaskRunner
 from core.settings import Settings
-from core.tracing import current_traceparent
 
 log = logging.getLogger("wonder.executor")
 
@@ -65,7 +67,7 @@ class ExecutorProcess:
         task_json: str,
         task_input: JsonObject,
         context: TaskContext,
-        services: ServicesFactory | ServicesRef,
+        services: ServicesFactory | FunctionRef,
     ) -> TaskOutcome:
         return run_here(task_json, task_input, context, services)
 
@@ -94,15 +96,15 @@ class PooledTaskRunner:
     """``TaskRunner`` over the pool: a hook's task on a member this process is not using, else
     (and every other task) a Ray task.
 
-    Ray's failures become retryable errors, as with ``RayTaskRunner``. A cancelled call runs to
-    its end all the same (bounded by the action time limit; see the module's docstring): this
-    process counts the member as busy until it has."""
+    Ray's failures become retryable errors, as with ``cluster.executor.task_outcome``. A cancelled
+    call runs to its end all the same (bounded by the action time limit; see the module's
+    docstring): this process counts the member as busy until it has."""
 
     def __init__(
         self,
         settings: Settings,
-        services: ServicesFactory | ServicesRef,
-        overflow: RayTaskRunner,
+        services: ServicesFactory | FunctionRef,
+        overflow: TaskRunner,
         handle: Callable[[int], Any] | None = None,
     ) -> None:
         self._settings = settings
@@ -119,8 +121,7 @@ class PooledTaskRunner:
         if index is None:
             return await self._overflow.run(task, task_input, context)
         self._turn = index + 1
-        if context.traceparent is None:  # the caller's span travels with the task, explicitly
-            context = context.model_copy(update={"traceparent": current_traceparent()})
+        context = with_traceparent(context)
         member = self._member(index)
         self._in_flight[index] += 1
         ref = member.run.remote(task.model_dump_json(), task_input, context, self._services)
@@ -129,10 +130,7 @@ class PooledTaskRunner:
         try:
             outcome: TaskOutcome = await asyncio.shield(done)
         except ray.exceptions.RayTaskError as exc:
-            cause = exc.cause
-            if isinstance(cause, WonderError):
-                raise cause from None
-            raise RetryableError(f"task {task.id} failed: {cause}") from exc
+            raise task_error(exc, task.id) from None
         except ray.exceptions.RayActorError as exc:
             self._forget(index, member)
             raise RetryableError(

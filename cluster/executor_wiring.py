@@ -1,7 +1,7 @@
 """What executor actions use, built once per worker process from its ``WONDER_*`` settings.
 
 Apart from ``cluster.wiring`` because it pulls in the memory stack (LanceDB, pyarrow) and every
-action: a task's worker imports it when it runs its first task (``cluster.executor.ServicesRef``
+action: a task's worker imports it when it runs its first task (``cluster.by_name.FunctionRef``
 names it), the processes that only submit tasks (conversation actors, coordinators) never do.
 """
 

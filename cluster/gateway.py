@@ -16,6 +16,7 @@ from ray import serve
 from ray.serve import Application
 
 from cluster import niceness, placement, wiring
+from cluster.executor_dispatch import dispatch_handle
 from cluster.executor_pool import start_pool
 from cluster.mcp import RayMcpTools
 from cluster.memory_access import ProcessMemory, ServedEmbedders
@@ -92,6 +93,7 @@ class Gateway:
         )
         scheduler_handle(settings_env)  # cron triggers fire while a gateway is up (idempotent)
         start_pool(settings)  # executor processes up before the first turn (idempotent)
+        dispatch_handle(ray.get_runtime_context().get_node_id())  # this node's, likewise
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         return create_api(self._context)

@@ -9,30 +9,30 @@ import ray
 
 from actors.mcp.actor import McpConnectionsActor, McpSetup
 from cluster import placement
+from cluster.by_name import FunctionRef
 from cluster.naming import as_wonder_error, named_detached
 from core.jsontypes import JsonObject
-from core.mcp import ListedTool, McpServer
+from core.mcp import ListedTool, McpServer, ToolsChanged
 from core.ports import TaskOutcome
-from core.secret_vault import SecretVault
-from core.settings import settings_from_env
-from core.store import store_for_settings
 
 MCP_CONNECTIONS_NAME = "mcp-connections"
+# Built in the actor's own process (``cluster/mcp_setup.py``): named, not imported, so a process
+# that only creates or calls the actor (a conversation, a task, the gateway) never imports the MCP
+# client library (about 2 s of imports, each process).
+MCP_SETUP = FunctionRef("cluster.mcp_setup", "mcp_setup")
 _handles: dict[tuple[tuple[str, str], ...], Any] = {}
 
 
-def _setup(settings_env: dict[str, str]) -> McpSetup:
-    settings = settings_from_env(settings_env)
-    store = store_for_settings(settings)
-    # An HTTP server's secret_headers: the registering client's own secrets, by name.
-    return McpSetup(store=store, settings=settings, secrets=SecretVault(store, settings))
+def _setup(ref: FunctionRef, settings_env: dict[str, str], changed: ToolsChanged) -> McpSetup:
+    built: McpSetup = ref.resolve()(settings_env, changed)
+    return built
 
 
 def connections_handle(settings_env: dict[str, str]) -> Any:
     """The ``mcp-connections`` actor (get-or-create; cached per process)."""
     key = tuple(sorted(settings_env.items()))
     if key not in _handles:
-        setup = functools.partial(_setup, dict(settings_env))
+        setup = functools.partial(_setup, MCP_SETUP, dict(settings_env))
         _handles[key] = named_detached(
             McpConnectionsActor, MCP_CONNECTIONS_NAME, setup, **placement.singleton_options()
         )

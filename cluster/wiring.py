@@ -19,9 +19,10 @@ from actors.workflow_coordinator.ports import CoordinatorPorts
 from actors.workflow_coordinator.runs import RunLimits, WorkflowRunService
 from cluster import placement
 from cluster.async_operations import RayAsyncOperations, runner_handle
+from cluster.by_name import FunctionRef
 from cluster.conversation_events import RayEventPublisher, event_listener
 from cluster.conversations import RayConversations, directory_handle
-from cluster.executor import RayTaskRunner, ServicesRef
+from cluster.executor_dispatch import DispatchedTaskRunner
 from cluster.executor_pool import PooledTaskRunner
 from cluster.mcp import RayMcpTools
 from cluster.metrics import ray_metrics
@@ -92,13 +93,15 @@ def workflows(settings_env: dict[str, str]) -> WorkflowRunService:
 
 # What executor actions use, built where a task runs (``cluster.executor_wiring``): named, not
 # imported, so the processes that only submit tasks (conversation actors) import none of it.
-EXECUTOR_SERVICES = ServicesRef("cluster.executor_wiring", "executor_services")
+EXECUTOR_SERVICES = FunctionRef("cluster.executor_wiring", "executor_services")
 
 
 def task_runner(settings_env: dict[str, str]) -> PooledTaskRunner:
-    """Tasks on the executor pool (``cluster.executor_pool``), Ray tasks beyond it."""
+    """Hooks on the executor pool (``cluster.executor_pool``); every other task a Ray task
+    submitted by the node's dispatcher (``cluster.executor_dispatch``), so callers share warm
+    workers."""
     settings = settings_from_env(settings_env)
-    overflow = RayTaskRunner(EXECUTOR_SERVICES, **placement.executor_options(settings))
+    overflow = DispatchedTaskRunner(EXECUTOR_SERVICES, placement.executor_options(settings))
     return PooledTaskRunner(settings, EXECUTOR_SERVICES, overflow)
 
 

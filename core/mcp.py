@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
@@ -309,3 +310,7 @@ class SecretResolver(Protocol):
     def resolve(self, client_id: str | None, name: str, where: str) -> str:
         """The value of ``client_id``'s secret ``name`` (``NotFound`` when it has none)."""
         ...
+
+
+# What a connection calls when a server says its tool list changed (``tools/list_changed``).
+ToolsChanged = Callable[[McpServer], Awaitable[None]]

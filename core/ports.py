@@ -388,6 +388,15 @@ class WorkflowRuns(Protocol):
         project_id: str | None = None,
     ) -> str: ...
 
+    async def rerun(
+        self,
+        run_id: str,
+        from_node: str,
+        node_input: JsonObject | None = None,
+        *,
+        client_id: str | None = None,
+    ) -> str: ...
+
     async def wait(self, run_id: str, timeout_s: float | None = None) -> WorkflowRun: ...
 
     async def cancel(self, run_id: str, reason: str = "cancelled") -> WorkflowRun: ...

@@ -596,6 +596,16 @@ class RunEvent(_Model):
     payload: JsonObject = Field(default_factory=dict)
 
 
+class RerunOrigin(_Model):
+    """A re-run's origin: the run it re-runs from ``node_id`` on. The nodes that ``node_id``
+    cannot reach took that run's recorded outputs; ``node_input`` replaced the input of
+    ``node_id``'s visits when given."""
+
+    run_id: str
+    node_id: str
+    node_input: JsonObject | None = None
+
+
 class WorkflowRun(_Model):
     id: str
     workflow_id: str
@@ -614,6 +624,9 @@ class WorkflowRun(_Model):
     events: list[RunEvent] = Field(default_factory=list)
     trace: str | None = Field(
         None, description="W3C traceparent of the span that started the run (its trace)"
+    )
+    rerun_of: RerunOrigin | None = Field(
+        None, description="A re-run from a node: the run it re-runs and the node"
     )
 
 
@@ -663,6 +676,11 @@ class NodeRecord(_Model):
     from_foreach: bool = False
     branches: list[Any] | None = Field(None, description="A join token: the joined outputs")
     fanout: FanOut | None = Field(None, description="The fan-out this token started")
+    reused_from: str | None = Field(
+        None,
+        description="A re-run's node that did not run again: the token of the re-run run whose "
+        "recorded output it took",
+    )
 
 
 for _model in (AllOf, AnyOf, NotOf, Edge):

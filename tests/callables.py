@@ -143,3 +143,29 @@ def pending_as_context(data: dict[str, Any]) -> dict[str, Any]:
     pending = (data.get("input") or data).get("pending") or []
     seen = ", ".join(f"{p.get('tool')}@{p.get('turn_id')}" for p in pending)
     return {"system_context": f"hook saw pending: {seen or 'none'}"}
+
+
+@library_callable
+def count_runs(data: dict[str, Any]) -> dict[str, Any]:
+    """A workflow step with an effect to count: append a line to ``path``; answer ``n + 1`` and
+    how many times it ran (the lines in ``path``)."""
+    args = data.get("input") if isinstance(data.get("input"), dict) else data
+    with open(str(args["path"]), "a+") as f:
+        f.write("ran\n")
+        f.seek(0)
+        runs = len(f.readlines())
+    return {"n": int(args.get("n") or 0) + 1, "runs": runs}
+
+
+@library_callable
+async def mark_wait_mark(data: dict[str, Any]) -> dict[str, Any]:
+    """Append ``start`` to ``path``, wait ``seconds``, append ``end``: a cancelled call leaves
+    ``start`` alone."""
+    import asyncio
+
+    with open(str(data["path"]), "a") as f:
+        f.write("start\n")
+    await asyncio.sleep(float(data.get("seconds") or 10))
+    with open(str(data["path"]), "a") as f:
+        f.write("end\n")
+    return {"done": True}

@@ -137,6 +137,18 @@ def _free_dashboard_agent_port() -> None:
     parameter.RayParams.__init__ = with_free_agent_port  # type: ignore[method-assign]
 
 
+PHOENIX_TESTS = Path(__file__).resolve().parent / "e2e" / "test_phoenix_trace.py"
+"""Collected only in a session of their own (``make test`` names the file): a session with them
+starts Phoenix before its Ray, and every process of that Ray then exports its spans to it."""
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if collection_path.resolve() != PHOENIX_TESTS:
+        return None
+    named = {Path(arg.split("::")[0]).resolve() for arg in config.args}
+    return PHOENIX_TESTS not in named or None
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--database",

@@ -12,32 +12,34 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from actors.mcp.connections import McpConnections
 from core.jsontypes import JsonObject
-from core.mcp import ListedTool, McpServer, SecretResolver
+from core.mcp import ListedTool, McpServer, ToolsChanged
 from core.mcp_sources import import_tools
 from core.ports import TaskOutcome
-from core.settings import Settings
 from core.store import Store
+
+if TYPE_CHECKING:
+    from actors.mcp.connections import McpConnections
 
 
 @dataclass(frozen=True, slots=True)
 class McpSetup:
-    """What the actor works with (built in its own process by ``cluster``)."""
+    """What the actor works with, built in its own process (``cluster.mcp_setup``): the MCP
+    client library is imported there only, not by the processes that create or call the actor."""
 
     store: Store
-    settings: Settings
-    secrets: SecretResolver
+    connections: McpConnections
 
 
 class McpConnectionsActor:
     """Plain Python; ``cluster.mcp`` makes it a named detached Ray actor."""
 
-    def __init__(self, setup: Callable[[], McpSetup]) -> None:
-        built = setup()
+    def __init__(self, setup: Callable[[ToolsChanged], McpSetup]) -> None:
+        built = setup(self._tools_changed)
         self.store = built.store
-        self.connections = McpConnections(built.settings, built.secrets, self._tools_changed)
+        self.connections = built.connections
         self._idle_sweeper: asyncio.Task[None] | None = None
 
     async def _tools_changed(self, server: McpServer) -> None:

@@ -62,6 +62,7 @@ from core.mcp import (
     ListedTool,
     McpServer,
     SecretResolver,
+    ToolsChanged,
     check_stdio_command,
     clean_text,
     listed_tool,
@@ -80,8 +81,6 @@ LISTEN_ATTEMPTS = 5
 LISTEN_RETRY_S = 5.0
 # JSON-RPC errors a server answers for a bad call: the model's to fix (not retried).
 INVALID_CALL = {-32602: ErrorCode.INVALID_INPUT, -32601: ErrorCode.NOT_FOUND}
-
-ToolsChanged = Callable[[McpServer], Awaitable[None]]
 
 
 @dataclass

@@ -54,6 +54,7 @@ from actors.workflow_coordinator.domain import (
 from actors.workflow_coordinator.planning import apply, plan
 from actors.workflow_coordinator.ports import CoordinatorPorts, CoordinatorPortsFactory
 from actors.workflow_coordinator.records import fanout_of, node_record, restored_state, run_error
+from actors.workflow_coordinator.rerun import rerun_plan
 from actors.workflow_coordinator.resumption import RESUMED_EVENT, agent_call_ids
 from actors.workflow_coordinator.run_spans import RunTrace
 from core.conversations import create_conversation
@@ -124,6 +125,15 @@ class WorkflowCoordinator:
                 records = self.runs.history(self.run_id)
                 self._child_runs = {r.token_id: r.child_run_id for r in records if r.child_run_id}
                 self._state = restored_state(run, workflow, records)
+            origin = run.rerun_of
+            if origin is not None:  # a re-run: the original's recorded visits it reuses
+                self._state.rerun = rerun_plan(
+                    workflow,
+                    origin.run_id,
+                    self.runs.history(origin.run_id),
+                    origin.node_id,
+                    origin.node_input,
+                )
         return self._state
 
     def _take_over(self) -> None:

@@ -16,6 +16,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
+from actors.workflow_coordinator.rerun import RerunPlan
 from core.jsontypes import JsonObject
 from core.workflows import RunStatus, WorkflowDef, WorkflowGraph
 
@@ -65,6 +66,7 @@ class Token:
     error: NodeError | None = None
     attempt: int = 0
     finished_at: datetime | None = None
+    reused_from: str | None = None  # a re-run's token that took the original's recorded output
 
 
 def fanout_group_id(origin: Token) -> str:
@@ -107,6 +109,7 @@ class RunState:
     output: Any = None
     error: NodeError | None = None
     failed_node: tuple[str, str] | None = None  # (node_id, token_id) that failed the run
+    rerun: RerunPlan | None = None  # a re-run from a node: the recorded visits it reuses
 
     @classmethod
     def new(cls, run_id: str, workflow: WorkflowDef, run_input: JsonObject) -> RunState:
@@ -131,6 +134,7 @@ class RunState:
             output=self.output,
             error=self.error,
             failed_node=self.failed_node,
+            rerun=self.rerun,
         )
 
 
@@ -250,10 +254,13 @@ class CallAgent:
 
 @dataclass(frozen=True, slots=True)
 class CompleteToken:
+    """``reused_from``: a re-run's token completed with the original run's recorded visit."""
+
     token_id: str
     input: Any
     output: Any
     at: datetime
+    reused_from: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

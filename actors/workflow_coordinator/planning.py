@@ -20,6 +20,10 @@ the innermost group instead. After the work queue drains, groups touched by this
 its group has a live token. Firing creates the join token (parent: the token that fanned out) and
 cancels stragglers. The run completes when no token is live.
 
+A re-run from a node (``rerun``) is planned like any run, except that activating a token on a
+node the chosen node cannot reach completes it at once with the original run's recorded output
+(``CompleteToken.reused_from``) instead of dispatching it.
+
 A re-created coordinator rebuilds the state from the store (``resumption.restored_state``) and
 plans ``RunResumed``: each token whose work was out is dispatched again or failed, by the rules of
 ``resumption`` (completed nodes are never run again), then the run goes on as before.
@@ -65,6 +69,7 @@ from actors.workflow_coordinator.domain import (
     WorkflowEvent,
     fanout_group_id,
 )
+from actors.workflow_coordinator.rerun import VisitKey
 from actors.workflow_coordinator.resumption import (
     MAX_RESUMPTIONS,
     interrupted_task,
@@ -130,6 +135,7 @@ def apply(state: RunState, decision: Decision) -> None:
                 decision.at,
                 input=decision.input,
                 output=decision.output,
+                reused_from=decision.reused_from,
             )
         case FailToken():
             _end_token(
@@ -429,7 +435,33 @@ class _Planner:
 
     def activate(self, token: Token) -> None:
         node = self.graph.node(token.node_id)
-        node_input = self.node_input(token, node)
+        rerun = self.state.rerun
+        if rerun is not None:
+            reused = rerun.reuse.get(self.visit_key(token))
+            if reused is not None:  # a re-run: this visit takes the original's output
+                self.emit(
+                    CompleteToken(token.id, reused.input, reused.output, self.at, reused.token_id)
+                )
+                self.work.append(("advance", token.id))
+                return
+            if token.node_id == rerun.from_node and rerun.node_input is not None:
+                self.run_node(token, node, dict(rerun.node_input))
+                return
+        self.run_node(token, node, self.node_input(token, node))
+
+    def visit_key(self, token: Token) -> VisitKey:
+        """Which visit of its node (at its fan-out position) ``token`` is (``rerun``)."""
+        branch = tuple(step.index for step in token.branch)
+        earlier = sum(
+            1
+            for other in self.state.tokens.values()
+            if other.seq < token.seq
+            and other.node_id == token.node_id
+            and tuple(step.index for step in other.branch) == branch
+        )
+        return (token.node_id, branch, earlier)
+
+    def run_node(self, token: Token, node: Node, node_input: JsonObject) -> None:
         if node.kind == "pass":
             self.finish_token(token, node_input, node_input)
         else:

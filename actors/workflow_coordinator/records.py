@@ -60,6 +60,7 @@ def node_record(
         from_foreach=token.from_foreach,
         branches=list(token.branches) if token.branches is not None else None,
         fanout=fanout,
+        reused_from=token.reused_from,
     )
 
 
@@ -135,4 +136,5 @@ def _token(record: NodeRecord) -> Token:
         error=NodeError(error.code, error.message, error.retriable) if error else None,
         attempt=record.attempt,
         finished_at=record.finished_at,
+        reused_from=record.reused_from,
     )

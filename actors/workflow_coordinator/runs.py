@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from actors.workflow_coordinator.rerun import rerun_plan
 from core.errors import (
     Conflict,
     ErrorCode,
@@ -41,6 +42,7 @@ from core.turn_quotas import StoredQuotas, default_quota
 from core.workflows import (
     ConversationParent,
     NodeRecord,
+    RerunOrigin,
     RunContext,
     RunError,
     RunStatus,
@@ -183,6 +185,60 @@ class WorkflowRunService:
                 workflow_id=definition.id,
                 version=definition.version,
             )
+        await self._launch(run.id)
+        return run.id
+
+    async def rerun(
+        self,
+        run_id: str,
+        from_node: str,
+        node_input: JsonObject | None = None,
+        *,
+        client_id: str | None = None,
+    ) -> str:
+        """Start a new run of ``run_id``'s workflow version with its input, re-running
+        ``from_node`` and what it reaches; the other nodes take the recorded outputs of
+        ``run_id`` (``rerun``). ``node_input`` replaces ``from_node``'s input. Returns the new
+        run's id; ``run_id`` itself is not changed.
+
+        Raises:
+            NotFound: no such run (of ``client_id``'s), or no such node in its workflow.
+            Conflict: the run has not ended; it works on a project branch (its nodes' changes
+                to the branch are not recorded); it never reached ``from_node``, or a visit
+                upstream of it did not complete (no recorded output to reuse).
+            QuotaExceeded: the client's ``concurrent_runs`` are all in use.
+        """
+        original = self.runs.get(run_id, client_id)
+        definition = self.store.workflows.get(
+            original.workflow_id, original.workflow_version, client_id=original.client_id
+        )
+        if from_node not in {node.id for node in definition.nodes}:
+            raise NotFound(f"node {from_node} not found in workflow {definition.id}")
+        if not original.status.terminal:
+            raise Conflict(
+                f"run {run_id} is {original.status.value}: re-run it from a node once it has ended"
+            )
+        if original.context.project_id is not None:
+            raise Conflict(
+                f"run {run_id} works on a project branch, whose changes by its nodes are not "
+                "recorded: it cannot be re-run from a node"
+            )
+        records = self.runs.history(run_id)
+        rerun_plan(definition, run_id, records, from_node, node_input)  # refuses what it cannot
+        await asyncio.to_thread(self._admit, definition, original.input, original.client_id)
+        new_run_id = await self.coordinators.reserved_run_id() or new_id("run")
+        run = WorkflowRun(
+            id=new_run_id,
+            workflow_id=definition.id,
+            workflow_version=definition.version,
+            input=original.input,
+            client_id=original.client_id,
+            context=original.context,
+            created_at=utc_now(),
+            trace=current_traceparent(),
+            rerun_of=RerunOrigin(run_id=run_id, node_id=from_node, node_input=node_input),
+        )
+        self.runs.insert(run)
         await self._launch(run.id)
         return run.id
 

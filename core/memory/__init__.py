@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from core.memory.records import (
         INLINE_LIMIT_BYTES,
         Memory,
+        MemoryEdit,
         MemoryHit,
         MemoryType,
         NewMemory,
@@ -49,6 +50,7 @@ _LAZY = {
     "MemoryOps": "operations",
     "INLINE_LIMIT_BYTES": "records",
     "Memory": "records",
+    "MemoryEdit": "records",
     "MemoryHit": "records",
     "MemoryType": "records",
     "NewMemory": "records",
@@ -65,6 +67,7 @@ __all__ = [
     "HashingEmbedder",
     "LocalObjectStore",
     "Memory",
+    "MemoryEdit",
     "MemoryFilter",
     "MemoryHit",
     "MemoryLocations",

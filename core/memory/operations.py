@@ -308,6 +308,14 @@ class MemoryOps:
         found.update((row["id"], list(row["vector"])) for row in rows)
         return found
 
+    def stored_vector(self, agent_id: str, memory_id: str) -> list[float]:
+        """The vector stored with a memory, as written (the resident cache holds unit vectors)."""
+        where = f"agent_id = {sql_literal(agent_id)} AND id = {sql_literal(memory_id)}"
+        rows = self.table.table.search().where(where).select(["vector"]).limit(1).to_list()
+        if not rows:
+            raise NotFound(f"memory {memory_id} not found for agent {agent_id}")
+        return [float(x) for x in rows[0]["vector"]]
+
     def content(self, memory: Memory) -> str:
         """The full content of ``memory`` (fetched from the object store when not inline)."""
         if memory.content_ref is None:

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from ulid import ULID
 
-from core.memory.records import Memory, MemoryType
+from core.memory.records import Memory, MemoryEdit, MemoryType
 
 # A new memory of these types replaces an existing one on the same subject (a contradiction is
 # resolved by update, not by a duplicate); other types (episodes, notes) always accumulate.
@@ -53,6 +53,33 @@ def updated_metadata(old: Memory, new_metadata: dict[str, object]) -> dict[str, 
     if old.content:
         history.append(history_entry(old))
     return {**new_metadata, "history": history}
+
+
+def edited_memory(old: Memory, edit: MemoryEdit, now: datetime, embedding_model: str) -> Memory:
+    """``old`` (with its full content) corrected by ``edit``, its content inline (the caller
+    externalises it). A changed content is recorded in the metadata's history, like an update by
+    a newer fact; ``embedding_model`` is the model of the vector stored with the result."""
+    given = edit.model_fields_set
+    content = edit.content if edit.content is not None else old.content
+    metadata = dict(edit.metadata) if edit.metadata is not None else dict(old.metadata)
+    if content != old.content:
+        metadata = updated_metadata(old, metadata)
+    elif "history" in old.metadata:
+        metadata["history"] = old.metadata["history"]
+    return old.model_copy(
+        update={
+            "content": content,
+            "content_ref": None,
+            "type": edit.type or old.type,
+            "significance": (
+                edit.significance if edit.significance is not None else old.significance
+            ),
+            "subject": edit.subject if "subject" in given else old.subject,
+            "metadata": metadata,
+            "embedding_model": embedding_model,
+            "updated_at": now,
+        }
+    )
 
 
 # --------------------------------------------------------------------------- consolidation

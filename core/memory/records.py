@@ -8,10 +8,11 @@ point ``consolidated_into`` at the summary and move their content to the object 
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from core.jsontypes import JsonObject
 
@@ -72,6 +73,32 @@ class NewMemory(BaseModel):
     subject: str | None = Field(
         None, max_length=200, description="Key for facts: a newer fact on it updates the old one"
     )
+
+
+class MemoryEdit(BaseModel):
+    """A correction to a stored memory: the fields given change, the others stay (``null`` keeps
+    a field, except ``subject``, which it clears). A new ``content`` is embedded again (searches
+    find the new text); ``metadata`` replaces the memory's metadata (its history of earlier
+    contents is kept)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
+
+    content: str | None = Field(None, min_length=1, description="The corrected text")
+    type: str | None = Field(None, pattern=r"^[a-z][a-z0-9_]{0,31}$")
+    significance: float | None = Field(None, ge=0.0, le=1.0)
+    subject: str | None = Field(None, max_length=200, description="null clears the subject")
+    metadata: JsonObject | None = Field(None, description="Replaces the metadata")
+
+    @model_validator(mode="after")
+    def _names_a_change(self) -> MemoryEdit:
+        if not self.model_fields_set:
+            raise ValueError("an edit changes at least one of: " + ", ".join(EDITABLE_FIELDS))
+        if self.metadata is not None and len(json.dumps(self.metadata)) > MAX_METADATA_BYTES:
+            raise ValueError(f"metadata over {MAX_METADATA_BYTES} bytes")
+        return self
+
+
+EDITABLE_FIELDS = ("content", "type", "significance", "subject", "metadata")
 
 
 class RankWeights(BaseModel):

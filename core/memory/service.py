@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from core.errors import InvalidInput
+from core.errors import Conflict, InvalidInput, NotFound
 from core.ids import new_id, utc_now
 from core.memory.embedding import Embedder
 from core.memory.filters import MemoryFilter
@@ -22,6 +22,7 @@ from core.memory.operations import MemoryOps, Nearest
 from core.memory.planning import (
     DEFAULT_SIMILARITY_THRESHOLD,
     UPDATABLE_TYPES,
+    edited_memory,
     update_target,
     updated_metadata,
 )
@@ -38,6 +39,7 @@ from core.memory.records import (
     MAX_CONTENT_BYTES,
     MAX_SEARCH_K,
     Memory,
+    MemoryEdit,
     MemoryHit,
     NewMemory,
     RankWeights,
@@ -46,6 +48,7 @@ from core.memory.records import (
 )
 
 Dedupe = Literal["auto", "none"]
+_STAMPS = {"updated_at", "embedding_model"}
 MAX_K = MAX_SEARCH_K
 
 
@@ -160,6 +163,38 @@ class MemoryService:
         if previous.content_ref and not updated.content_ref:
             self.ops.objects.delete(previous.content_ref)
         return WriteOutcome(memory=updated, action="updated")
+
+    async def edit(self, agent_id: str, memory_id: str, edit: MemoryEdit) -> Memory:
+        """Correct a stored memory (the fields ``edit`` gives); a changed content is embedded
+        again, so the vector always matches the text. Returns the memory with its full content.
+        A memory folded into a summary is not edited (its summary is)."""
+        if edit.content is not None and len(edit.content.encode()) > MAX_CONTENT_BYTES:
+            raise InvalidInput(f"memory content over {MAX_CONTENT_BYTES} bytes")
+        old = await self.read(agent_id, memory_id)
+        if old.consolidated_into is not None:
+            raise Conflict(
+                f"memory {memory_id} is folded into {old.consolidated_into}: edit that one"
+            )
+        vector: list[float] | None = None
+        if edit.content is not None and edit.content != old.content:
+            vector = (await self.embedder.embed([edit.content]))[0]
+        return await asyncio.to_thread(self._edit, old, edit, vector)
+
+    def _edit(self, old: Memory, edit: MemoryEdit, vector: list[float] | None) -> Memory:
+        model = old.embedding_model if vector is None else self.embedder.model_name
+        if vector is None:
+            vector = self.ops.stored_vector(old.agent_id, old.id)
+        edited = edited_memory(old, edit, self.clock(), model)
+        if edited.model_dump(exclude=_STAMPS) == old.model_dump(exclude=_STAMPS):
+            return old  # nothing to change
+        stored = self.ops.externalise(edited, edited.content)
+        if self.ops.replace([(stored, vector)]) == 0:
+            if stored.content_ref:
+                self.ops.objects.delete(stored.content_ref)
+            raise NotFound(f"memory {old.id} not found for agent {old.agent_id}")
+        if old.content_ref and not stored.content_ref:
+            self.ops.objects.delete(old.content_ref)
+        return edited
 
     # ------------------------------------------------------------------ search
 

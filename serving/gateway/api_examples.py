@@ -883,6 +883,23 @@ ROUTES: dict[tuple[str, str], RouteDoc] = {
         {"run": {**RUN_OUT["run"], "status": "cancelled", "output": None}, "nodes": []},
         {"reason": "not needed"},
     ),
+    ("POST", "/v1/workflow-runs/{run_id}/reruns"): RouteDoc(
+        "Re-runs an ended run from one of its nodes: a new run of the same workflow version and "
+        "input in which `from_node` and every node it reaches run again, and the other nodes take "
+        "the recorded outputs of the run (their records carry `reused_from`). The new run's "
+        "`rerun_of` names the run and node; the run itself is not changed. `input` replaces "
+        "`from_node`'s input. 404: no such run or node; 409: the run has not ended, works on a "
+        "project branch, never reached the node, or did not complete a node upstream of it.",
+        {
+            "run": {
+                **RUN_OUT["run"],
+                "id": "run_01J9RERUN",
+                "rerun_of": {"run_id": RUN_OUT["run"]["id"], "node_id": "area", "node_input": None},
+            },
+            "nodes": [{**RUN_OUT["nodes"][0], "run_id": "run_01J9RERUN"}],
+        },
+        {"from_node": "area", "wait_s": 30},
+    ),
     ("GET", "/v1/agents/{agent_id}/memories"): RouteDoc(
         "The agent's memories, newest first (`types`, `include_consolidated`, paged).",
         {"items": [MEMORY], "next_cursor": None},
@@ -904,6 +921,19 @@ ROUTES: dict[tuple[str, str], RouteDoc] = {
     ),
     ("GET", "/v1/agents/{agent_id}/memories/{memory_id}"): RouteDoc(
         "One memory with its full content.", MEMORY
+    ),
+    ("PATCH", "/v1/agents/{agent_id}/memories/{memory_id}"): RouteDoc(
+        "Corrects one memory: the fields given change (`content`, `type`, `significance`, "
+        "`subject` (null clears it), `metadata`), the others stay. A new `content` is embedded "
+        "again, so searches find the new text; the earlier text is kept in `metadata.history`. "
+        "A memory folded into a summary is not edited (409).",
+        {
+            **MEMORY,
+            "content": "The user lives in Grenoble.",
+            "metadata": {"history": [{"content": "The user lives in Lyon.", "updated_at": T}]},
+            "updated_at": "2026-01-15T09:30:00Z",
+        },
+        {"content": "The user lives in Grenoble.", "significance": 0.8},
     ),
     ("DELETE", "/v1/agents/{agent_id}/memories/{memory_id}"): RouteDoc(
         "Deletes one memory.", {"deleted": ["mem_01J9"]}

@@ -1,4 +1,4 @@
-"""Memories of an agent the calling client owns: list, write, search, read, delete (§7, §8).
+"""Memories of an agent the calling client owns: list, write, search, read, edit, delete (§7, §8).
 
 ``/v1/agents/{agent_id}/memories`` — another client's agent is a 404, like a missing one. Writes
 and searches embed through the Embedder deployment (``serving.embedder``); reads return the full
@@ -17,7 +17,14 @@ from starlette.convertors import Convertor, register_url_convertor
 if TYPE_CHECKING:
     from core.memory.service import MemoryService
 
-from core.memory.records import MAX_SEARCH_K, Memory, NewMemory, RankWeights, SearchMode
+from core.memory.records import (
+    MAX_SEARCH_K,
+    Memory,
+    MemoryEdit,
+    NewMemory,
+    RankWeights,
+    SearchMode,
+)
 from core.strict import StrictScalars
 from serving.gateway.audit_trail import Audit
 from serving.gateway.auth import ClientId, Context, Guard
@@ -57,6 +64,10 @@ class MemoryCreate(StrictScalars, NewMemory):
     identical to an existing one) update it instead of adding a duplicate."""
 
     dedupe: Literal["auto", "none"] = "auto"
+
+
+class MemoryEditIn(StrictScalars, MemoryEdit):
+    """``MemoryEdit`` as a client sends it (numbers only as numbers)."""
 
 
 class MemoryWritten(BaseModel):
@@ -171,6 +182,25 @@ async def read_memory(
 ) -> Memory:
     service = await owned_agent_memories(context, client_id, agent_id)
     return await service.read(agent_id, memory_id)
+
+
+@router.patch(
+    "/{memory_id:memory_id}", response_model=Memory, summary="Edit one memory (re-embedded)"
+)
+async def edit_memory(
+    agent_id: str,
+    memory_id: MemoryId,
+    body: MemoryEditIn,
+    context: Context,
+    client_id: ClientId,
+    audit: Audit,
+) -> Memory:
+    service = await owned_agent_memories(context, client_id, agent_id)
+    edit = MemoryEdit.model_validate(body.model_dump(include=body.model_fields_set))
+    edited = await service.edit(agent_id, memory_id, edit)
+    details = {"agent_id": agent_id, "fields": sorted(edit.model_fields_set)}
+    await run_in_threadpool(audit.record, "memory.edit", f"memory:{edited.id}", details)
+    return edited
 
 
 @router.delete("/{memory_id:memory_id}", response_model=Deleted, summary="Delete one memory")

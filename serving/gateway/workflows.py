@@ -1,4 +1,4 @@
-"""Workflow runs: start one, read its status and node history, cancel it.
+"""Workflow runs: start one, read its status and node history, cancel it, re-run it from a node.
 
 The workflow definitions themselves are library objects (``PUT/GET /v1/workflows/{id}``, see
 ``library.py``). A run belongs to the client that started it; another client gets a 404. A run
@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from core.domain import NAME_PATTERN
 from core.jsontypes import JsonObject
-from core.workflows import NodeRecord, WorkflowRun
+from core.workflows import NODE_ID_PATTERN, NodeRecord, WorkflowRun
 from serving.gateway.auth import ClientId, Context, User
 from serving.gateway.context import GatewayContext
 from serving.gateway.protocol import Items
@@ -45,6 +45,25 @@ class RunStart(BaseModel):
         ge=0.0,
         le=MAX_WAIT_S,
         description="Wait up to this long for the run to end before answering (0: answer now)",
+    )
+
+
+class RerunStart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    from_node: str = Field(
+        pattern=NODE_ID_PATTERN,
+        description="Run this node and every node it reaches again; the others take the run's "
+        "recorded outputs",
+    )
+    input: JsonObject | None = Field(
+        None, description="The input from_node gets (default: the one its upstream outputs give)"
+    )
+    wait_s: float = Field(
+        0.0,
+        ge=0.0,
+        le=MAX_WAIT_S,
+        description="Wait up to this long for the new run to end before answering (0: answer now)",
     )
 
 
@@ -125,3 +144,19 @@ def list_runs(
 async def cancel(run_id: RunId, body: RunCancel, context: Context, client_id: ClientId) -> RunView:
     context.workflows.get(run_id, client_id)  # ownership: 404 for another client's run
     return _view(context, await context.workflows.cancel(run_id, body.reason))
+
+
+@router.post(
+    "/v1/workflow-runs/{run_id}/reruns",
+    response_model=RunView,
+    status_code=status.HTTP_202_ACCEPTED,
+    summary="Re-run an ended run from one of its nodes: a new run reusing the upstream outputs",
+)
+async def rerun(run_id: RunId, body: RerunStart, context: Context, client_id: ClientId) -> RunView:
+    runs = context.workflows
+    new_run_id = await runs.rerun(run_id, body.from_node, body.input, client_id=client_id)
+    if body.wait_s > 0:
+        run = await runs.wait(new_run_id, body.wait_s)
+    else:
+        run = runs.get(new_run_id, client_id)
+    return _view(context, run)

@@ -258,7 +258,13 @@ def owner(
         _conversation(made)
         _others(made)
         _mcp_server(made, mcp_server)
-        yield made
+        try:
+            yield made
+        finally:
+            # Its "hold" turn waits a day for an approval: deleting the conversation stops its
+            # actor, which would otherwise stay resident and busy for the rest of the session
+            # (a later test that lowers the resident cap would find no room).
+            made.api.delete(f"/v1/conversations/{made.ids['conversation_id']}")
 
 
 @pytest.fixture(scope="module")
@@ -342,7 +348,12 @@ def example(schema: dict[str, Any], spec: dict[str, Any], where: str) -> Any:
     kind = schema.get("type")
     if kind == "object" or "properties" in schema:
         props = schema.get("properties", {})
-        return {k: example(props[k], spec, f"{where}.{k}") for k in schema.get("required", [])}
+        names = list(schema.get("required", []))
+        # ``minProperties``: optional fields too, in order, until there are enough.
+        names += [k for k in props if k not in names][
+            : max(0, schema.get("minProperties", 0) - len(names))
+        ]
+        return {k: example(props[k], spec, f"{where}.{k}") for k in names}
     if kind == "array":
         count = schema.get("minItems", 0)
         return [example(schema.get("items", {}), spec, f"{where}[]") for _ in range(count)]

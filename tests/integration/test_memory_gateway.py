@@ -88,3 +88,54 @@ def test_memories_write_list_search_read_delete_over_http(
 
     assert alice.delete(f"{base}/{large_id}").json() == {"deleted": [large_id]}
     assert alice.get(f"{base}/{large_id}").status_code == 404
+
+
+def test_an_edited_memory_is_found_by_its_new_text_over_http(
+    alice: httpx.Client, bob: httpx.Client, embedder_app: str, ray_cluster: Cluster
+) -> None:
+    agent = create_agent(alice)
+    other_agent = create_agent(alice)
+    base = f"/v1/agents/{agent}/memories"
+    wrong = alice.post(base, json={"type": "fact", "content": "The office dog is called Rex"})
+    memory_id = wrong.json()["memory"]["id"]
+    alice.post(base, json={"content": "The quarterly report is due in March"})
+
+    edited = alice.patch(
+        f"{base}/{memory_id}",
+        json={"content": "The office parrot is called Kiwi", "significance": 0.9, "subject": "pet"},
+    )
+    assert edited.status_code == 200, edited.text
+    body = edited.json()
+    assert (body["id"], body["content"], body["significance"], body["subject"]) == (
+        memory_id,
+        "The office parrot is called Kiwi",
+        0.9,
+        "pet",
+    )
+    assert body["metadata"]["history"][0]["content"] == "The office dog is called Rex"
+    assert alice.get(f"{base}/{memory_id}").json()["content"] == "The office parrot is called Kiwi"
+    for mode in ("vector", "fts", "hybrid"):
+        found = alice.post(f"{base}/search", json={"query": "parrot named Kiwi", "mode": mode})
+        hits = found.json()["items"]
+        assert hits[0]["id"] == memory_id and hits[0]["content"].endswith("Kiwi"), (mode, hits)
+    entries = alice.get("/v1/audit").json()["items"]
+    (entry,) = [e for e in entries if e["target"] == f"memory:{memory_id}"]
+    assert entry["action"] == "memory.edit"
+    assert entry["details"]["fields"] == ["content", "significance", "subject"]
+
+    # Refusals: another client's agent, another agent's memory, bad bodies; nothing changes.
+    hidden = bob.patch(f"{base}/{memory_id}", json={"content": "mine now"})
+    assert hidden.status_code == 404 and error_of(hidden)["code"] == "NOT_FOUND"
+    elsewhere = alice.patch(
+        f"/v1/agents/{other_agent}/memories/{memory_id}", json={"content": "moved"}
+    )
+    assert elsewhere.status_code == 404 and memory_id in error_of(elsewhere)["message"]
+    for bad in ({}, {"content": ""}, {"significance": 2}, {"significance": True}, {"id": "x"}):
+        refused = alice.patch(f"{base}/{memory_id}", json=bad)
+        assert refused.status_code == 422, (bad, refused.text)
+        assert error_of(refused)["code"] == "INVALID_INPUT"
+    not_json = alice.patch(f"{base}/{memory_id}", content=b"{", headers={"content-type": "x"})
+    assert 400 <= not_json.status_code < 500
+    missing = alice.patch(f"{base}/mem_doesnotexist", json={"significance": 0.1})
+    assert missing.status_code == 404 and "mem_doesnotexist" in error_of(missing)["message"]
+    assert alice.get(f"{base}/{memory_id}").json()["content"] == "The office parrot is called Kiwi"

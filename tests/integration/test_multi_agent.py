@@ -16,6 +16,7 @@ from core.domain import (
     MessageRole,
     OperationStatus,
     Tool,
+    ToolRetry,
     TurnStatus,
 )
 from core.ids import utc_now
@@ -249,6 +250,9 @@ async def test_permission_denied_and_depth_limit(ray_cluster: Cluster) -> None:
             input_schema={"type": "object"},
             target_type="agent",
             target_id=selfish.id,
+            # Three delegations deep, each a new conversation actor: on a loaded machine the
+            # outermost call outlasts the default 30 s per attempt.
+            retry=ToolRetry(timeout_ms=240_000),
         ),
         utc_now(),
     )

@@ -292,6 +292,9 @@ PROBES: dict[tuple[str, str], Build] = {
     ("POST", "/v1/workflow-runs/{run_id}/merge"): _by(
         "run", "POST", "/v1/workflow-runs/{id}/merge"
     ),
+    ("POST", "/v1/workflow-runs/{run_id}/reruns"): _by(
+        "run", "POST", "/v1/workflow-runs/{id}/reruns", {"from_node": "step"}
+    ),
     ("POST", "/v1/stream-tickets"): _body(
         "POST", "/v1/stream-tickets", lambda c: {"conversation_id": c}, "conv"
     ),
@@ -379,6 +382,7 @@ CONVERSATION_FREE: dict[tuple[str, str], str] = {
             ("POST", "/v1/agents/{agent_id}/memories"),
             ("POST", "/v1/agents/{agent_id}/memories/search"),
             ("GET", "/v1/agents/{agent_id}/memories/{memory_id}"),
+            ("PATCH", "/v1/agents/{agent_id}/memories/{memory_id}"),
             ("DELETE", "/v1/agents/{agent_id}/memories/{memory_id}"),
             ("GET", "/v1/agents/{agent_id}/memory-upkeep"),
             ("PUT", "/v1/agents/{agent_id}/memory-upkeep"),

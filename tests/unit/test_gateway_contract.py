@@ -189,6 +189,32 @@ def schemathesis_config() -> SchemathesisConfig:
                     },
                 },
                 {
+                    # A decision's edited arguments are checked against the waiting tool's own
+                    # input schema (the server's, not this document's): 422 naming the field; a
+                    # decision on a call decided already or whose turn is over is a 409.
+                    "include-path-regex": r"^/v1/conversations/\{conversation_id\}/approvals"
+                    r"/\{approval_id\}$",
+                    "checks": {
+                        "positive_data_acceptance": {
+                            "expected-statuses": [
+                                *("2xx", "401", "403", "404", "409", "422", "429")
+                            ]
+                        }
+                    },
+                },
+                {
+                    # A re-run from a node needs the run to have ended, and to have reached the
+                    # node with every node upstream of it completed: states of the run (a run the
+                    # stateful phase just started is still running), answered with 409 naming
+                    # them.
+                    "include-path-regex": r"^/v1/workflow-runs/\{run_id\}/reruns$",
+                    "checks": {
+                        "positive_data_acceptance": {
+                            "expected-statuses": ["2xx", "401", "403", "404", "409", "429"]
+                        }
+                    },
+                },
+                {
                     # A schedule's days must exist and its firings be at least the deployment's
                     # WONDER_TRIGGER_MIN_INTERVAL_S apart: rules of the calendar and the
                     # operator, answered with 400 naming the schedule.
@@ -230,8 +256,12 @@ def test_schemathesis_over_the_whole_api(gateway: Gateway) -> None:
                 for result in results:
                     checks += 1
                     if result.status.name == "FAILURE" and result.failure_info is not None:
-                        title = result.failure_info.failure.title
-                        failures[(event.recorder.label, result.name)] = title
+                        failure = result.failure_info.failure
+                        where = getattr(failure, "operation", "")
+                        status = getattr(failure, "status_code", "")
+                        failures[(event.recorder.label, result.name)] = (
+                            f"{failure.title} ({where} answered {status})"
+                        )
         elif isinstance(event, events.NonFatalError | events.FatalError):
             errors.append(str(event.info))
     print(

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from core.memory.planning import (
+    edited_memory,
     extractive_summary,
     plan_fact_merges,
     plan_groups,
@@ -15,7 +16,7 @@ from core.memory.planning import (
     update_target,
     updated_metadata,
 )
-from core.memory.records import Memory
+from core.memory.records import Memory, MemoryEdit
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -143,3 +144,81 @@ def test_pure_memory_modules_pull_in_no_infrastructure() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (
+            {"content": "new"},
+            {
+                "content": "new",
+                "type": "fact",
+                "subject": "s",
+                "significance": 0.5,
+                "metadata": {"k": 1, "history": [{"content": "old", "updated_at": T0.isoformat()}]},
+            },
+        ),
+        (
+            {"content": "old", "significance": 0.9},  # same text: no history entry
+            {
+                "content": "old",
+                "type": "fact",
+                "subject": "s",
+                "significance": 0.9,
+                "metadata": {"k": 1},
+            },
+        ),
+        (
+            {"subject": None, "type": "note", "metadata": {"tags": ["a"]}},
+            {
+                "content": "old",
+                "type": "note",
+                "subject": None,
+                "significance": 0.5,
+                "metadata": {"tags": ["a"]},
+            },
+        ),
+        (
+            {"content": None, "type": None, "metadata": None, "significance": 0.2},  # nulls keep
+            {
+                "content": "old",
+                "type": "fact",
+                "subject": "s",
+                "significance": 0.2,
+                "metadata": {"k": 1},
+            },
+        ),
+        (
+            {"significance": 0.0},
+            {
+                "content": "old",
+                "type": "fact",
+                "subject": "s",
+                "significance": 0.0,
+                "metadata": {"k": 1},
+            },
+        ),
+    ],
+)
+def test_edited_memory(edit: dict[str, object], expected: dict[str, object]) -> None:
+    old = mem("m", subject="s", content="old", metadata={"k": 1})
+    now = T0 + timedelta(hours=1)
+    new = edited_memory(old, MemoryEdit.model_validate(edit), now, "model-b")
+    got = new.model_dump(include=set(expected))
+    assert got == expected
+    assert (new.id, new.created_at, new.updated_at, new.embedding_model) == (
+        "m",
+        T0,
+        now,
+        "model-b",
+    )
+
+
+def test_an_edit_keeps_the_earlier_history() -> None:
+    history = [{"content": "first", "updated_at": T0.isoformat()}]
+    old = mem("m", content="second", metadata={"history": history})
+    replaced = edited_memory(old, MemoryEdit(metadata={"tags": []}), T0, "m")
+    assert replaced.metadata == {"tags": [], "history": history}
+    rewritten = edited_memory(old, MemoryEdit(content="third"), T0, "m")
+    assert [h["content"] for h in rewritten.metadata["history"]] == ["first", "second"]  # type: ignore[index,union-attr]

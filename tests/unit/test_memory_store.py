@@ -9,11 +9,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
-from core.errors import InvalidInput, NotFound
+from core.errors import Conflict, InvalidInput, NotFound
 from core.memory import (
     HashingEmbedder,
     LocalObjectStore,
+    MemoryEdit,
     MemoryOps,
     MemoryService,
     MemoryTable,
@@ -285,3 +287,89 @@ def test_partial_merges_work_on_an_indexed_table_and_retention_drops_archived_ro
     assert [m.id for m in left] == [ids[3]]
     hits = run(service.search("agent-a", SearchRequest("e0", k=5, include_consolidated=True)))
     assert [h.memory.id for h in hits] == [ids[3]]
+
+
+def test_an_edited_content_is_embedded_again_and_found_by_its_new_text(
+    service: MemoryService,
+) -> None:
+    old_text = "the standup meeting is on mondays"
+    first, _ = write(
+        service,
+        "agent-a",
+        NewMemory(type="fact", content=old_text, subject="standup", metadata={"src": "t1"}),
+        NewMemory(content="my cat is called whiskers"),
+    )
+    edited = run(service.edit("agent-a", first, MemoryEdit(content="bicycle repair on fridays")))
+    assert edited.content == "bicycle repair on fridays" and edited.subject == "standup"
+    assert edited.metadata["src"] == "t1"
+    assert [h["content"] for h in edited.metadata["history"]] == [old_text]  # type: ignore[index,union-attr]
+    stored = run(service.read("agent-a", first))
+    assert stored.content == "bicycle repair on fridays" and stored.updated_at > stored.created_at
+    for mode in SearchMode:
+        hits = run(service.search("agent-a", SearchRequest("bicycle repair fridays", mode=mode)))
+        assert hits[0].memory.id == first, mode
+        assert hits[0].memory.content == "bicycle repair on fridays"
+    # The stored vector is the new text's: the new text's embedding is its nearest neighbour.
+    (vector,) = run(service.embedder.embed(["bicycle repair on fridays"]))
+    assert service.ops.stored_vector("agent-a", first) == pytest.approx(vector, abs=1e-6)
+
+
+def test_an_edit_of_other_fields_keeps_the_vector(service: MemoryService) -> None:
+    (memory_id,) = write(
+        service, "agent-a", NewMemory(type="fact", content="tea is green", subject="tea")
+    )
+    before = service.ops.stored_vector("agent-a", memory_id)
+    edit = MemoryEdit(type="decision", significance=0.9, subject=None, metadata={"tags": ["x"]})
+    edited = run(service.edit("agent-a", memory_id, edit))
+    assert (edited.type, edited.significance, edited.subject) == ("decision", 0.9, None)
+    assert edited.metadata == {"tags": ["x"]} and edited.content == "tea is green"
+    assert service.ops.stored_vector("agent-a", memory_id) == before
+    assert run(service.read("agent-a", memory_id)).type == "decision"
+    # Nulls keep their fields (subject: clears it); an edit that changes nothing writes nothing.
+    same = run(service.edit("agent-a", memory_id, MemoryEdit(content=None, subject=None)))
+    assert same == run(service.read("agent-a", memory_id)) and same.updated_at == edited.updated_at
+
+
+def test_an_edit_moves_content_in_and_out_of_the_object_store(
+    service: MemoryService, tmp_path: Path
+) -> None:
+    (memory_id,) = write(service, "agent-a", NewMemory(content="short"))
+    big = "transcript line\n" * 1000
+    obj = tmp_path / "objects" / "agent-a" / memory_id
+    assert run(service.edit("agent-a", memory_id, MemoryEdit(content=big))).content == big
+    assert obj.read_text() == big and service.ops.get("agent-a", memory_id).content == ""
+    assert run(service.read("agent-a", memory_id)).content == big
+    run(service.edit("agent-a", memory_id, MemoryEdit(content="short again")))
+    assert not obj.exists()
+    assert service.ops.get("agent-a", memory_id).content == "short again"
+
+
+def test_edits_refused(service: MemoryService) -> None:
+    (mine,) = write(service, "agent-a", NewMemory(content="secret launch codes"))
+    with pytest.raises(NotFound):
+        run(service.edit("agent-b", mine, MemoryEdit(content="overwritten")))
+    with pytest.raises(NotFound):
+        run(service.edit("agent-a", "mem_missing", MemoryEdit(significance=0.1)))
+    assert run(service.read("agent-a", mine)).content == "secret launch codes"
+    with pytest.raises(InvalidInput):
+        run(service.edit("agent-a", mine, MemoryEdit(content="x" * (2 * 1024 * 1024))))
+    service.ops.mark_consolidated([mine], "mem_summary", [None], datetime(2026, 2, 1, tzinfo=UTC))
+    with pytest.raises(Conflict, match="mem_summary"):
+        run(service.edit("agent-a", mine, MemoryEdit(significance=0.1)))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"content": ""},
+        {"significance": 1.5},
+        {"type": "Not A Type"},
+        {"id": "mem_other"},
+        {"agent_id": "agent-b"},
+        {"metadata": {"blob": "x" * 20000}},
+    ],
+)
+def test_edit_bodies_refused(body: dict[str, object]) -> None:
+    with pytest.raises(ValidationError):
+        MemoryEdit.model_validate(body)

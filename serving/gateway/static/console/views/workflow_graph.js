@@ -30,12 +30,16 @@ export function layers(nodes, edges) {
   return depth;
 }
 
-/** A node's state in the run, from its tokens' latest states: "done ×3", "running", "not reached". */
+/** A node's state in the run, from its tokens' latest states: "done ×3", "running", "not reached"
+ * ("reused": a re-run's node that took the re-run run's output instead of running). */
 export function nodeState(tokens) {
   if (!tokens || !tokens.length) return { key: "pending", text: "not reached" };
   const counts = new Map();
-  for (const t of tokens) counts.set(t.state, (counts.get(t.state) || 0) + 1);
-  const order = ["failed", "running", "waiting", "pending", "skipped", "cancelled", "done"];
+  for (const t of tokens) {
+    const state = t.reused_from ? "reused" : t.state;
+    counts.set(state, (counts.get(state) || 0) + 1);
+  }
+  const order = ["failed", "running", "waiting", "pending", "skipped", "cancelled", "done", "reused"];
   const kinds = new Set([...counts.keys()].map((s) => (s.startsWith("waiting") ? "waiting" : s)));
   const key = order.find((s) => kinds.has(s)) || "pending";
   const text = [...counts.entries()].map(([s, n]) => (n > 1 ? `${s} ×${n}` : s)).join(", ");
