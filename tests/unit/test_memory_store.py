@@ -392,6 +392,35 @@ def test_the_search_plan_counts_only_rows_the_prefilter_can_keep(
     assert tuning.plan(table_rows, searchable) == expected
 
 
+def test_an_agent_mostly_folded_is_searched_exactly_not_short(tmp_path: Path) -> None:
+    # An agent whose upkeep folded most of its rows, in an indexed table. Probed as if all its
+    # rows could match, the index would look at a tenth of the partitions and find about a tenth
+    # of the few searchable rows: a search short of results, and the wrong ones.
+    tuning = VectorTuning(partition_rows=25, nprobes=1, flat_max_rows=5, resident_mib=0)
+    table = MemoryTable(str(tmp_path / "lance"), DIM, tuning=tuning)
+    service = MemoryService(
+        MemoryOps(table, LocalObjectStore(tmp_path / "objects")), HashingEmbedder(DIM)
+    )
+    other = [NewMemory(content=f"another agent's note {i} on topic {i % 13}") for i in range(1000)]
+    run(service.write("agent-b", other, dedupe="none"))
+    mine = [
+        NewMemory(type="episode", content=f"day {i}: step {i} of the move") for i in range(1000)
+    ]
+    ids = [o.memory.id for o in run(service.write("agent-a", mine, dedupe="none"))]
+    assert "vector" in table.ensure_indexes(vector_index_min_rows=256)
+    (summary,) = write(
+        service, "agent-a", NewMemory(type="summary", content="the move, days 0-995")
+    )
+    folded = service.ops.mark_consolidated(ids[:996], summary, [None] * 996, datetime.now(UTC))
+    assert folded == 996
+    ops = MemoryOps(table, LocalObjectStore(tmp_path / "objects"))
+    assert (ops.agent_rows("agent-a"), ops.searchable_rows(MemoryFilter("agent-a"))) == (1001, 5)
+    # Asked about something else: the partitions probed first hold other rows.
+    (query,) = run(HashingEmbedder(DIM).embed(["another agent's note 7 on topic 7"]))
+    found = ops.nearest(MemoryFilter("agent-a"), query, 5)
+    assert {n.memory_id for n in found} == {*ids[996:], summary}
+
+
 def test_folded_rows_do_not_count_toward_the_search_plan(tmp_path: Path) -> None:
     table = MemoryTable(str(tmp_path / "lance"), DIM, tuning=VectorTuning(resident_mib=0))
     service = MemoryService(
