@@ -1,4 +1,4 @@
-"""A recorded call's context window counted by the real local model's tokenizer, through the gateway.
+"""A recorded call's context window counted by the real local model's tokenizer, via the gateway.
 
 Turns answered by vLLM (SmolLM2 on CPU) in both tool-calling modes: the native mode sends the tools
 with the request (SmolLM2's chat template leaves them out of the prompt), the constrained mode
