@@ -26,6 +26,7 @@ from core.memory.context import assemble_context
 from core.model_calls import ServedBy
 from core.quotas import Quota
 from core.recording_setup import flush_records
+from serving.gateway.call_context import MAX_PROBES
 from serving.models import chat_model_for
 from tests.conftest import async_wait_for
 from tests.factories import make_agent, make_client, make_conversation, scripted_profile, task_tool
@@ -251,3 +252,13 @@ async def test_a_local_model_call_is_counted_by_its_deployment_or_estimated_sayi
         estimated = answer.json()
         assert estimated["counted_by"] == "estimate" and estimated["tokenizer"] is None
         assert note in estimated["count_note"]
+
+    # A request split into more parts than one count may ask for is estimated, not sent.
+    notes = [{"role": r, "content": r} for _ in range(MAX_PROBES) for r in ("system", "user")]
+    many = local.model_copy(update={"id": new_id("call"), "request": {"messages": notes}})
+    with store.db.begin() as conn:
+        store.records.insert_calls([many], conn)
+    tokenizer = WordTokenizer()
+    answer = gateway_client(cluster, key, tokenizers=tokenizer).get(path.replace(local.id, many.id))
+    assert answer.status_code == 200, answer.text
+    assert "too many parts to count" in answer.json()["count_note"] and not tokenizer.asked
