@@ -267,7 +267,8 @@ def test_an_item_says_what_it_is_since_when_and_when_it_ended() -> None:
     ]
     [result] = run_cases([{"events": events}])
     by = {i["key"]: i for i in result["items"]}
-    assert by["op:op1"]["describe"] == "report, running in the background"
+    assert by["op:op1"]["describe"] == "report, ran in the background"  # it ended
+    assert by["op:op5"]["describe"] == "report, running in the background"
     assert (by["op:op1"]["since"], by["op:op1"]["endedAt"]) == (T0, T2)
     assert by["op:op2"]["describe"] == (
         "ask_expert: a delegation to agent_expert (in the background)"

@@ -124,8 +124,8 @@ export function itemsOfTurn(items, turnId) {
   return [...items.values()].filter((item) => item.turnId === turnId);
 }
 
-/** What an item is, in words: "report, running in the background", "ask_expert: a delegation to
- * agent_x (in the background)". */
+/** What an item is, in words: "report, running in the background" (once ended: "ran"),
+ * "ask_expert: a delegation to agent_x (in the background)". */
 export function describe(item) {
   const name = item.tool || "a tool";
   if (item.kind === "delegation") {
@@ -134,7 +134,7 @@ export function describe(item) {
     const where = item.mode === "loop_in" ? `${name}: ${item.agentId ?? "an agent"} ${how}` : `${name}: ${how}${agent}`;
     return item.background ? `${where} (in the background)` : where;
   }
-  return `${name}, running in the background`;
+  return `${name}, ${item.status === "pending" ? "running" : "ran"} in the background`;
 }
 
 /** What more there is to say of its state: why it failed or was cancelled, or what holds a
