@@ -29,7 +29,8 @@ console.log(JSON.stringify({
   waterfall: turn.flattenSpans(spans).map((r) => [r.span.name, r.depth]),
   counted: [
     callTools.countedBy({ counted_by: "tokenizer", tokenizer: "smol", total_tokens: 42 }),
-    callTools.countedBy({ counted_by: "estimate", count_note: "an openai model", total_tokens: 40 }),
+    callTools.countedBy({ counted_by: "estimate", count_note: "an openai model",
+      total_tokens: 40 }),
   ],
 }));
 """
