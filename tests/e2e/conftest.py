@@ -19,8 +19,10 @@ Keep this file additive: other e2e modules use it.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,6 +72,21 @@ def session_llm_settings(base: Settings, model_dir: Path, adapter_dir: Path) -> 
     return Settings(**{**base.model_dump(), **overrides})
 
 
+@contextmanager
+def exported_to(tracing_env: dict[str, str]) -> Iterator[None]:
+    """This process's environment with ``tracing_env`` added for a while (then as it was)."""
+    before = {name: os.environ.get(name) for name in tracing_env}
+    os.environ.update(tracing_env)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 @pytest.fixture(scope="session")
 def llm_app(ray_cluster: Cluster, serve_port: int) -> Iterator[LlmApp]:
     from ray import serve
@@ -86,7 +103,11 @@ def llm_app(ray_cluster: Cluster, serve_port: int) -> Iterator[LlmApp]:
     started = time.monotonic()
     # As `wonder up` deploys it (placed; replicas at WONDER_LLM_NICENESS in their own runtime
     # env). No model_dir: the replicas prepare the model on their own node (a cache hit).
-    serve.run(placed_llm_app(settings), name=LLM_APP_NAME, route_prefix=LLM_ROUTE_PREFIX)
+    # The OTLP variables of a session that exports to Phoenix are handed to the replicas as
+    # `wonder up` hands them on: from the deploying process's environment (``otel_env``).
+    with exported_to(ray_cluster.tracing_env):
+        app = placed_llm_app(settings)
+    serve.run(app, name=LLM_APP_NAME, route_prefix=LLM_ROUTE_PREFIX)
     ready_s = time.monotonic() - started
     print(f"\nLLM application (2 deployments) ready in {ready_s:.1f} s")
     try:

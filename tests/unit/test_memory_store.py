@@ -373,3 +373,70 @@ def test_edits_refused(service: MemoryService) -> None:
 def test_edit_bodies_refused(body: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         MemoryEdit.model_validate(body)
+
+
+@pytest.mark.parametrize(
+    ("table_rows", "searchable", "flat_max", "expected"),
+    [
+        (1_000_000, 800, 1_000, None),  # an agent kept small by its upkeep: exact, flat
+        (1_000_000, 1_000, 1_000, None),
+        (1_000_000, 1_001, 1_000, 100),  # 1,000 partitions, 100 rows wanted of 1,001: 100 probes
+        (1_000_000, 10_000, 1_000, 20),  # at least nprobes
+        (1_000_000, 10, 0, 1_000),  # a tiny agent through the index probes every partition
+    ],
+)
+def test_the_search_plan_counts_only_rows_the_prefilter_can_keep(
+    table_rows: int, searchable: int, flat_max: int, expected: int | None
+) -> None:
+    tuning = VectorTuning(flat_max_rows=flat_max)
+    assert tuning.plan(table_rows, searchable) == expected
+
+
+def test_an_agent_mostly_folded_is_searched_exactly_not_short(tmp_path: Path) -> None:
+    # An agent whose upkeep folded most of its rows, in an indexed table. Probed as if all its
+    # rows could match, the index would look at a tenth of the partitions and find about a tenth
+    # of the few searchable rows: a search short of results, and the wrong ones.
+    tuning = VectorTuning(partition_rows=25, nprobes=1, flat_max_rows=5, resident_mib=0)
+    table = MemoryTable(str(tmp_path / "lance"), DIM, tuning=tuning)
+    service = MemoryService(
+        MemoryOps(table, LocalObjectStore(tmp_path / "objects")), HashingEmbedder(DIM)
+    )
+    other = [NewMemory(content=f"another agent's note {i} on topic {i % 13}") for i in range(1000)]
+    run(service.write("agent-b", other, dedupe="none"))
+    mine = [
+        NewMemory(type="episode", content=f"day {i}: step {i} of the move") for i in range(1000)
+    ]
+    ids = [o.memory.id for o in run(service.write("agent-a", mine, dedupe="none"))]
+    assert "vector" in table.ensure_indexes(vector_index_min_rows=256)
+    (summary,) = write(
+        service, "agent-a", NewMemory(type="summary", content="the move, days 0-995")
+    )
+    folded = service.ops.mark_consolidated(ids[:996], summary, [None] * 996, datetime.now(UTC))
+    assert folded == 996
+    ops = MemoryOps(table, LocalObjectStore(tmp_path / "objects"))
+    assert (ops.agent_rows("agent-a"), ops.searchable_rows(MemoryFilter("agent-a"))) == (1001, 5)
+    # Asked about something else: the partitions probed first hold other rows.
+    (query,) = run(HashingEmbedder(DIM).embed(["another agent's note 7 on topic 7"]))
+    found = ops.nearest(MemoryFilter("agent-a"), query, 5)
+    assert {n.memory_id for n in found} == {*ids[996:], summary}
+
+
+def test_folded_rows_do_not_count_toward_the_search_plan(tmp_path: Path) -> None:
+    table = MemoryTable(str(tmp_path / "lance"), DIM, tuning=VectorTuning(resident_mib=0))
+    service = MemoryService(
+        MemoryOps(table, LocalObjectStore(tmp_path / "objects")), HashingEmbedder(DIM)
+    )
+    episodes = [
+        NewMemory(type="episode", content=f"day {i}: worked on step {i}") for i in range(12)
+    ]
+    ids = [o.memory.id for o in run(service.write("agent-a", episodes, dedupe="none"))]
+    (summary,) = write(service, "agent-a", NewMemory(type="summary", content="steps 0 to 9"))
+    folded = service.ops.mark_consolidated(ids[:10], summary, [None] * 10, datetime.now(UTC))
+    assert folded == 10
+    ops = MemoryOps(table, LocalObjectStore(tmp_path / "objects"))  # a fresh count cache
+    assert ops.agent_rows("agent-a") == 13
+    assert ops.searchable_rows(MemoryFilter("agent-a")) == 3  # two episodes and the summary
+    assert ops.searchable_rows(MemoryFilter("agent-a", include_consolidated=True)) == 13
+    # Searched flat (3 <= flat_max_rows), exactly: the nearest is the text itself.
+    hits = run(service.search("agent-a", SearchRequest("day 11: worked on step 11", k=1)))
+    assert hits[0].memory.content == "day 11: worked on step 11"
