@@ -20,6 +20,7 @@ from cluster.executor_dispatch import dispatch_handle
 from cluster.executor_pool import start_pool
 from cluster.mcp import RayMcpTools
 from cluster.memory_access import ProcessMemory, ServedEmbedders
+from cluster.model_tokenizers import DeployedTokenizers
 from cluster.models import ServedChatModels
 from cluster.operations import RayClusterView
 from cluster.scheduler import scheduler_handle
@@ -90,6 +91,7 @@ class Gateway:
             mcp=RayMcpTools(settings_env),
             chat_models=ServedChatModels(settings, SecretVault(store, settings)),
             cluster=RayClusterView(conversations),
+            tokenizers=DeployedTokenizers(settings_env),
         )
         scheduler_handle(settings_env)  # cron triggers fire while a gateway is up (idempotent)
         start_pool(settings)  # executor processes up before the first turn (idempotent)

@@ -17,6 +17,7 @@ from pydantic import Field
 
 from core.approvals import ApprovalOutcome
 from core.approvals import Decision as ApprovalChoice
+from core.context_window import PromptCounts
 from core.domain import (
     Caller,
     ConcurrencyPolicy,
@@ -177,6 +178,17 @@ class ServedModels(Protocol):
         """``None`` when nothing says: no local model is deployed, or it did not answer in time
         (a profile is then stored unchecked, and a turn on an unserved name fails as
         ``INVALID_INPUT``). Blocking: call it off the event loop."""
+        ...
+
+
+class PromptTokenizers(Protocol):
+    """The local model deployments' chat templates and tokenizers (exact context-window counts)."""
+
+    def count(self, deployment: str | None, model: str, bodies: list[JsonObject]) -> PromptCounts:
+        """The prompt tokens of each chat body as the deployment serving ``model`` renders it
+        (``deployment``, when the call recorded which one served it). ``Unavailable`` when no
+        deployment answers, ``InvalidInput`` when it refuses a body. Blocking: call it off the
+        event loop."""
         ...
 
 

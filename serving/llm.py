@@ -25,7 +25,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -271,6 +271,35 @@ class LocalEngine:
         except ValueError as exc:
             return serving.create_error_response(exc)
 
+    async def prompt_tokens(self, bodies: Sequence[JsonObject]) -> list[int]:
+        """The prompt tokens each chat body would be sent to the model with: rendered by vLLM's
+        chat serving layer exactly as ``create`` renders a completion's prompt (the model's chat
+        template, its tokenizer, the request's tools and template arguments), nothing generated.
+        ``ValueError`` names the first body the engine refuses."""
+        from pydantic import ValidationError
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+        from vllm.entrypoints.serve.engine.protocol import ErrorResponse
+        from vllm.renderers.inputs.preprocess import extract_prompt_len
+
+        serving = self._state.openai_serving_chat
+        counts: list[int] = []
+        for n, body in enumerate(bodies):
+            try:
+                request = ChatCompletionRequest.model_validate(body)
+                refused = await serving._check_model(request)  # a model this engine serves
+                rendered = refused or await serving.online_renderer.render_chat(request)
+            except (ValidationError, ValueError) as exc:
+                raise ValueError(f"prompt {n + 1}: {exc}"[:500]) from None
+            if isinstance(rendered, ErrorResponse):
+                raise ValueError(f"prompt {n + 1}: {rendered.error.message}"[:500])
+            _, inputs = rendered
+            counts.append(sum(extract_prompt_len(serving.model_config, i) for i in inputs))
+        return counts
+
+    @property
+    def max_model_len(self) -> int:
+        return int(self._state.openai_serving_chat.model_config.max_model_len)
+
     async def stream_payloads(self, body: JsonObject) -> AsyncIterator[str]:
         """The completion as JSON chunk payloads (the SSE ``data:`` values, without ``[DONE]``);
         an error becomes one ``{"error": ...}`` payload."""
@@ -402,12 +431,14 @@ api = FastAPI(title="Wonder local model (vLLM)", docs_url=None, redoc_url=None)
 
 class ModelReplica:
     """A vLLM engine as a Serve replica, reached through handles: ``chat_stream`` for actors,
-    ``models``/``http_events`` for the primary deployment's HTTP door, ``engine_stats``."""
+    ``models``/``http_events`` for the primary deployment's HTTP door, ``prompt_tokens`` for the
+    gateway's context-window view, ``engine_stats``."""
 
     # Serve awaits an async constructor; mypy insists `__init__` returns None.
     async def __init__(self, spec: EngineSpec) -> None:  # type: ignore[misc]
         self._replica = _replica_id()
         self._deployment = spec.deployment_name
+        self._model = spec.served_names[0]
         self._pacing = spec.stream_pacing
         self._open_streams = 0
         self._totals = EngineTotals()
@@ -425,6 +456,21 @@ class ModelReplica:
         """A forwarded HTTP request (``LocalEngine.http_events``)."""
         async for event in self._engine.http_events(body):
             yield event
+
+    async def prompt_tokens(self, bodies: list[JsonObject]) -> JsonObject:
+        """For the console's context-window view: the prompt tokens of each chat body as this
+        engine renders it (``LocalEngine.prompt_tokens``), with the served model whose template
+        and tokenizer counted and its context length; ``{"error": ...}`` when the engine
+        refuses one (a model it does not serve, an invalid body)."""
+        try:
+            counts = await self._engine.prompt_tokens(bodies)
+        except ValueError as exc:
+            return {"error": str(exc)}
+        return {
+            "tokenizer": self._model,
+            "counts": counts,
+            "max_model_len": self._engine.max_model_len,
+        }
 
     async def chat_stream(
         self, body: JsonObject, traceparent: str | None = None

@@ -3,12 +3,15 @@ tests/conftest.py): misbehaving library code the executor must contain."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from core.callables import library_callable
+from core.errors import NonRetryableError
 
 
 @library_callable
@@ -169,3 +172,19 @@ async def mark_wait_mark(data: dict[str, Any]) -> dict[str, Any]:
     with open(str(data["path"]), "a") as f:
         f.write("end\n")
     return {"done": True}
+
+
+@library_callable
+async def wait_for_file(data: dict[str, Any]) -> dict[str, Any]:
+    """Work that takes as long as the test wants: wait until the file ``path`` exists (at most
+    ``seconds``, default 300), then answer with its text; a file that says ``fail`` fails the
+    call (a business error, ``EXECUTION_FAILED``)."""
+    args = data.get("input") if isinstance(data.get("input"), dict) else data
+    path = Path(str(args["path"]))
+    deadline = time.monotonic() + float(args.get("seconds") or 300)
+    while not path.exists() and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    text = path.read_text().strip() if path.exists() else "timed out"
+    if text in ("fail", "timed out"):
+        raise NonRetryableError(f"the test said: {text}")
+    return {"released": text}

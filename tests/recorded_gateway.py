@@ -14,7 +14,7 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from core.ports import ChatModels
+from core.ports import ChatModels, PromptTokenizers
 from core.recording_setup import install_recording, uninstall_recording
 from core.settings import settings_from_env
 from serving.gateway.app import create_api
@@ -37,10 +37,13 @@ def recording_cluster(data_dir: Path) -> Iterator[InProcessCluster]:
 
 
 def gateway_client(
-    cluster: InProcessCluster, key: str, chat_models: ChatModels | None = None
+    cluster: InProcessCluster,
+    key: str,
+    chat_models: ChatModels | None = None,
+    tokenizers: PromptTokenizers | None = None,
 ) -> TestClient:
     """The gateway app over ``cluster``, sending ``key``; ``chat_models``: what a replayed call
-    is sent to (none: replays are refused)."""
+    is sent to (none: replays are refused); ``tokenizers``: what counts a local model's call."""
     context = GatewayContext(
         store=cluster.store,
         conversations=cluster,
@@ -48,6 +51,7 @@ def gateway_client(
         memory=cluster.memory,
         settings_env=cluster.settings_env,
         chat_models=chat_models,
+        tokenizers=tokenizers,
     )
     client = TestClient(create_api(context), raise_server_exceptions=False)
     client.headers["Authorization"] = f"Bearer {key}"

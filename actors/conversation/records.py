@@ -125,6 +125,40 @@ def agent_calls_completed(
     return events
 
 
+def operation_started(plan: StartOperation) -> JsonObject:
+    """``operation.started``: the operation, its tool call and, for an agent tool, the agent and
+    how it is invoked (a delegation or a loop-in running in the background)."""
+    op = plan.operation
+    payload: JsonObject = {
+        "turn_id": op.turn_id,
+        "operation_id": op.id,
+        "tool": op.tool_name,
+        "tool_call_id": op.tool_call_id,
+    }
+    tool = plan.tool
+    if tool is not None and tool.target_type == "agent":
+        payload["agent_id"] = tool.target_id
+        payload["mode"] = invocation_mode(DispatchTool(call=plan.call, tool=tool, input=op.input))
+    return payload
+
+
+def operation_delivered(turn_id: str, op: AsyncOperation) -> JsonObject:
+    """``operation.delivered``: how the operation ended and, for a delegation, the child
+    conversation it ran in."""
+    payload: JsonObject = {"turn_id": turn_id, "operation_id": op.id}
+    result = op.result
+    if result is None:
+        return payload
+    payload["success"] = result.success
+    if result.error is not None:
+        payload["error"] = result.error.model_dump(mode="json")
+    answer = result.result if isinstance(result.result, dict) else {}
+    child = answer.get("conversation_id")
+    if isinstance(child, str) and child != op.conversation_id:
+        payload["child_conversation_id"] = child
+    return payload
+
+
 def _hook_run(run_id: str | None) -> dict[str, object]:
     return {} if run_id is None else {"context_assembly_run_id": run_id}
 
@@ -365,29 +399,24 @@ class BatchWriter:
         return PendingWrite([started, *delegations, *operations.events], operations.write)
 
     def _operations_started(self, plans: Sequence[ToolPlan]) -> PendingWrite | None:
-        operations: list[AsyncOperation] = []
+        started: list[StartOperation] = []
         for plan in plans:
             match plan:
-                case StartOperation(operation=operation):
-                    operations.append(operation)
+                case StartOperation():
+                    started.append(plan)
                 case DispatchTool() | ReturnToolError():
                     pass
                 case _:
                     assert_never(plan)
-        if not operations:
+        if not started:
             return None
+        operations = [plan.operation for plan in started]
 
         def write(conn: Connection, _events: list[Event]) -> None:
             for op in operations:
                 self.store.async_operations.insert(op, conn)
 
-        events = [
-            PendingEvent(
-                "operation.started",
-                {"turn_id": op.turn_id, "operation_id": op.id, "tool": op.tool_name},
-            )
-            for op in operations
-        ]
+        events = [PendingEvent("operation.started", operation_started(plan)) for plan in started]
         return PendingWrite(events, write)
 
     def _save_operation(self, operation: AsyncOperation, conn: Connection) -> None:
@@ -483,6 +512,7 @@ class BatchWriter:
                 op = self.store.async_operations.get(delivers, conn)
                 delivered = op.model_copy(update={"status": OperationStatus.DELIVERED})
                 self.store.async_operations.save(delivered, conn)
+                events[1].payload.update(operation_delivered(decision.turn_id, op))
             message = Message(
                 id=new_id("msg"),
                 conversation_id=self.conversation_id,

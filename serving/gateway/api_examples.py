@@ -564,19 +564,24 @@ ROUTES: dict[tuple[str, str], RouteDoc] = {
         "/v1/conversations/{conversation_id}/turns/{turn_id}/calls/{call_id}/context",
     ): RouteDoc(
         "A recorded call's context window: the system prompt, the memories and other context "
-        "assembled into it, the history and the tool specs, each with its estimated tokens "
-        "(about four characters a token: `counted_by`), beside the prompt tokens the model "
-        "reported and the model's window where the deployment states it.",
+        "assembled into it, the history and the tool specs, each with its tokens, beside the "
+        "prompt tokens the model reported and the model's window where the deployment states it. "
+        "A call the local model served is counted by its own chat template and tokenizer "
+        "(`counted_by: tokenizer`: the parts add up to the request's prompt tokens); any other "
+        "call, or one the local deployment cannot count now, is estimated at about four "
+        "characters a token (`counted_by: estimate`, `count_note` says why).",
         {
             "call_id": "call_01J9ZB4M6D2S8E3Q1T7V5W9X0Y",
             "provider": "vllm",
-            "model": "default",
-            "counted_by": "estimate",
+            "model": "SmolLM2-135M-Instruct",
+            "counted_by": "tokenizer",
+            "tokenizer": "SmolLM2-135M-Instruct",
+            "count_note": None,
             "sections": [
                 {
                     "name": "system_prompt",
                     "label": "System prompt",
-                    "tokens": 8,
+                    "tokens": 9,
                     "chars": 16,
                     "items": 1,
                     "text": "You are helpful.",
@@ -584,14 +589,14 @@ ROUTES: dict[tuple[str, str], RouteDoc] = {
                 {
                     "name": "history",
                     "label": "History (the conversation's messages, the current one last)",
-                    "tokens": 9,
+                    "tokens": 14,
                     "chars": 19,
                     "items": 1,
                     "text": "user: What is 12*7?",
                 },
             ],
-            "total_tokens": 17,
-            "reported_prompt_tokens": 31,
+            "total_tokens": 23,
+            "reported_prompt_tokens": 23,
             "window": 8192,
             "max_tokens": 256,
         },

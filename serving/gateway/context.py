@@ -15,6 +15,7 @@ from core.ports import (
     ClusterView,
     Conversations,
     MemoryAccess,
+    PromptTokenizers,
     ServedModels,
     WorkflowRuns,
     Workspaces,
@@ -38,6 +39,7 @@ class GatewayContext:
     mcp: McpTools | None = None  # connections to the clients' MCP servers (``core.mcp``)
     chat_models: ChatModels | None = None  # the models a replayed call is sent to (playground)
     cluster: ClusterView | None = None  # what operators see of the cluster (/v1/operations)
+    tokenizers: PromptTokenizers | None = None  # the local model's counts (context-window view)
 
     @property
     def settings(self) -> Settings:

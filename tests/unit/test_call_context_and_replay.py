@@ -10,24 +10,29 @@ production ``serving.models.chat_model_for``, as the gateway's ``ServedChatModel
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
-from core.context_window import CHARS_PER_TOKEN, context_window, split_system
+from core.context_window import CHARS_PER_TOKEN, PromptCounts, context_window, split_system
 from core.domain import ModelProfile, TurnStatus
+from core.errors import InvalidInput, Unavailable, WonderError
 from core.ids import new_id, utc_now
+from core.jsontypes import JsonObject
 from core.llm.protocol import ChatModel
 from core.memory.context import assemble_context
+from core.model_calls import ServedBy
 from core.quotas import Quota
 from core.recording_setup import flush_records
+from serving.gateway.call_context import MAX_PROBES
 from serving.models import chat_model_for
 from tests.conftest import async_wait_for
 from tests.factories import make_agent, make_client, make_conversation, scripted_profile, task_tool
 from tests.inprocess import InProcessCluster
 from tests.recorded_gateway import gateway_client, recording_cluster
+from tests.unit.test_context_window_counts import template_tokens
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -46,6 +51,22 @@ class ScriptedOnly:
 
     def prewarm(self, profile: ModelProfile) -> None:
         return None
+
+
+@dataclass
+class WordTokenizer:
+    """``PromptTokenizers`` standing in for the local deployment (which the e2e tier runs): a
+    ChatML-like template counted in words; ``failure``: what it raises instead of answering."""
+
+    failure: WonderError | None = None
+    asked: list[tuple[str | None, str, int]] = field(default_factory=list)
+
+    def count(self, deployment: str | None, model: str, bodies: list[JsonObject]) -> PromptCounts:
+        self.asked.append((deployment, model, len(bodies)))
+        if self.failure is not None:
+            raise self.failure
+        counts = [template_tokens(body) for body in bodies]
+        return PromptCounts(tokenizer=model, counts=counts, max_model_len=2048)
 
 
 @pytest.fixture
@@ -126,6 +147,7 @@ async def test_context_window_and_replay_of_a_recorded_call(cluster: InProcessCl
     assert by["history"]["items"] == 1 and "say hi" in by["history"]["text"]
     assert by["tool_specs"]["items"] == 1 and '"shout"' in by["tool_specs"]["text"]
     assert window["counted_by"] == "estimate" and window["window"] is None  # scripted: unstated
+    assert window["count_note"].startswith("a scripted model served the call")
     assert window["reported_prompt_tokens"] == first["usage"]["prompt_tokens"]
 
     # The replay: the same request to another profile's model; its answer, the original's.
@@ -179,3 +201,64 @@ async def test_context_window_and_replay_of_a_recorded_call(cluster: InProcessCl
     refused = api.post(f"{base}/calls/{first['id']}/replay", json=body)
     assert refused.status_code == 429, refused.text
     assert "tokens_per_day" in refused.json()["error"]["message"]
+
+
+async def test_a_local_model_call_is_counted_by_its_deployment_or_estimated_saying_why(
+    cluster: InProcessCluster,
+) -> None:
+    store = cluster.store
+    client_id, key = make_client(store)
+    profile = scripted_profile(store, SCRIPT[1:])
+    agent = make_agent(store, client_id, profile, [], system_prompt="Be brief.")
+    conv = make_conversation(store, client_id, agent).id
+    ack = await cluster.post_message(conv, "say hi", "user-1")
+    assert await async_wait_for(
+        lambda: store.turns.get(ack.turn_id).status is TurnStatus.COMPLETED, timeout=20
+    )
+    flush_records()
+    [scripted] = store.records.calls(turn_ids=[ack.turn_id])
+    # The same request as if the local deployment had served it.
+    served = ServedBy(provider="vllm", deployment="LLMServer-smol", replica="r1")
+    update = {"id": new_id("call"), "provider": "vllm", "model": "smol", "served_by": served}
+    local = scripted.model_copy(update=update)
+    with store.db.begin() as conn:
+        store.records.insert_calls([local], conn)
+    assert local.request is not None
+    path = f"/v1/conversations/{conv}/turns/{ack.turn_id}/calls/{local.id}/context"
+
+    tokenizer = WordTokenizer()
+    counted = gateway_client(cluster, key, tokenizers=tokenizer).get(path)
+    assert counted.status_code == 200, counted.text
+    window = counted.json()
+    assert (window["counted_by"], window["tokenizer"], window["count_note"]) == (
+        "tokenizer",
+        "smol",
+        None,
+    )
+    assert window["total_tokens"] == template_tokens(local.request)
+    assert window["total_tokens"] == sum(s["tokens"] for s in window["sections"])
+    assert window["window"] == 2048
+    [(deployment, model, probes)] = tokenizer.asked
+    assert (deployment, model) == ("LLMServer-smol", "smol") and probes >= 2  # the one it served
+
+    # A deployment that cannot count now, or refuses, or none at all: estimated, and said why.
+    for tokenizers, note in (
+        (WordTokenizer(Unavailable("the local model application is not running")), "not running"),
+        (WordTokenizer(InvalidInput("the model smol is not served")), "not served"),
+        (None, "no local model deployment"),
+    ):
+        answer = gateway_client(cluster, key, tokenizers=tokenizers).get(path)
+        assert answer.status_code == 200, answer.text
+        estimated = answer.json()
+        assert estimated["counted_by"] == "estimate" and estimated["tokenizer"] is None
+        assert note in estimated["count_note"]
+
+    # A request split into more parts than one count may ask for is estimated, not sent.
+    notes = [{"role": r, "content": r} for _ in range(MAX_PROBES) for r in ("system", "user")]
+    many = local.model_copy(update={"id": new_id("call"), "request": {"messages": notes}})
+    with store.db.begin() as conn:
+        store.records.insert_calls([many], conn)
+    tokenizer = WordTokenizer()
+    answer = gateway_client(cluster, key, tokenizers=tokenizer).get(path.replace(local.id, many.id))
+    assert answer.status_code == 200, answer.text
+    assert "too many parts to count" in answer.json()["count_note"] and not tokenizer.asked

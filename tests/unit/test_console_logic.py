@@ -15,6 +15,7 @@ globalThis.localStorage = { getItem: () => null, setItem() {}, removeItem() {} }
 const diff = await import(process.argv[1]);
 const conversation = await import(process.argv[2]);
 const turn = await import(process.argv[3]);
+const callTools = await import(process.argv[4]);
 const turns = [
   { id: "t1", parent_turn_id: null }, { id: "t2", parent_turn_id: "t1" },
   { id: "t3", parent_turn_id: "t1" }, { id: "t4", parent_turn_id: "elsewhere" },
@@ -26,13 +27,19 @@ console.log(JSON.stringify({
   same: diff.lineDiff("x", "x"),
   threads: Object.fromEntries([...tree.entries()].map(([k, v]) => [String(k), v.map((t) => t.id)])),
   waterfall: turn.flattenSpans(spans).map((r) => [r.span.name, r.depth]),
+  counted: [
+    callTools.countedBy({ counted_by: "tokenizer", tokenizer: "smol", total_tokens: 42 }),
+    callTools.countedBy({ counted_by: "estimate", count_note: "an openai model",
+      total_tokens: 40 }),
+  ],
 }));
 """
 
 
 def run_console_logic() -> dict[str, Any]:
     modules = [
-        ASSETS[name].as_uri() for name in ("diff.js", "views/conversation.js", "views/turn.js")
+        ASSETS[name].as_uri()
+        for name in ("diff.js", "views/conversation.js", "views/turn.js", "views/call_tools.js")
     ]
     done = subprocess.run(
         ["node", "--input-type=module", "-e", SCRIPT, *modules],
@@ -53,3 +60,11 @@ def test_the_consoles_pure_functions() -> None:
     # A turn whose parent is not among the conversation's turns starts a thread of its own.
     assert result["threads"] == {"null": ["t1", "t4"], "t1": ["t2", "t3"]}
     assert result["waterfall"] == [["root", 0], ["a", 1], ["b", 2], ["c", 1]]
+    # A context window counted by the model's tokenizer says so, an estimate says why.
+    exact, estimated = result["counted"]
+    assert exact == {
+        "exact": True,
+        "text": "42 tokens, counted by the tokenizer and chat template of smol. ",
+    }
+    assert estimated["exact"] is False and "estimated" in estimated["text"]
+    assert estimated["text"].startswith("≈ 40 tokens") and "an openai model" in estimated["text"]

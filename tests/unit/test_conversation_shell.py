@@ -124,6 +124,53 @@ async def test_an_async_tool_is_answered_on_the_same_turn(cluster: InProcessClus
     assert answers[0] == "on it" and "[background result] report" in answers[1]
     # The result may land before "on it" is out (then the turn never waits): either way, once.
     assert event_types(cluster.store, conv).count("operation.delivered") == 1
+    # What the console shows of it: the operation and its call, then how it ended.
+    started, delivered = (
+        e.payload
+        for e in cluster.store.events.list(conv)
+        if e.type in ("operation.started", "operation.delivered")
+    )
+    assert started == {
+        "turn_id": ack.turn_id,
+        "operation_id": op.id,
+        "tool": "report",
+        "tool_call_id": op.tool_call_id,
+    }
+    assert delivered == {"turn_id": ack.turn_id, "operation_id": op.id, "success": True}
+
+
+async def test_an_async_delegation_names_its_agent_then_its_child_conversation(
+    cluster: InProcessCluster,
+) -> None:
+    host_script = [
+        {"match": "[background result]", "reply": "the expert said: {{last_user}}"},
+        {
+            "match": "ask",
+            "tool_calls": [{"name": "ask_expert", "arguments": {"input": "is it sound?"}}],
+        },
+        {"match": "dispatched", "reply": "asked"},
+    ]
+    conv, expert = expert_and_host(cluster, "delegate", host_script, is_async=True)
+    ack = await cluster.post_message(conv, "ask the expert", "user-1")
+    assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+    [op] = cluster.store.async_operations.list(conv)
+    client_id = cluster.store.conversations.get(conv).client_id
+    [child] = cluster.store.conversations.list(client_id, parent_id=conv)
+    payloads = {e.type: e.payload for e in cluster.store.events.list(conv)}
+    assert payloads["operation.started"] == {
+        "turn_id": ack.turn_id,
+        "operation_id": op.id,
+        "tool": "ask_expert",
+        "tool_call_id": op.tool_call_id,
+        "agent_id": expert,
+        "mode": "delegate",
+    }
+    assert payloads["operation.delivered"] == {
+        "turn_id": ack.turn_id,
+        "operation_id": op.id,
+        "success": True,
+        "child_conversation_id": child.id,
+    }
 
 
 async def test_a_new_incarnation_resumes_a_turn_cut_mid_model_call(
@@ -630,7 +677,7 @@ async def test_the_history_tool_reads_beyond_the_window(cluster: InProcessCluste
 
 
 def expert_and_host(
-    cluster: InProcessCluster, mode: str, host_script: list[dict[str, Any]]
+    cluster: InProcessCluster, mode: str, host_script: list[dict[str, Any]], is_async: bool = False
 ) -> tuple[str, str]:
     store = cluster.store
     client_id, _key = make_client(store)
@@ -652,6 +699,7 @@ def expert_and_host(
             target_type="agent",
             target_id=expert.id,
             invocation_mode=mode,
+            is_async=is_async,
         ),
         utc_now(),
     )

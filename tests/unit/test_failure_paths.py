@@ -155,7 +155,8 @@ async def test_a_failed_async_operation_is_delivered_to_its_turn(
     assert op.status is OperationStatus.DELIVERED
     assert op.result is not None and not op.result.success
     assert "flaky, attempt 1" in _answer(cluster.store, conv)
-    assert len(_events(cluster.store, conv, "operation.delivered")) == 1
+    [delivered] = _events(cluster.store, conv, "operation.delivered")
+    assert delivered["success"] is False and delivered["error"]["code"] == "EXECUTION_FAILED"
 
 
 async def test_a_crashed_delegate_is_reported_retriable(cluster: InProcessCluster) -> None:

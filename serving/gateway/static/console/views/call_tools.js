@@ -1,6 +1,7 @@
 // Two tools on a recorded model call, in the turn inspector: its context window (each part of
-// the request with its estimated tokens against the model's window) and the playground (the same
-// request sent to another model profile, its answer beside the recorded one).
+// the request with its tokens against the model's window: counted by the local model's own
+// tokenizer, else estimated) and the playground (the same request sent to another model profile,
+// its answer beside the recorded one).
 import { api } from "../api.js";
 import { inlineDiff } from "../diff.js";
 import { fill, h, json, select } from "../dom.js";
@@ -16,22 +17,32 @@ function share(tokens, of) {
   return of ? `${((100 * tokens) / of).toFixed(1)}%` : "—";
 }
 
+/** How the context window's tokens were counted, in words (exact, or estimated and why). */
+export function countedBy(cw) {
+  if (cw.counted_by === "tokenizer") {
+    return { exact: true, text: `${cw.total_tokens} tokens, counted by the tokenizer and chat template of ${cw.tokenizer}. ` };
+  }
+  const why = cw.count_note ? `: ${cw.count_note}` : "";
+  return { exact: false, text: `≈ ${cw.total_tokens} tokens, estimated (about four characters a token${why}). ` };
+}
+
 function contextTable(cw, n) {
   const of = cw.window;
+  const counted = countedBy(cw);
   const bar = (tokens) => {
     const b = h("span", { class: "bar bar-ok" });
     b.style.width = `${Math.min(100, (100 * tokens) / Math.max(1, of || cw.total_tokens))}%`;
     return h("span", { class: "track", "aria-hidden": "true" }, b);
   };
-  return h("div", { class: "context-window" },
+  return h("div", { class: "context-window", dataset: { countedBy: cw.counted_by } },
     h("p", { class: "hint", id: `cw-note-${n}` },
-      `≈ ${cw.total_tokens} tokens, estimated (about four characters a token; the gateway has no tokenizer for ${cw.model}). `,
+      counted.text,
       cw.reported_prompt_tokens !== null && cw.reported_prompt_tokens !== undefined ? `The model counted ${cw.reported_prompt_tokens} prompt tokens. ` : "",
       of ? `Window: ${of} tokens; ${share(cw.reported_prompt_tokens ?? cw.total_tokens, of)} used before the answer` : "Window: not stated by the deployment",
       cw.max_tokens ? ` (the answer may take up to ${cw.max_tokens} more).` : "."),
     h("table", { class: "cw-table" },
       h("caption", {}, `Context window of call ${n}`),
-      h("thead", {}, h("tr", {}, ["Part", "Items", "Tokens (estimated)", "Of the window", ""].map((x, i) => h("th", { scope: "col" }, i === 4 ? h("span", { class: "visually-hidden" }, "Bar") : x)))),
+      h("thead", {}, h("tr", {}, ["Part", "Items", counted.exact ? "Tokens" : "Tokens (estimated)", "Of the window", ""].map((x, i) => h("th", { scope: "col" }, i === 4 ? h("span", { class: "visually-hidden" }, "Bar") : x)))),
       h("tbody", {}, cw.sections.map((s) => h("tr", { dataset: { section: s.name } },
         h("th", { scope: "row" }, s.label), h("td", {}, String(s.items)), h("td", { class: "tokens" }, String(s.tokens)),
         h("td", {}, share(s.tokens, of)), h("td", { class: "cw-bar" }, bar(s.tokens)))))),

@@ -1,9 +1,14 @@
 // One conversation: where it sits in the tree (its parent, children, forks and the threads of
-// its turns) and the live chat, tokens streaming, parallel turns side by side.
+// its turns) and the live chat, tokens streaming, parallel turns side by side, and under each
+// turn the work it has out (async operations, delegations) until it ends.
 import { api, query } from "../api.js";
 import { badge, fill, h, when } from "../dom.js";
+import { describe, detail, foldAll, foldPending, itemsOfTurn, matchChild } from "../pending.js";
 import { ConversationStream } from "../stream.js";
 import { approvalsPanel } from "./approvals.js";
+
+const RECENT_EVENTS = 500; // the events folded on load: the recent turns' work still out
+const CHILD_LOOKUPS = 6; // tries to find a running delegation's child conversation (1 s apart)
 
 function short(text, n = 60) {
   const s = String(text || "").replace(/\s+/g, " ");
@@ -40,6 +45,35 @@ function convLink(id, label) {
   return h("a", { href: `#/conversations/${id}` }, label || id);
 }
 
+function clock(iso) {
+  const d = iso ? new Date(iso) : null;
+  return d && !Number.isNaN(d.getTime()) ? d.toLocaleTimeString() : "?";
+}
+
+/** One item of a turn's work: what it is, since when, how it ended, its child conversation. */
+function workItem(item, child) {
+  const said = detail(item);
+  return h("li", { class: "work-item", dataset: { key: item.key, kind: item.kind, status: item.status } },
+    badge(item.status), " ", h("span", { class: "what" }, describe(item)),
+    h("span", { class: "hint" }, item.status === "pending"
+      ? ` · since ${clock(item.since)}` : ` · ${clock(item.since)} to ${clock(item.endedAt)}`),
+    said ? h("span", { class: "detail" }, ` · ${said}`) : null,
+    child ? [" · ", h("a", { class: "child-link", href: `#/conversations/${child}` }, `Open the child conversation ${child}`)] : null);
+}
+
+/** The conversation's child conversations, oldest first (up to ten pages of 100). */
+async function childConversations(path) {
+  const found = [];
+  let cursor;
+  for (let page = 0; page < 10; page++) {
+    const got = await api("GET", `${path}/children${query({ limit: 100, after_cursor: cursor })}`);
+    found.push(...got.items);
+    cursor = got.next_cursor;
+    if (!cursor) break;
+  }
+  return found;
+}
+
 export async function render(main, { conversationId }, { say }) {
   const path = `/v1/conversations/${encodeURIComponent(conversationId)}`;
   const [conv, children, forks, turns, tail] = await Promise.all([
@@ -47,7 +81,7 @@ export async function render(main, { conversationId }, { say }) {
     api("GET", `${path}/children${query({ limit: 100 })}`),
     api("GET", `${path}/forks${query({ limit: 100 })}`),
     api("GET", `${path}/turns`),
-    api("GET", `${path}/events${query({ tail: "true", limit: 1 })}`),
+    api("GET", `${path}/events${query({ tail: "true", limit: RECENT_EVENTS })}`),
   ]);
   const messages = await api("GET", `${path}/messages${query({ tail: "true", limit: 100 })}`);
 
@@ -93,6 +127,7 @@ export async function render(main, { conversationId }, { say }) {
   const seen = new Set();
   const bubbles = new Map(); // turn id -> the reply streaming into it
   const approvals = approvalsPanel(conv.id, { say });
+  const turnMessages = new Map(); // turn id -> its messages' ids (a delegated child names one)
 
   function line(cls, ...content) {
     const el = h("div", { class: `line ${cls}` }, ...content);
@@ -103,23 +138,67 @@ export async function render(main, { conversationId }, { say }) {
   function showMessage(m) {
     if (seen.has(m.id)) return;
     seen.add(m.id);
+    if (!turnMessages.has(m.turn_id)) turnMessages.set(m.turn_id, []);
+    turnMessages.get(m.turn_id).push(m.id);
     const bubble = bubbles.get(m.turn_id);
     if (m.role !== "user" && bubble) {
       bubbles.delete(m.turn_id);
       bubble.remove();
     }
-    line(m.role === "user" ? "user" : "agent",
+    const el = line(m.role === "user" ? "user" : "agent",
       h("span", { class: "who" }, m.role === "user" ? `${m.author}: ` : "agent: "),
       h("span", { class: "text" }, m.content), " ",
       h("a", { class: "turn-link", href: `#/conversations/${conv.id}/turns/${m.turn_id}`, "aria-label": `Inspect turn ${m.turn_id}` }, "turn"));
+    el.dataset.turn = m.turn_id;
   }
   for (const m of messages.items) showMessage(m);
+
+  // --- each turn's work out: async operations and delegations, under the turn's message ----
+  let work = foldAll(tail.items);
+  const workLists = new Map(); // turn id -> its list in the log
+  const foundChildren = new Map(); // item key -> the child conversation found while it runs
+  const lookingUp = new Set();
+
+  function drawWork(turnId) {
+    const items = itemsOfTurn(work, turnId);
+    if (!items.length) return;
+    let list = workLists.get(turnId);
+    if (!list) {
+      const anchor = [...log.querySelectorAll(".line.user")].find((el) => el.dataset.turn === turnId);
+      // An old turn's finished work is not shown out of its place; running work always is.
+      if (!anchor && items.every((item) => item.status !== "pending")) return;
+      list = h("ul", { class: "turn-work", dataset: { turn: turnId }, "aria-label": `Work out for turn ${turnId}` });
+      if (anchor) anchor.after(list); else log.append(list);
+      workLists.set(turnId, list);
+    }
+    fill(list, items.map((item) => workItem(item, item.childConversationId || foundChildren.get(item.key))));
+    for (const item of items) findChild(item, 0);
+  }
+  async function findChild(item, attempt) {
+    const running = item.kind === "delegation" && item.mode !== "loop_in" && item.status === "pending";
+    if (!running || item.childConversationId || foundChildren.has(item.key)) return;
+    if (attempt === 0 && lookingUp.has(item.key)) return;
+    lookingUp.add(item.key);
+    try {
+      const claimed = new Set([...foundChildren.values()]);
+      const id = matchChild(item, await childConversations(path), turnMessages.get(item.turnId) || [], claimed);
+      if (id) { foundChildren.set(item.key, id); drawWork(item.turnId); return; }
+    } catch (e) { say(e.message, "error"); return; }
+    // Not created yet (the delegation has just started): look again shortly.
+    if (attempt + 1 < CHILD_LOOKUPS) setTimeout(() => findChild(work.get(item.key) || item, attempt + 1), 1000);
+  }
+  for (const turnId of new Set([...work.values()].map((item) => item.turnId))) drawWork(turnId);
 
   const lastSeq = tail.items.length ? tail.items[tail.items.length - 1].seq : 0;
   const stream = new ConversationStream(conv.id, lastSeq, {
     state: (text, kind) => { streamState.textContent = text; streamState.className = `stream-state state-${kind}`; },
     reconnected: (fromSeq) => line("meta reconnect", `Reconnected: resumed from seq ${fromSeq}, nothing missed.`),
     event: (ev) => {
+      const folded = foldPending(work, ev);
+      if (folded !== work) {
+        work = folded;
+        drawWork(ev.turn_id || ev.move?.turn_id);
+      }
       if (ev.type === "token") {
         let bubble = bubbles.get(ev.turn_id);
         if (!bubble) {
