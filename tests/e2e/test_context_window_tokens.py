@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import LlmApp
+from tests.e2e.test_local_model import put
 
 pytestmark = pytest.mark.e2e
 
@@ -27,24 +28,19 @@ CALCULATOR_SCHEMA = {
 }
 
 
-def _put(api: httpx.Client, path: str, body: dict[str, Any]) -> None:
-    answer = api.put(path, json=body)
-    assert answer.status_code == 200, answer.text
-
-
 def _agent(api: httpx.Client, tool_calling: str, tool_id: str) -> str:
     from tests.integration.test_gateway import unique
 
     profile_id, persona_id = unique("local"), unique("persona")
     profile = {"provider": "vllm", "model": "default", "tool_calling": tool_calling}
-    _put(api, f"/v1/model-profiles/{profile_id}", {**profile, "max_tokens": 24, "temperature": 0})
+    put(api, f"/v1/model-profiles/{profile_id}", {**profile, "max_tokens": 24, "temperature": 0})
     persona = {
         "system_prompt": "You answer briefly.\n\nYou are polite.",
         "model_profile_id": profile_id,
         "tool_ids": [tool_id],
         "constraints": {"max_moves_per_turn": 1},
     }
-    _put(api, f"/v1/personas/{persona_id}", persona)
+    put(api, f"/v1/personas/{persona_id}", persona)
     agent = api.post("/v1/agents", json={"name": tool_calling, "persona_ref": {"id": persona_id}})
     assert agent.status_code == 201, agent.text
     return str(agent.json()["id"])
@@ -87,7 +83,7 @@ def test_every_local_call_is_counted_exactly_by_its_deployment(
     with http_client(url, key) as api:
         task_id, tool_id = unique("task"), unique("tool")
         calculate = {"kind": "python", "params": {"callable": "library.callables:calculate"}}
-        _put(api, f"/v1/tasks/{task_id}", {"actions": [calculate]})
+        put(api, f"/v1/tasks/{task_id}", {"actions": [calculate]})
         tool = {
             "name": "calculator",
             "description": "Evaluate an arithmetic expression such as 2 * (3 + 4).",
@@ -95,7 +91,7 @@ def test_every_local_call_is_counted_exactly_by_its_deployment(
             "target_type": "task",
             "target_id": task_id,
         }
-        _put(api, f"/v1/tools/{tool_id}", tool)
+        put(api, f"/v1/tools/{tool_id}", tool)
         for mode, questions in (
             ("native", ("My name is Ada.", "What is my name?")),
             ("constrained", ("Use the calculator tool to compute 12 * 7.",)),
