@@ -68,6 +68,25 @@ def task_tool(
     return store.tools.put(tool, utc_now())
 
 
+def agent_tool(
+    store: Store, name: str, agent_id: str, description: str, **tool_fields: Any
+) -> Tool:
+    """A tool that asks agent ``agent_id`` with one string ``input``; ``tool_fields`` by their
+    JSON names (``invocation_mode``, ``async``, ``retry``)."""
+    tool = Tool.model_validate(
+        {
+            "id": f"tool-{name}-{new_id().lower()}",
+            "name": name,
+            "description": description,
+            "target_type": "agent",
+            "target_id": agent_id,
+            "input_schema": {"type": "object", "properties": {"input": {"type": "string"}}},
+            **tool_fields,
+        }
+    )
+    return store.tools.put(tool, utc_now())
+
+
 def make_agent(
     store: Store,
     client_id: str,

@@ -15,11 +15,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from core.domain import Tool
-from core.ids import new_id, utc_now
 from tests.browser.console_page import Console
 from tests.conftest import Cluster
-from tests.factories import make_agent, make_conversation, scripted_profile, task_tool
+from tests.factories import agent_tool, make_agent, make_conversation, scripted_profile, task_tool
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -51,21 +49,14 @@ def test_work_out_shows_under_its_turn_until_it_ends(
         ("", "The expert found it."),
     )
     expert = make_agent(store, client_id, scripted_profile(store, expert_script), [look_up])
-    ask = store.tools.put(
-        Tool.model_validate(
-            {
-                "id": f"ask-expert-{new_id().lower()}",
-                "name": "ask_expert",
-                "description": "Ask the expert; the answer comes later",
-                "target_type": "agent",
-                "target_id": expert.id,
-                "invocation_mode": "delegate",
-                "async": True,
-                "retry": LONG,
-                "input_schema": {"type": "object", "properties": {"input": {"type": "string"}}},
-            }
-        ),
-        utc_now(),
+    ask = agent_tool(
+        store,
+        "ask_expert",
+        expert.id,
+        "Ask the expert; the answer comes later",
+        invocation_mode="delegate",
+        retry=LONG,
+        **{"async": True},
     )
     host_script = rules(
         ("[background result]", "Background work ended: {{last_user}}"),

@@ -16,16 +16,9 @@ import pytest
 
 from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import LlmApp
-from tests.e2e.test_local_model import put
+from tests.e2e.test_local_model import calculator_tool, put
 
 pytestmark = pytest.mark.e2e
-
-CALCULATOR_SCHEMA = {
-    "type": "object",
-    "properties": {"expression": {"type": "string", "minLength": 1, "maxLength": 60}},
-    "required": ["expression"],
-    "additionalProperties": False,
-}
 
 
 def _agent(api: httpx.Client, tool_calling: str, tool_id: str) -> str:
@@ -82,16 +75,7 @@ def test_every_local_call_is_counted_exactly_by_its_deployment(
     windows: list[tuple[dict[str, Any], dict[str, Any]]] = []
     with http_client(url, key) as api:
         task_id, tool_id = unique("task"), unique("tool")
-        calculate = {"kind": "python", "params": {"callable": "library.callables:calculate"}}
-        put(api, f"/v1/tasks/{task_id}", {"actions": [calculate]})
-        tool = {
-            "name": "calculator",
-            "description": "Evaluate an arithmetic expression such as 2 * (3 + 4).",
-            "input_schema": CALCULATOR_SCHEMA,
-            "target_type": "task",
-            "target_id": task_id,
-        }
-        put(api, f"/v1/tools/{tool_id}", tool)
+        calculator_tool(api, task_id, tool_id)
         for mode, questions in (
             ("native", ("My name is Ada.", "What is my name?")),
             ("constrained", ("Use the calculator tool to compute 12 * 7.",)),

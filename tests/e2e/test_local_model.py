@@ -222,15 +222,7 @@ def local_agent(llm_app: LlmApp, ray_cluster: Any, serve_port: int) -> Iterator[
         task_id, tool_id, profile_id, persona_id = (
             unique(p) for p in ("task", "tool", "local", "persona")
         )
-        put(api, f"/v1/tasks/{task_id}", {"actions": [CALCULATE]})
-        tool = {
-            "name": "calculator",
-            "description": "Evaluate an arithmetic expression such as 2 * (3 + 4).",
-            "input_schema": CALCULATOR_SCHEMA,
-            "target_type": "task",
-            "target_id": task_id,
-        }
-        put(api, f"/v1/tools/{tool_id}", tool)
+        calculator_tool(api, task_id, tool_id)
         profile = {"provider": "vllm", "model": "default", "tool_calling": "constrained"}
         put(api, f"/v1/model-profiles/{profile_id}", {**profile, "max_tokens": 64})
         persona = {
@@ -261,6 +253,19 @@ class AgentSession:
 def put(api: Any, path: str, body: dict[str, Any]) -> None:
     response = api.put(path, json=body)
     assert response.status_code == 200, response.text
+
+
+def calculator_tool(api: Any, task_id: str, tool_id: str) -> None:
+    """The library's calculator as task ``task_id`` and a tool ``tool_id`` over it."""
+    put(api, f"/v1/tasks/{task_id}", {"actions": [CALCULATE]})
+    tool = {
+        "name": "calculator",
+        "description": "Evaluate an arithmetic expression such as 2 * (3 + 4).",
+        "input_schema": CALCULATOR_SCHEMA,
+        "target_type": "task",
+        "target_id": task_id,
+    }
+    put(api, f"/v1/tools/{tool_id}", tool)
 
 
 def chat(session: AgentSession, content: str) -> list[dict[str, Any]]:

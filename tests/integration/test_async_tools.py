@@ -17,7 +17,7 @@ from core.domain import Tool
 from core.ids import new_id, utc_now
 from core.library_files import apply_library
 from tests.conftest import Cluster, wait_for
-from tests.factories import make_agent, make_client, scripted_profile, task_tool
+from tests.factories import agent_tool, make_agent, make_client, scripted_profile, task_tool
 from tests.integration.test_gateway import deploy_gateway, http_client
 
 pytestmark = pytest.mark.timeout(420)
@@ -120,20 +120,13 @@ def test_an_async_delegation_is_answered_later_in_the_same_turn(
     client_id, api = tenant
     store = ray_cluster.store
     expert = make_agent(store, client_id, scripted_profile(store, [{"reply": "It is four."}]))
-    ask = store.tools.put(
-        Tool.model_validate(
-            {
-                "id": f"ask-expert-{new_id().lower()}",
-                "name": "ask_expert",
-                "description": "Ask the expert; the answer comes later",
-                "target_type": "agent",
-                "target_id": expert.id,
-                "invocation_mode": "delegate",
-                "async": True,
-                "input_schema": {"type": "object", "properties": {"input": {"type": "string"}}},
-            }
-        ),
-        utc_now(),
+    ask = agent_tool(
+        store,
+        "ask_expert",
+        expert.id,
+        "Ask the expert; the answer comes later",
+        invocation_mode="delegate",
+        **{"async": True},
     )
     profile = scripted_profile(
         store,
