@@ -5,10 +5,11 @@ A writer (a conversation actor, the gateway's intake, the async-operations runne
 after its commit, fire-and-forget; frames published in one turn of its event loop travel in one
 call. A process with subscribers (a gateway replica) runs one listener per event loop: it watches
 the conversations its subscriptions follow and long-polls the hub for their frames
-(``LONG_POLL_S``); every ``STORE_POLL_S`` it also compares the store's last seqs with what its
-subscriptions heard of (the fallback for a publish lost with its process). A hub that restarted
-(a new epoch) or forgot the listener is told everything again, and the subscriptions catch up
-from the store. Nothing here waits on a conversation's actor.
+(``LONG_POLL_S``); every ``STORE_POLL_S`` it also reads the store's last seqs, and a subscription
+that has still not heard of what the store held a poll earlier reads the store (the fallback for a
+publish lost with its process). A hub that restarted (a new epoch) or forgot the listener is told
+everything again, and the subscriptions catch up from the store. Nothing here waits on a
+conversation's actor.
 """
 
 from __future__ import annotations

@@ -98,6 +98,7 @@ class EventFeed:
         self.partials = PartialReplies()
         self._subs: dict[str, set[_Subscription]] = {}
         self._watching: dict[str, asyncio.Future[list[JsonObject]]] = {}
+        self._store_seqs: dict[str, int] = {}  # each watched conversation's last seq, last poll
 
     def watched(self) -> list[str]:
         return list(self._subs)
@@ -133,14 +134,21 @@ class EventFeed:
         self.resync()
 
     async def poll_store(self) -> None:
-        """The fallback for publishes lost on the way: subscriptions behind the store catch up."""
+        """The fallback for publishes lost on the way: a subscription that has still not heard
+        of what the store held at the previous poll catches up from the store. What the store
+        holds now may be a publish still on its way (a reply's tokens, then its commit's
+        events, a few ms behind): reading it now would hand the subscriber a completed turn
+        before that turn's tokens."""
         watched = self.watched()
+        previous, self._store_seqs = self._store_seqs, {}
         for start in range(0, len(watched), SEQ_CHUNK):
             chunk = watched[start : start + SEQ_CHUNK]
             last = await asyncio.to_thread(self.store.events.last_seqs, chunk)
-            for conversation_id, seq in last.items():
+            self._store_seqs.update(last)
+            for conversation_id in chunk:
+                behind = previous.get(conversation_id, 0)
                 for sub in self._subs.get(conversation_id, ()):
-                    if sub.offered < seq:
+                    if max(sub.offered, sub.order.last_seq) < behind:
                         sub.resync()
         self.partials.prune()
 
@@ -169,11 +177,9 @@ class EventFeed:
                 if frame.get("turn_id") not in closed:
                     yield frame
             while True:
+                # What was heard of first, in order (gaps read from the store), so a reply's
+                # tokens still come before its turn's end; then, on a resync, what was not.
                 resync, batch = await sub.next_batch()
-                if resync:
-                    for frame in await self._read(conversation_id, sub.order.last_seq, None):
-                        sub.order.saw(frame)
-                        yield frame
                 for frame in coalesce(batch):
                     if sub.order.is_old(frame):
                         continue
@@ -184,6 +190,10 @@ class EventFeed:
                             yield missed
                     sub.order.saw(frame)
                     yield frame
+                if resync:
+                    for frame in await self._read(conversation_id, sub.order.last_seq, None):
+                        sub.order.saw(frame)
+                        yield frame
         finally:
             self._leave(conversation_id, sub)
 

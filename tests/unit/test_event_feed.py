@@ -64,20 +64,27 @@ class Writer:
         self.hub = hub
         self.conversation_id = conversation_id
         self.dropping = False
+        self.holding = False  # publishes still on their way, sent by ``release``
+        self.held: list[JsonObject] = []
         self.log = ConversationLog(store, conversation_id, self._publish)
 
     def _publish(self, frame: JsonObject) -> None:
-        if not self.dropping:
+        if self.holding:
+            self.held.append(frame)
+        elif not self.dropping:
             asyncio.get_running_loop().create_task(
                 self.hub.publish([(self.conversation_id, [frame])])
             )
+
+    async def release(self) -> None:
+        self.holding, held, self.held = False, self.held, []
+        await self.hub.publish([(self.conversation_id, held)])
 
     def write(self, *types: str) -> None:
         self.log.commit(utc_now(), [PendingWrite([PendingEvent(t, {}) for t in types])])
 
     def token(self, turn_id: str, delta: str) -> None:
-        frame = token_frame(self.conversation_id, turn_id, delta)
-        asyncio.get_running_loop().create_task(self.hub.publish([(self.conversation_id, [frame])]))
+        self._publish(token_frame(self.conversation_id, turn_id, delta))
 
 
 async def take(stream: AsyncIterator[JsonObject], n: int, source: HubSource) -> list[JsonObject]:
@@ -136,8 +143,29 @@ async def test_what_a_subscriber_did_not_hear_of_is_read_from_the_store(store: S
     writer.dropping = True
     writer.write("note")  # the last event lost: no later one shows the gap
     await source.pump()
-    await source.feed.poll_store()  # the fallback: the store is ahead of what it heard of
+    await source.feed.poll_store()  # the store is ahead: a publish may still be on its way
+    await source.feed.poll_store()  # the fallback: still not heard of a poll later
     assert kinds(await take(stream, 1, source)) == [(5, "note")]
+
+
+async def test_the_store_poll_does_not_overtake_a_publish_on_its_way(store: Store) -> None:
+    """A reply's tokens and its commit, published a few ms after the commit: a store poll in
+    between must not hand the subscriber the turn's end before the reply's tokens."""
+    hub = EventHub()
+    source = HubSource(hub, store)
+    conv = create_conversation(store, client_id="c").id
+    writer = Writer(store, hub, conv)
+    stream = source.feed.subscribe(conv, 0)
+    assert kinds(await take(stream, 1, source)) == [(1, "conversation_started")]
+    await source.feed.poll_store()
+    writer.holding = True
+    writer.token("turn_1", "hello")
+    writer.write("message", "turn.completed")
+    await source.feed.poll_store()  # the store holds seq 3; its publish is still on its way
+    await writer.release()
+    got = await take(stream, 3, source)
+    assert kinds(got) == [(None, "token"), (2, "message"), (3, "turn.completed")]
+    assert got[0]["delta"] == "hello"
 
 
 async def test_duplicates_and_late_events_are_dropped(store: Store) -> None:
