@@ -103,6 +103,7 @@ class Cluster:
 
 
 _DASHBOARD: list[str] = []
+TEST_CONVERSATION_IDLE_TTL_S = 30.0
 
 
 def dashboard_url() -> str:
@@ -234,7 +235,10 @@ def ray_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     env = {
         **_session_database_env(request),
         "WONDER_DATA_DIR": str(data_dir),
-        "WONDER_CONVERSATION_IDLE_TTL_S": "600",
+        # Short: an idle resident actor costs its process's upkeep (≈ 0.5 % of a core each),
+        # and at 600 s most of the cap would sit idle through the session; a conversation a test
+        # comes back to later is started again, as in production.
+        "WONDER_CONVERSATION_IDLE_TTL_S": str(TEST_CONVERSATION_IDLE_TTL_S),
         "WONDER_SCHEDULER_TICK_S": "1",
         "WONDER_MAX_RESIDENT_CONVERSATIONS": "64",
         "WONDER_HTTP_ALLOWED_HOSTS": '["127.0.0.1"]',

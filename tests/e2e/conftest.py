@@ -87,7 +87,7 @@ def exported_to(tracing_env: dict[str, str]) -> Iterator[None]:
                 os.environ[name] = value
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # the engines stop when the e2e tier ends (memory, idle CPU)
 def llm_app(ray_cluster: Cluster, serve_port: int) -> Iterator[LlmApp]:
     from ray import serve
 

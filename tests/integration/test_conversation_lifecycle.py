@@ -10,7 +10,7 @@ import pytest
 import ray
 
 from core.domain import MessageRole, TurnStatus
-from tests.conftest import Cluster, async_wait_for
+from tests.conftest import TEST_CONVERSATION_IDLE_TTL_S, Cluster, async_wait_for
 from tests.factories import make_agent, make_client, make_conversation, scripted_profile
 from tests.integration.access import conversations, post
 
@@ -84,7 +84,7 @@ async def test_idle_actor_evicts_itself_after_the_ttl(ray_cluster: Cluster) -> N
             lambda: name not in _alive_conversation_actors(), timeout=30, interval=0.3
         )
     finally:
-        await conversations().configure_directory(idle_ttl_s=600)
+        await conversations().configure_directory(idle_ttl_s=TEST_CONVERSATION_IDLE_TTL_S)
     ack = await post(conv.id, "back", "u")
     await _completed(ray_cluster, ack.turn_id)
     assert store.messages.list(conv.id)[-1].content == "echo: back"
