@@ -8,7 +8,6 @@ else is a 404, and the member check of every ``/v1/conversations/{id}`` route ap
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -22,6 +21,7 @@ from serving.gateway.auth import ClientId, Context
 from serving.gateway.context import GatewayContext
 from serving.gateway.conversations import owned_conversation
 from serving.gateway.protocol import Items
+from serving.gateway.query_params import Rfc3339Time
 
 router = APIRouter(prefix="/v1/conversations/{conversation_id}")
 usage_router = APIRouter(prefix="/v1")
@@ -110,6 +110,8 @@ def client_usage(
     context: Context,
     client_id: ClientId,
     agent_id: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
-    since: datetime | None = None,
+    since: Annotated[
+        Rfc3339Time | None, Query(description="Calls made at or after this time (with a time zone)")
+    ] = None,
 ) -> Any:
     return context.store.records.usage(client_id=client_id, agent_id=agent_id, since=since)

@@ -118,6 +118,12 @@ async def test_a_turns_calls_trace_and_usage_are_read_like_the_turn(
     assert other.get(f"/v1/conversations/{conv}/usage").status_code == 404
     assert other.get("/v1/usage").json()["calls"] == 0
     assert api.get("/v1/usage", params={"agent_id": agent.id}).json()["calls"] == 2
+    # ``since`` is a date-time with its zone, as the schema says: not seconds or a bare date.
+    assert api.get("/v1/usage", params={"since": "2000-01-01T00:00:00Z"}).json()["calls"] == 2
+    for loose in ("0", "2000-01-01", "2000-01-01T00:00:00"):
+        refused = api.get("/v1/usage", params={"since": loose})
+        assert refused.status_code == 422, (loose, refused.text)
+        assert "RFC 3339" in refused.text
 
 
 class Captured:
