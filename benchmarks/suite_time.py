@@ -1,0 +1,219 @@
+"""How long ``make test`` takes, and where the machine's CPU goes meanwhile.
+
+Runs the pytest sessions ``make test`` runs after its installs, one after another, as it does: the
+whole suite, the PostgreSQL integration files (the Makefile's ``PG_INTEGRATION``) and the Phoenix
+session (``PHOENIX_TESTS``); the file lists are read from the Makefile itself. Each session's output
+goes to a log file in ``--out``. Meanwhile every process's CPU time is sampled from
+``/proc`` (every ``--period`` seconds) and summed by kind of process: conversation actors, the
+local model (vLLM), Serve, Ray's own services, idle Ray workers, the pytest processes, ...
+
+Figures (the last line, one JSON object): each session's wall time and exit code, the total, the
+machine's busy CPU-seconds against what its cores offered in that time (``busy_fraction``: below
+1, some of the run waited on something other than the CPU), CPU-seconds by kind of process, and
+the bound that CPU work sets: busy CPU-seconds / cores.
+
+    python benchmarks/suite_time.py [--sessions main,postgresql,phoenix] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from harness import reporter
+
+progress = reporter("suite_time")
+ROOT = Path(__file__).resolve().parent.parent
+
+# Kinds of process, by what their command line starts with or holds (first match wins).
+KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("conversation actors", ("ray::Conversation",)),
+    ("local model (vLLM)", ("VLLM::", "ray::ServeReplica:llm")),
+    (
+        "Serve (controller, proxy, gateway, embedder)",
+        ("ray::ServeReplica", "ray::ServeCon", "ray::ProxyActor"),
+    ),
+    ("workflow coordinators", ("ray::WorkflowCo",)),
+    ("executor (pool, dispatchers, task workers)", ("ray::Executor", "ray::execute_task")),
+    ("idle Ray workers", ("ray::IDLE", "ray::Idle")),
+    ("other Ray actors", ("ray::",)),
+    ("pytest", ("pytest",)),
+    (
+        "Ray's services (GCS, raylets, dashboard, agents, log monitor)",
+        ("gcs_server", "raylet", "log_monitor", "dashboard", "ray-dashboard", "runtime_env"),
+    ),
+    ("wonder up (the newcomer tier)", ("wonder up", "wonder chat", "wonder down")),
+    (
+        "tests' servers (PostgreSQL, Redis, moto, Chromium, Phoenix, Node)",
+        (
+            "postgres",
+            "redis-server",
+            "moto_server",
+            "chromium",
+            "phoenix",
+            "node ",
+        ),
+    ),
+)
+
+
+def kind_of(command: str) -> str:
+    for kind, marks in KINDS:
+        if any(mark in command for mark in marks):
+            return kind
+    return "other processes (kernel threads included)"
+
+
+def make_variable(name: str) -> str:
+    """A variable of the Makefile as make expands it."""
+    rule = f"print-var: ; @echo $({name})\n"
+    done = subprocess.run(
+        ["make", "-s", "--no-print-directory", "-f", "Makefile", "-f", "-", "print-var"],
+        input=rule,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def sessions() -> dict[str, list[str]]:
+    """The pytest arguments of each session ``make test`` runs, in its order."""
+    return {
+        "main": ["--durations=40", "tests"],
+        "postgresql": ["--database=postgresql", *make_variable("PG_INTEGRATION").split()],
+        "phoenix": make_variable("PHOENIX_TESTS").split(),
+    }
+
+
+class CpuSampler:
+    """Every process's CPU time (utime + stime), the last value seen per pid, and the machine's."""
+
+    def __init__(self, period_s: float) -> None:
+        self.period_s = period_s
+        self.hz = os.sysconf("SC_CLK_TCK")
+        self._first: dict[int, int] = {}
+        self._seen: dict[int, tuple[str, int]] = {}
+        self._stop = threading.Event()
+        self._machine_start = self._machine()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._snap(initial=True)
+        self._thread.start()
+
+    @staticmethod
+    def _machine() -> tuple[int, int]:
+        with open("/proc/stat") as stat:
+            values = [int(v) for v in stat.readline().split()[1:]]
+        return sum(values) - values[3] - values[4], sum(values)  # busy, all (idle, iowait out)
+
+    def _snap(self, initial: bool = False) -> None:
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            pid = int(entry)
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    raw = stat.read()
+                with open(f"/proc/{pid}/cmdline", "rb") as cmd:
+                    command = cmd.read().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            fields = raw[raw.rindex(")") + 2 :].split()
+            ticks = int(fields[11]) + int(fields[12])
+            name = command or raw[raw.index("(") + 1 : raw.rindex(")")]
+            if initial:
+                self._first[pid] = ticks  # what ran before the run is not counted
+            self._seen[pid] = (name, ticks)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            self._snap()
+
+    def busy(self) -> tuple[float, float]:
+        """Busy CPU-seconds, and CPU-seconds the cores offered, since the start."""
+        now = self._machine()
+        return (
+            (now[0] - self._machine_start[0]) / self.hz,
+            (now[1] - self._machine_start[1]) / self.hz,
+        )
+
+    def stop(self) -> dict[str, float]:
+        self._stop.set()
+        self._thread.join()
+        self._snap()
+        by_kind: dict[str, float] = defaultdict(float)
+        for pid, (name, ticks) in self._seen.items():
+            by_kind[kind_of(name)] += (ticks - self._first.get(pid, 0)) / self.hz
+        return {k: round(v) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])}
+
+
+def run_session(name: str, args: list[str], out: Path, sampler: CpuSampler) -> dict[str, object]:
+    log = out / f"{name}.log"
+    progress(f"session {name}: pytest {' '.join(args)} (output in {log})")
+    started = time.monotonic()
+    with open(log, "w") as sink:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "pytest", *args], cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT
+        )
+        while child.poll() is None:
+            try:
+                child.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                busy, offered = sampler.busy()
+                progress(
+                    f"session {name}: {time.monotonic() - started:.0f} s, "
+                    f"machine busy {busy / max(offered, 1):.0%} so far"
+                )
+    wall = time.monotonic() - started
+    tail = log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
+    progress(f"session {name}: rc {child.returncode} in {wall:.0f} s: {tail[0]}")
+    return {"wall_s": round(wall), "rc": child.returncode, "summary": tail[0]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", default="main,postgresql,phoenix")
+    parser.add_argument("--out", type=Path, default=None, help="where the logs go (a temp dir)")
+    parser.add_argument("--period", type=float, default=3.0, help="CPU sampling period, s")
+    args = parser.parse_args()
+    out = args.out or Path(tempfile.mkdtemp(prefix="wonder-suite-"))
+    out.mkdir(parents=True, exist_ok=True)
+    planned = sessions()
+    chosen = [s.strip() for s in args.sessions.split(",") if s.strip()]
+    unknown = [s for s in chosen if s not in planned]
+    if unknown:
+        parser.error(f"unknown sessions {unknown}; choose among {list(planned)}")
+    cores = os.cpu_count() or 1
+    sampler = CpuSampler(args.period)
+    started = time.monotonic()
+    results = {name: run_session(name, planned[name], out, sampler) for name in chosen}
+    wall = time.monotonic() - started
+    busy, offered = sampler.busy()
+    by_kind = sampler.stop()
+    print(
+        json.dumps(
+            {
+                "sessions": results,
+                "wall_s": round(wall),
+                "cores": cores,
+                "machine_busy_cpu_s": round(busy),
+                "busy_fraction": round(busy / max(offered, 1), 3),
+                "cpu_bound_s": round(busy / cores),
+                "cpu_s_by_kind": by_kind,
+                "logs": str(out),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
