@@ -33,34 +33,37 @@ from harness import reporter
 progress = reporter("suite_time")
 ROOT = Path(__file__).resolve().parent.parent
 
-# Kinds of process, by what their command line starts with or holds (first match wins).
+# Kinds of process, by what their command line holds (first match wins; an exited process may
+# have left only its 15-character name, hence the short marks).
 KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("conversation actors", ("ray::Conversation",)),
+    ("conversation actors", ("ray::Conversati",)),
     ("local model (vLLM)", ("VLLM::", "ray::ServeReplica:llm")),
     (
         "Serve (controller, proxy, gateway, embedder)",
-        ("ray::ServeReplica", "ray::ServeCon", "ray::ProxyActor"),
+        ("ray::ServeRepli", "ray::ServeCon", "ray::ProxyActor"),
     ),
     ("workflow coordinators", ("ray::WorkflowCo",)),
     ("executor (pool, dispatchers, task workers)", ("ray::Executor", "ray::execute_task")),
     ("idle Ray workers", ("ray::IDLE", "ray::Idle")),
-    ("other Ray actors", ("ray::",)),
-    ("pytest", ("pytest",)),
     (
         "Ray's services (GCS, raylets, dashboard, agents, log monitor)",
-        ("gcs_server", "raylet", "log_monitor", "dashboard", "ray-dashboard", "runtime_env"),
+        (
+            "gcs_server",
+            "raylet",
+            "log_monitor",
+            "dashboard",
+            "ray::DashboardA",
+            "ray::RuntimeEnv",
+            "runtime_env",
+            "--log_dir=",
+        ),
     ),
+    ("other Ray actors and tasks", ("ray::",)),
+    ("pytest", ("pytest",)),
     ("wonder up (the newcomer tier)", ("wonder up", "wonder chat", "wonder down")),
     (
         "tests' servers (PostgreSQL, Redis, moto, Chromium, Phoenix, Node)",
-        (
-            "postgres",
-            "redis-server",
-            "moto_server",
-            "chromium",
-            "phoenix",
-            "node ",
-        ),
+        ("postgres", "redis-server", "moto_server", "chromium", "phoenix", "node "),
     ),
 )
 
