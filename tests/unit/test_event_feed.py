@@ -124,13 +124,19 @@ async def test_replay_then_live_each_durable_event_once_in_order(store: Store) -
     assert source.watches == [conv]
 
 
-async def test_what_a_subscriber_did_not_hear_of_is_read_from_the_store(store: Store) -> None:
+async def subscribed(store: Store) -> tuple[HubSource, Writer, AsyncIterator[JsonObject]]:
+    """A new conversation, its writer, and a subscription that has had its first event."""
     hub = EventHub()
     source = HubSource(hub, store)
     conv = create_conversation(store, client_id="c").id
     writer = Writer(store, hub, conv)
     stream = source.feed.subscribe(conv, 0)
     assert kinds(await take(stream, 1, source)) == [(1, "conversation_started")]
+    return source, writer, stream
+
+
+async def test_what_a_subscriber_did_not_hear_of_is_read_from_the_store(store: Store) -> None:
+    source, writer, stream = await subscribed(store)
     writer.dropping = True  # a writer that died right after its commits: nobody heard of them
     writer.write("turn.started", "message")
     writer.dropping = False
@@ -151,12 +157,7 @@ async def test_what_a_subscriber_did_not_hear_of_is_read_from_the_store(store: S
 async def test_the_store_poll_does_not_overtake_a_publish_on_its_way(store: Store) -> None:
     """A reply's tokens and its commit, published a few ms after the commit: a store poll in
     between must not hand the subscriber the turn's end before the reply's tokens."""
-    hub = EventHub()
-    source = HubSource(hub, store)
-    conv = create_conversation(store, client_id="c").id
-    writer = Writer(store, hub, conv)
-    stream = source.feed.subscribe(conv, 0)
-    assert kinds(await take(stream, 1, source)) == [(1, "conversation_started")]
+    source, writer, stream = await subscribed(store)
     await source.feed.poll_store()
     writer.holding = True
     writer.token("turn_1", "hello")
