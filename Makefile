@@ -102,10 +102,15 @@ PG_INTEGRATION := $(addprefix tests/integration/,test_conversation_actor.py test
 # And, in a session of its own, a turn's trace read back from a real Arize Phoenix: a session with
 # it makes every process of its Ray export spans (tests/conftest.py collects it only when named).
 PHOENIX_TESTS := tests/e2e/test_phoenix_trace.py
+# The sessions run in two lanes at once (tests/lanes.py): the suite is bound by CPU work, but the
+# multi-node tier and the newcomer tier spend much of their time waiting (nodes started and killed,
+# `wonder up` and its model), so they run in a session of their own beside the main one, followed by
+# the PostgreSQL and Phoenix sessions. Each session has its own local Ray.
+SIDE_TIERS := tests/newcomer tests/cluster
+MAIN_SESSION := --durations=40 tests $(addprefix --ignore=,$(SIDE_TIERS))
+SIDE_SESSIONS := "--durations=20 $(SIDE_TIERS)" "--database=postgresql $(PG_INTEGRATION)" "$(PHOENIX_TESTS)"
 test: install test-system-packages $(NODE_STAMP) $(PHOENIX_STAMP)
-	$(BIN)/python -m pytest --durations=40 tests
-	$(BIN)/python -m pytest --database=postgresql $(PG_INTEGRATION)
-	$(BIN)/python -m pytest $(PHOENIX_TESTS)
+	$(BIN)/python tests/lanes.py --lane "$(MAIN_SESSION)" --lane $(SIDE_SESSIONS)
 
 test-postgres: install test-system-packages
 	$(BIN)/python -m pytest --database=postgresql tests/integration

@@ -1,18 +1,21 @@
 """How long ``make test`` takes, and where the machine's CPU goes meanwhile.
 
-Runs the pytest sessions ``make test`` runs after its installs, one after another, as it does: the
-whole suite, the PostgreSQL integration files (the Makefile's ``PG_INTEGRATION``) and the Phoenix
-session (``PHOENIX_TESTS``); the file lists are read from the Makefile itself. Each session's output
-goes to a log file in ``--out``. Meanwhile every process's CPU time is sampled from
-``/proc`` (every ``--period`` seconds) and summed by kind of process: conversation actors, the
-local model (vLLM), Serve, Ray's own services, idle Ray workers, the pytest processes, ...
+Runs the pytest sessions ``make test`` runs after its installs, as it does (``tests/lanes.py``):
+two lanes at once, the main session (the Makefile's ``MAIN_SESSION``) beside a lane of side
+sessions in turn (``SIDE_SESSIONS``: the multi-node and newcomer tiers, the PostgreSQL integration
+files, the Phoenix session); both are read from the Makefile itself. ``--serial`` runs the same
+sessions one after another instead (how ``make test`` ran them before the lanes), for a same-day
+comparison. Each session's output goes to a log file in ``--out``. Meanwhile every process's CPU
+time is sampled from ``/proc`` (every ``--period`` seconds) and summed by kind of process:
+conversation actors, the local model (vLLM), Serve, Ray's own services, idle Ray workers, the
+pytest processes, ...
 
 Figures (the last line, one JSON object): each session's wall time and exit code, the total, the
 machine's busy CPU-seconds against what its cores offered in that time (``busy_fraction``: below
 1, some of the run waited on something other than the CPU), CPU-seconds by kind of process, and
 the bound that CPU work sets: busy CPU-seconds / cores.
 
-    python benchmarks/suite_time.py [--sessions main,postgresql,phoenix] [--out DIR]
+    python benchmarks/suite_time.py [--serial] [--out DIR]
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -29,6 +33,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from harness import reporter
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.lanes import Lanes  # how make test runs its sessions
 
 progress = reporter("suite_time")
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,7 +84,7 @@ def kind_of(command: str) -> str:
 
 def make_variable(name: str) -> str:
     """A variable of the Makefile as make expands it."""
-    rule = f"print-var: ; @echo $({name})\n"
+    rule = f"print-var: ; $(info $({name}))@:\n"  # printed as make has it, quotes kept
     done = subprocess.run(
         ["make", "-s", "--no-print-directory", "-f", "Makefile", "-f", "-", "print-var"],
         input=rule,
@@ -89,13 +96,11 @@ def make_variable(name: str) -> str:
     return done.stdout.strip()
 
 
-def sessions() -> dict[str, list[str]]:
-    """The pytest arguments of each session ``make test`` runs, in its order."""
-    return {
-        "main": ["--durations=40", "tests"],
-        "postgresql": ["--database=postgresql", *make_variable("PG_INTEGRATION").split()],
-        "phoenix": make_variable("PHOENIX_TESTS").split(),
-    }
+def lanes() -> list[list[list[str]]]:
+    """The lanes of pytest sessions ``make test`` runs (each session a list of arguments)."""
+    main = shlex.split(make_variable("MAIN_SESSION"))
+    side = [shlex.split(session) for session in shlex.split(make_variable("SIDE_SESSIONS"))]
+    return [[main], side]
 
 
 class CpuSampler:
@@ -159,53 +164,50 @@ class CpuSampler:
         return {k: round(v) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])}
 
 
-def run_session(name: str, args: list[str], out: Path, sampler: CpuSampler) -> dict[str, object]:
-    log = out / f"{name}.log"
-    progress(f"session {name}: pytest {' '.join(args)} (output in {log})")
-    started = time.monotonic()
-    with open(log, "w") as sink:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "pytest", *args], cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT
+def report_progress(sampler: CpuSampler, started: float, stop: threading.Event) -> None:
+    while not stop.wait(60):
+        busy, offered = sampler.busy()
+        progress(
+            f"{time.monotonic() - started:.0f} s, machine busy {busy / max(offered, 1):.0%} so far"
         )
-        while child.poll() is None:
-            try:
-                child.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                busy, offered = sampler.busy()
-                progress(
-                    f"session {name}: {time.monotonic() - started:.0f} s, "
-                    f"machine busy {busy / max(offered, 1):.0%} so far"
-                )
-    wall = time.monotonic() - started
-    tail = log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
-    progress(f"session {name}: rc {child.returncode} in {wall:.0f} s: {tail[0]}")
-    return {"wall_s": round(wall), "rc": child.returncode, "summary": tail[0]}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sessions", default="main,postgresql,phoenix")
+    parser.add_argument("--serial", action="store_true", help="every session one after another")
     parser.add_argument("--out", type=Path, default=None, help="where the logs go (a temp dir)")
     parser.add_argument("--period", type=float, default=3.0, help="CPU sampling period, s")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="wonder-suite-"))
-    out.mkdir(parents=True, exist_ok=True)
-    planned = sessions()
-    chosen = [s.strip() for s in args.sessions.split(",") if s.strip()]
-    unknown = [s for s in chosen if s not in planned]
-    if unknown:
-        parser.error(f"unknown sessions {unknown}; choose among {list(planned)}")
+    planned = lanes()
+    if args.serial:
+        planned = [[session for lane in planned for session in lane]]
     cores = os.cpu_count() or 1
     sampler = CpuSampler(args.period)
     started = time.monotonic()
-    results = {name: run_session(name, planned[name], out, sampler) for name in chosen}
+    stop = threading.Event()
+    threading.Thread(target=report_progress, args=(sampler, started, stop), daemon=True).start()
+    progress(f"{sum(map(len, planned))} sessions in {len(planned)} lane(s); logs in {out}")
+    run = Lanes(planned, out, stream_first=False)
+    rc = run.run()
+    stop.set()
     wall = time.monotonic() - started
     busy, offered = sampler.busy()
     by_kind = sampler.stop()
     print(
         json.dumps(
             {
-                "sessions": results,
+                "sessions": {
+                    s.name: {
+                        "pytest": shlex.join(s.args),
+                        "wall_s": round(s.wall_s),
+                        "began_s": round(s.began - started),
+                        "rc": s.rc,
+                        "summary": s.summary,
+                    }
+                    for s in sorted(run.sessions, key=lambda s: (s.lane, s.index))
+                },
+                "rc": rc,
                 "wall_s": round(wall),
                 "cores": cores,
                 "machine_busy_cpu_s": round(busy),
