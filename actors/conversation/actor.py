@@ -80,7 +80,13 @@ from actors.conversation.domain import (
 )
 from actors.conversation.folding import apply
 from actors.conversation.intake import existing_ack, parent_turn, raise_refusal
-from actors.conversation.log import ConversationLog, Owner, WriterFenced, event_dict
+from actors.conversation.log import (
+    ConversationLog,
+    Owner,
+    PendingWrite,
+    WriterFenced,
+    event_dict,
+)
 from actors.conversation.planning import plan
 from actors.conversation.ports import ConversationPorts, ConversationPortsFactory
 from actors.conversation.records import WAITING, BatchWriter
@@ -129,6 +135,8 @@ from core.tracing import current_traceparent
 
 log = logging.getLogger("wonder.conversation")
 
+SETTLE_BATCH_S = 0.25  # settled memory extractions are stored together this long after the first
+
 
 class Hibernating(RetryableError):
     """The actor is being evicted; the caller re-activates the conversation and retries."""
@@ -163,6 +171,8 @@ class ConversationActor:
         self._models: dict[str, ChatModel] = {}  # each model loop's model (one per context)
         self._ended: dict[str, asyncio.Event] = {}  # turns someone waits on
         self._side: set[asyncio.Task[Any]] = set()
+        self._held: list[PendingWrite] = []  # settled extractions not stored yet (``_hold``)
+        self._held_flush: asyncio.TimerHandle | None = None
         # Each waiting approval's timeout, by turn, then by approval id.
         self._timers: dict[str, dict[str, asyncio.Task[None]]] = {}
         self._last_activity = time.monotonic()
@@ -199,22 +209,49 @@ class ConversationActor:
         """Plan ``event``, persist what it writes (one transaction), apply it, perform its
         effects."""
         decisions = plan(self.state, event)
-        writer = BatchWriter(self.store, self.id)
+        runs = {t.turn_id: t.context_run_id for t in self.state.turns.values() if t.context_run_id}
+        writer = BatchWriter(self.store, self.id, runs)
         writes = writer.writes_for(decisions)
-        if writes:
-            # intent first: a failed commit changes nothing
-            try:
-                self.log.commit(utc_now(), writes)
-            except WriterFenced:
-                # A newer incarnation holds the log: this one is a leftover and takes no more.
-                log.error("conversation %s: another incarnation holds the log", self.id)
-                self._closing = True
-                raise
+        if writes and all(isinstance(d, SettleExtraction) for d in decisions):
+            self._hold(writes)
+        elif writes:
+            self._commit(writes)  # intent first: a failed commit changes nothing
         for decision in decisions:
             apply(self.state, decision)
         for decision in decisions:
             self._perform(decision)
         return decisions, writer.acks
+
+    def _commit(self, writes: list[PendingWrite]) -> None:
+        try:
+            self.log.commit(utc_now(), writes)
+        except WriterFenced:
+            # A newer incarnation holds the log: this one is a leftover and takes no more.
+            log.error("conversation %s: another incarnation holds the log", self.id)
+            self._closing = True
+            raise
+
+    def _hold(self, writes: list[PendingWrite]) -> None:
+        """Settled memory extractions are stored together, ``SETTLE_BATCH_S`` after the first
+        (one transaction for all, not one each beside the next turns). Until then they are
+        pending in the store: an actor that dies meanwhile leaves them to its next incarnation,
+        which runs them again, as after a crash mid-extraction. The actor is not idle while it
+        holds any."""
+        self._held.extend(writes)
+        if self._held_flush is None:
+            loop = asyncio.get_running_loop()
+            self._held_flush = loop.call_later(SETTLE_BATCH_S, self._flush_held)
+
+    def _flush_held(self) -> None:
+        self._held_flush = None
+        held, self._held = self._held, []
+        if not held:
+            return
+        try:
+            self._commit(held)
+        except Exception:  # still pending in the store: a later incarnation settles them
+            log.exception("conversation %s: settled extractions not stored", self.id)
+        self._note_if_idle()
 
     def _perform(self, decision: Decision) -> None:
         match decision:
@@ -361,6 +398,9 @@ class ConversationActor:
         if self._work.get(turn_id) is task:
             del self._work[turn_id]
         self._last_activity = time.monotonic()
+        self._note_if_idle()
+
+    def _note_if_idle(self) -> None:
         if not self._noted_idle and not self._closing and self.is_idle():
             self._noted_idle = True  # once per stretch of work
             self.ports.residency.note_idle(self.id)
@@ -468,7 +508,7 @@ class ConversationActor:
         count: they follow the conversation without this actor)."""
         if not self._bound:
             return not self._work
-        live = self.state.turns or self.state.extracting
+        live = self.state.turns or self.state.extracting or self._held
         return not self._work and not live
 
     async def status(self) -> JsonObject:

@@ -175,6 +175,9 @@ class TurnState:
     awaiting_recorded: bool = False  # the store marks it awaiting its operations
     resuming: Resumption | None = None  # a turn cut mid-loop, resumed at its next context
     approval: ApprovalWait | None = None  # its tool calls wait for decisions (``approving``)
+    # The context hook run the current loop adopted: stored on the turn with its next save (its
+    # answer, its failure or its wait), not in a write of its own on the way to the model.
+    context_run_id: str | None = None
 
 
 @dataclass(slots=True)

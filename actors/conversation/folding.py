@@ -186,8 +186,9 @@ def _apply_step(
             turn.delivering = delivering
             if delivering is not None:
                 turn.deliveries = tuple(op for op in turn.deliveries if op.id != delivering.id)
-        case AdoptContext(setup=setup, base=base):
+        case AdoptContext(setup=setup, base=base, hook_run_id=run_id):
             turn.setup, turn.base = setup, base
+            turn.context_run_id = run_id or turn.context_run_id
         case ResumeLoop(transcript=transcript, moves_made=moves_made):
             turn.transcript, turn.moves_made, turn.resuming = transcript, moves_made, None
         case CallModel(transcript=transcript, moves_made=moves_made):

@@ -7,7 +7,7 @@ pure effects (call the model, run tools...) write nothing here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import assert_never
 
@@ -159,16 +159,21 @@ def operation_delivered(turn_id: str, op: AsyncOperation) -> JsonObject:
     return payload
 
 
-def _hook_run(run_id: str | None) -> dict[str, object]:
+def _hook_run(run_id: str | None) -> dict[str, str]:
     return {} if run_id is None else {"context_assembly_run_id": run_id}
 
 
 class BatchWriter:
     """Builds the writes of one planning batch (move numbers are counted across the batch)."""
 
-    def __init__(self, store: Store, conversation_id: str) -> None:
+    def __init__(
+        self, store: Store, conversation_id: str, context_runs: Mapping[str, str] | None = None
+    ) -> None:
         self.store = store
         self.conversation_id = conversation_id
+        # Each live turn's adopted context hook run (``TurnState.context_run_id``), stored on the
+        # turn with its next save: a hooked turn's way to the model has no write of its own.
+        self.context_runs = context_runs or {}
         self.acks: dict[str, Message] = {}  # turn id -> its input message, numbered
         self._next_move: dict[str, int] = {}
 
@@ -192,12 +197,6 @@ class BatchWriter:
                 return PendingWrite(
                     [], lambda c, _e: self._settle_extraction(turn_id, failed, run_id, c)
                 )
-            case AdoptContext(turn_id=turn_id, hook_run_id=run_id) if run_id is not None:
-
-                def hook_run(conn: Connection, _events: list[Event]) -> None:
-                    self._update_turn(turn_id, conn, context_assembly_run_id=run_id)
-
-                return PendingWrite([], hook_run)
             case NoteEvent(type=event_type, payload=payload):
                 return PendingWrite([PendingEvent(event_type, payload)])
             case SaveConversation(conversation=conversation, event=event, payload=payload):
@@ -237,14 +236,15 @@ class BatchWriter:
             case StartTurn(turn_id=turn_id, at=at):
                 return PendingWrite([], lambda c, _e: self._mark_started(turn_id, at, c))
             case AwaitOperations(turn_id=turn_id, usage=usage, announce=announce):
+                run = _hook_run(self.context_runs.get(turn_id))
                 if not announce:
 
                     def write(conn: Connection, _events: list[Event]) -> None:
-                        self._update_turn(turn_id, conn, usage=usage)
+                        self._update_turn(turn_id, conn, usage=usage, **run)
 
                     return PendingWrite([], write)
                 return self._turn_change(
-                    turn_id, "turn.awaiting", {}, awaiting_operations=True, usage=usage
+                    turn_id, "turn.awaiting", {}, None, awaiting_operations=True, usage=usage, **run
                 )
             case CompleteTurn(turn_id=turn_id, usage=usage, at=at, extraction=extraction):
                 return self._turn_change(
@@ -258,6 +258,7 @@ class BatchWriter:
                     awaiting_approval=False,
                     usage=usage,
                     memory_extraction_pending=extraction is not None,
+                    **_hook_run(self.context_runs.get(turn_id)),
                 )
             case FailTurn(turn_id=turn_id, reason=reason, usage=usage, at=at, error=error):
                 extra: JsonObject = {"reason": reason}
@@ -276,7 +277,7 @@ class BatchWriter:
                     awaiting_approval=False,
                     usage=usage,
                     context_failed=decision.context_failed,
-                    **_hook_run(decision.context_assembly_run_id),
+                    **_hook_run(decision.context_assembly_run_id or self.context_runs.get(turn_id)),
                 )
             case _:
                 assert_never(decision)

@@ -548,6 +548,42 @@ async def test_a_hook_assembles_the_request_the_model_sees(cluster: InProcessClu
     assert history.split(" | ")[0] == "alpha" and history.split(" | ")[-1] == "beta"
 
 
+async def test_hook_runs_are_stored_on_the_turn_and_settled_extractions_together(
+    cluster: InProcessCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The context hook's run is stored on the turn with its answer (the way to the model has no
+    write of its own); settled extractions are stored together after ``SETTLE_BATCH_S``, and the
+    actor is not idle (so not evicted) while it holds any."""
+    monkeypatch.setattr(actor_module, "SETTLE_BATCH_S", 1.0)
+    store = cluster.store
+    context = task_tool(store, "ctx", [{"kind": "context.get", "params": {"key": "notes"}}])
+    extract = task_tool(
+        store, "ext", [{"kind": "context.set", "params": {"key": "k", "value": "{{turn_id}}"}}]
+    )
+    conv = conversation(
+        store,
+        [{"reply": "one"}, {"reply": "two"}],
+        context_assembly_task_id=context.target_id,
+        memory_extraction_task_id=extract.target_id,
+    )
+    turns = []
+    for text in ("a", "b"):
+        ack = await cluster.post_message(conv, text, "user-1")
+        assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+        turns.append(ack.turn_id)
+    actor = cluster.actors[conv]
+    await async_wait_for(lambda: not actor.state.extracting, timeout=10)
+    # Both extractions ran; neither is stored as settled yet, and the actor says it is busy.
+    assert all(store.turns.get(t).issues.memory_extraction_pending for t in turns)
+    assert not actor.is_idle()
+    await async_wait_for(lambda: all(extraction_settled(cluster, t) for t in turns), timeout=10)
+    assert store.pending_extractions.list(conv) == []
+    assert actor.is_idle()
+    runs = [store.turns.get(t) for t in turns]
+    assert all(r.context_assembly_run_id and r.memory_extraction_run_id for r in runs)
+    assert len({r.context_assembly_run_id for r in runs}) == 2
+
+
 async def test_an_edit_to_the_persona_or_a_hook_task_holds_from_the_next_turn(
     cluster: InProcessCluster,
 ) -> None:
