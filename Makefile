@@ -105,8 +105,9 @@ PHOENIX_TESTS := tests/e2e/test_phoenix_trace.py
 # The sessions run in two lanes at once (tests/lanes.py): the suite is bound by CPU work, but the
 # multi-node tier and the newcomer tier spend much of their time waiting (nodes started and killed,
 # `wonder up` and its model), so they run in a session of their own beside the main one, followed by
-# the PostgreSQL and Phoenix sessions. Each session has its own local Ray.
-SIDE_TIERS := tests/newcomer tests/cluster
+# the PostgreSQL and Phoenix sessions, at a lower CPU priority (nice 5) so that the main session
+# keeps its pace where both want the CPU. Each session has its own local Ray.
+SIDE_TIERS := tests/cluster tests/newcomer
 MAIN_SESSION := --durations=40 tests $(addprefix --ignore=,$(SIDE_TIERS))
 SIDE_SESSIONS := "--durations=20 $(SIDE_TIERS)" "--database=postgresql $(PG_INTEGRATION)" "$(PHOENIX_TESTS)"
 test: install test-system-packages $(NODE_STAMP) $(PHOENIX_STAMP)

@@ -57,6 +57,7 @@ class Lanes:
     logs: Path
     python: str = sys.executable
     stream_first: bool = True  # the first lane's output to this process's (else to a log too)
+    side_nice: int = 5  # niceness of every lane but the first (0: as the first)
     sessions: list[Session] = field(default_factory=list)
     _print_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -87,6 +88,11 @@ class Lanes:
 
     def _run_session(self, session: Session) -> None:
         command = [self.python, "-m", "pytest", *session.args]
+        if session.lane > 0 and self.side_nice:
+            # The side lanes yield the CPU to the main one when both want it (their Ray and
+            # servers inherit it): the main lane's tests keep their pace, the side lanes take
+            # what the main one leaves.
+            command = ["nice", "-n", str(self.side_nice), *command]
         session.began = time.monotonic()
         if session.lane == 0 and self.stream_first:
             self._say(f"[lanes] {session.name}: pytest {shlex.join(session.args)}")
