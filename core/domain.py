@@ -597,7 +597,11 @@ class Turn(Model):
     status: TurnStatus = TurnStatus.ACTIVE
     failure_reason: str | None = None
     failure_code: ErrorCode | None = None  # AGENT_DECLINED when the agent declined
-    context_assembly_run_id: str | None = None
+    context_assembly_run_id: str | None = Field(
+        None,
+        description="The context hook run of the turn's latest model loop, stored with the turn's "
+        "answer, failure or wait for async operations",
+    )
     memory_extraction_run_id: str | None = None
     issues: TurnIssues = Field(default_factory=TurnIssues)
     usage: Usage = Field(default_factory=Usage)
