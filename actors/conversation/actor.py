@@ -556,6 +556,10 @@ class ConversationActor:
         for work in extractions:  # nothing left to extract memories for
             work.cancel()
         await asyncio.gather(*extractions, return_exceptions=True)
+        if self._held_flush is not None:  # settled extractions of turns about to be deleted
+            self._held_flush.cancel()
+            self._held_flush = None
+        self._held.clear()
         self._closing = True
         return {"conversation_id": self.id, "cancelled_turns": cancelled}
 
