@@ -1,11 +1,11 @@
 """How long ``make test`` takes, and where the machine's CPU goes meanwhile.
 
-Runs the pytest sessions ``make test`` runs after its installs, as it does (``tests/lanes.py``):
-two lanes at once, the main session (the Makefile's ``MAIN_SESSION``) beside a lane of side
-sessions in turn (``SIDE_SESSIONS``: the multi-node and newcomer tiers, the PostgreSQL integration
-files, the Phoenix session); both are read from the Makefile itself. ``--serial`` runs the same
-sessions one after another instead (how ``make test`` ran them before the lanes), for a same-day
-comparison. Each session's output goes to a log file in ``--out``. Meanwhile every process's CPU
+Runs the pytest sessions ``make test`` runs after its installs, one after another as it does
+(``tests/lanes.py``): the main session (the Makefile's ``MAIN_SESSION``), then the side sessions
+(``SIDE_SESSIONS``: the multi-node and newcomer tiers, the PostgreSQL integration files, the Phoenix
+session); both are read from the Makefile itself. ``--lanes`` runs the side sessions in a lane
+beside the main one (at nice 5), for comparison. Each session's output goes to a log file in
+``--out``. Meanwhile every process's CPU
 time is sampled from ``/proc`` (every ``--period`` seconds) and summed by kind of process:
 conversation actors, the local model (vLLM), Serve, Ray's own services, idle Ray workers, the
 pytest processes, ...
@@ -15,7 +15,7 @@ machine's busy CPU-seconds against what its cores offered in that time (``busy_f
 1, some of the run waited on something other than the CPU), CPU-seconds by kind of process, and
 the bound that CPU work sets: busy CPU-seconds / cores.
 
-    python benchmarks/suite_time.py [--serial] [--out DIR]
+    python benchmarks/suite_time.py [--lanes] [--out DIR]
 """
 
 from __future__ import annotations
@@ -174,13 +174,15 @@ def report_progress(sampler: CpuSampler, started: float, stop: threading.Event) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--serial", action="store_true", help="every session one after another")
+    parser.add_argument(
+        "--lanes", action="store_true", help="the side sessions in a lane beside the main one"
+    )
     parser.add_argument("--out", type=Path, default=None, help="where the logs go (a temp dir)")
     parser.add_argument("--period", type=float, default=3.0, help="CPU sampling period, s")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="wonder-suite-"))
     planned = lanes()
-    if args.serial:
+    if not args.lanes:  # as make test runs them: one after another
         planned = [[session for lane in planned for session in lane]]
     cores = os.cpu_count() or 1
     sampler = CpuSampler(args.period)
