@@ -103,7 +103,7 @@ PG_INTEGRATION := $(addprefix tests/integration/,test_conversation_actor.py test
 # it makes every process of its Ray export spans (tests/conftest.py collects it only when named).
 PHOENIX_TESTS := tests/e2e/test_phoenix_trace.py
 # The sessions run one after another (tests/lanes.py, one lane). Two lanes at once (the main session
-# beside the multi-node and newcomer tiers, then PostgreSQL and Phoenix, at nice 5) took 0.89 x the
+# beside the multi-node and newcomer tiers, then PostgreSQL and Phoenix, at nice 5) took 0.87-0.89 x the
 # time, but a memory job submitted to the main session's Ray attached to the other lane's Ray in two
 # of three runs (docs/benchmarks.md): they stay off until that is fixed. Each session has its own Ray.
 SIDE_TIERS := tests/cluster tests/newcomer

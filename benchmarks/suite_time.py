@@ -5,10 +5,9 @@ Runs the pytest sessions ``make test`` runs after its installs, one after anothe
 (``SIDE_SESSIONS``: the multi-node and newcomer tiers, the PostgreSQL integration files, the Phoenix
 session); both are read from the Makefile itself. ``--lanes`` runs the side sessions in a lane
 beside the main one (at nice 5), for comparison. Each session's output goes to a log file in
-``--out``. Meanwhile every process's CPU
-time is sampled from ``/proc`` (every ``--period`` seconds) and summed by kind of process:
-conversation actors, the local model (vLLM), Serve, Ray's own services, idle Ray workers, the
-pytest processes, ...
+``--out``. Meanwhile every process's CPU time is sampled from ``/proc`` (every ``--period``
+seconds) and summed by kind of process: conversation actors, the local model (vLLM), Serve, Ray's
+own services, idle Ray workers, the pytest processes, ...
 
 Figures (the last line, one JSON object): each session's wall time and exit code, the total, the
 machine's busy CPU-seconds against what its cores offered in that time (``busy_fraction``: below

@@ -9,7 +9,9 @@ pytest session of this project does (``tests/conftest.py``).
 
 Why lanes: the suite is bound by CPU work, but a third of its run the 2-core machine is waiting
 (nodes started and killed by the multi-node tier, ``wonder up`` and its model, servers starting).
-A second session beside the main one uses that time (docs/benchmarks.md, ``suite_time.py``).
+A second lane beside the main session uses that time (0.87-0.89 x the serial time,
+docs/benchmarks.md). ``make test`` runs one lane for now: with two, a memory job submitted to the
+main session's Ray attached to the other lane's Ray (``suite_time.py --lanes`` measures both ways).
 
 The exit status is 0 when every session passed, else the first failed session's status; the last
 lines name each session with its status and wall time.
