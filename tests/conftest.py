@@ -278,6 +278,11 @@ def ray_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
             encoding="JSON", log_level="INFO", additional_log_standard_attrs=["name"]
         ),
     )
+    # Ray's job server gives a job's driver the address recorded in its temp dir, which only
+    # `ray start` writes; without it, it takes any GCS it sees among the machine's processes (a
+    # second test session's, a `wonder up` head's), so a job could attach to another Ray.
+    gcs_address = ray.get_runtime_context().gcs_address
+    Path(ray_tmp, "ray_current_cluster").write_text(gcs_address)
     try:
         yield Cluster(
             data_dir=data_dir,

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,6 +18,7 @@ from typing import Any
 import pytest
 
 from cluster import jobs as cli
+from cluster.local_cluster import LocalCluster
 from core.memory import (
     HashingEmbedder,
     MemoryFilter,
@@ -63,9 +67,28 @@ def run_job(ray_cluster: Cluster, job: str, env: list[str], *args: str) -> dict[
     return dict(json.loads(result_lines[-1]))
 
 
+@pytest.fixture
+def another_ray() -> Iterator[LocalCluster]:
+    """A second Ray on the machine (a `ray start` head of its own), as when another session or a
+    `wonder up` runs beside the tests."""
+    scrubbed = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "WONDER_"))}
+    other = LocalCluster(tempfile.mkdtemp(prefix="wo", dir="/tmp"), scrubbed)
+    try:
+        other.start_head(num_cpus=1)
+        yield other
+    finally:
+        other.shutdown()
+        shutil.rmtree(other.temp_dir, ignore_errors=True)
+
+
 def test_embed_job_backfills_vectors_with_the_model(
-    ray_cluster: Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ray_cluster: Cluster,
+    another_ray: LocalCluster,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    import ray
+
     where = Locations(str(tmp_path / "lance"), str(tmp_path / "objects"))
     # Written with a stand-in embedder (same dimension, useless vectors): a backfill case.
     stand_in = open_memory_service(where, HashingEmbedder(384, name="stand-in"))
@@ -81,6 +104,10 @@ def test_embed_job_backfills_vectors_with_the_model(
     assert result["mode"] == "ray_data" and result["steady_rows_per_s"] > 0
     out = capsys.readouterr().out
     assert "embedded 16/42" in out  # progress in the job log, followed by the CLI
+    # The job's Ray Data pool ran on the cluster it was submitted to, not the other one.
+    session_gcs = ray.get_runtime_context().gcs_address
+    assert f"Connecting to existing Ray cluster at address: {session_gcs}" in out
+    assert another_ray.address not in out
 
     real = open_memory_service(where, SentenceTransformerEmbedder())
     assert real.ops.count(MemoryFilter("agent-e")) == len(texts)
