@@ -102,15 +102,15 @@ PG_INTEGRATION := $(addprefix tests/integration/,test_conversation_actor.py test
 # And, in a session of its own, a turn's trace read back from a real Arize Phoenix: a session with
 # it makes every process of its Ray export spans (tests/conftest.py collects it only when named).
 PHOENIX_TESTS := tests/e2e/test_phoenix_trace.py
-# The sessions run one after another (tests/lanes.py, one lane). Two lanes at once (the main session
-# beside the multi-node and newcomer tiers, then PostgreSQL and Phoenix, at nice 5) took 0.87-0.89 x the
-# time, but a memory job submitted to the main session's Ray attached to the other lane's Ray in two
-# of three runs (docs/benchmarks.md): they stay off until that is fixed. Each session has its own Ray.
+# The sessions run in two lanes at once (tests/lanes.py): the main session, and beside it, at nice 5,
+# the multi-node and newcomer tiers, then PostgreSQL, then Phoenix. Each session has its own Ray.
+# The machine waits a third of a serial run (nodes, `wonder up`, servers starting); the second lane
+# fills those waits (docs/benchmarks.md: `benchmarks/suite_time.py --lanes` against serial).
 SIDE_TIERS := tests/cluster tests/newcomer
 MAIN_SESSION := --durations=40 tests $(addprefix --ignore=,$(SIDE_TIERS))
 SIDE_SESSIONS := "--durations=20 $(SIDE_TIERS)" "--database=postgresql $(PG_INTEGRATION)" "$(PHOENIX_TESTS)"
 test: install test-system-packages $(NODE_STAMP) $(PHOENIX_STAMP)
-	$(BIN)/python tests/lanes.py --lane "$(MAIN_SESSION)" $(SIDE_SESSIONS)
+	$(BIN)/python tests/lanes.py --lane "$(MAIN_SESSION)" --lane $(SIDE_SESSIONS)
 
 test-postgres: install test-system-packages
 	$(BIN)/python -m pytest --database=postgresql tests/integration

@@ -1,20 +1,20 @@
 """How long ``make test`` takes, and where the machine's CPU goes meanwhile.
 
-Runs the pytest sessions ``make test`` runs after its installs, one after another as it does
-(``tests/lanes.py``): the main session (the Makefile's ``MAIN_SESSION``), then the side sessions
-(``SIDE_SESSIONS``: the multi-node and newcomer tiers, the PostgreSQL integration files, the Phoenix
-session); both are read from the Makefile itself. ``--lanes`` runs the side sessions in a lane
-beside the main one (at nice 5), for comparison. Each session's output goes to a log file in
-``--out``. Meanwhile every process's CPU time is sampled from ``/proc`` (every ``--period``
-seconds) and summed by kind of process: conversation actors, the local model (vLLM), Serve, Ray's
-own services, idle Ray workers, the pytest processes, ...
+Runs the pytest sessions ``make test`` runs after its installs, in its two lanes
+(``tests/lanes.py``): the main session (the Makefile's ``MAIN_SESSION``), and beside it, at nice 5,
+the side sessions one after another (``SIDE_SESSIONS``: the multi-node and newcomer tiers, the
+PostgreSQL integration files, the Phoenix session); both are read from the Makefile itself.
+``--serial`` runs them all one after another instead, for comparison. Each session's output goes
+to a log file in ``--out``. Meanwhile every process's CPU time is sampled from ``/proc`` (every
+``--period`` seconds) and summed by kind of process: conversation actors, the local model (vLLM),
+Serve, Ray's own services, idle Ray workers, the pytest processes, ...
 
 Figures (the last line, one JSON object): each session's wall time and exit code, the total, the
 machine's busy CPU-seconds against what its cores offered in that time (``busy_fraction``: below
 1, some of the run waited on something other than the CPU), CPU-seconds by kind of process, and
 the bound that CPU work sets: busy CPU-seconds / cores.
 
-    python benchmarks/suite_time.py [--lanes] [--out DIR]
+    python benchmarks/suite_time.py [--serial] [--out DIR]
 """
 
 from __future__ import annotations
@@ -174,14 +174,14 @@ def report_progress(sampler: CpuSampler, started: float, stop: threading.Event) 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--lanes", action="store_true", help="the side sessions in a lane beside the main one"
+        "--serial", action="store_true", help="every session one after another (one lane)"
     )
     parser.add_argument("--out", type=Path, default=None, help="where the logs go (a temp dir)")
     parser.add_argument("--period", type=float, default=3.0, help="CPU sampling period, s")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="wonder-suite-"))
     planned = lanes()
-    if not args.lanes:  # as make test runs them: one after another
+    if args.serial:  # one lane: every session one after another
         planned = [[session for lane in planned for session in lane]]
     cores = os.cpu_count() or 1
     sampler = CpuSampler(args.period)

@@ -9,9 +9,9 @@ pytest session of this project does (``tests/conftest.py``).
 
 Why lanes: the suite is bound by CPU work, but a third of its run the 2-core machine is waiting
 (nodes started and killed by the multi-node tier, ``wonder up`` and its model, servers starting).
-A second lane beside the main session uses that time (0.87-0.89 x the serial time,
-docs/benchmarks.md). ``make test`` runs one lane for now: with two, a memory job submitted to the
-main session's Ray attached to the other lane's Ray (``suite_time.py --lanes`` measures both ways).
+A second lane beside the main session uses that time (docs/benchmarks.md;
+``benchmarks/suite_time.py`` measures it against one lane). Two Rays on one machine stay apart: each
+session records its Ray's address in its own temp dir, where Ray's job server looks for it.
 
 The exit status is 0 when every session passed, else the first failed session's status; the last
 lines name each session with its status and wall time.
