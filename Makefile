@@ -105,7 +105,7 @@ PHOENIX_TESTS := tests/e2e/test_phoenix_trace.py
 # The sessions run in two lanes at once (tests/lanes.py): the main session, and beside it, at nice 5,
 # the multi-node and newcomer tiers, then PostgreSQL, then Phoenix. Each session has its own Ray.
 # The machine waits a third of a serial run (nodes, `wonder up`, servers starting); the second lane
-# fills those waits (docs/benchmarks.md: `benchmarks/suite_time.py --lanes` against serial).
+# fills those waits (docs/benchmarks.md: `benchmarks/suite_time.py` against its `--serial`).
 SIDE_TIERS := tests/cluster tests/newcomer
 MAIN_SESSION := --durations=40 tests $(addprefix --ignore=,$(SIDE_TIERS))
 SIDE_SESSIONS := "--durations=20 $(SIDE_TIERS)" "--database=postgresql $(PG_INTEGRATION)" "$(PHOENIX_TESTS)"
