@@ -116,11 +116,13 @@ async def _actor_turns(conv_id: str, n: int, acks: list[float] | None = None) ->
 
 
 async def _gateway_turns(
-    port: int, key: str, conv_id: str, n: int, acks: list[float] | None = None
+    port: int, key: str, conv_id: str, n: int, acks: list[float] | None = None, warm: int = 0
 ) -> tuple[list[float], list[float]]:
     """Message frame → the agent's ``message`` event (the reply, what the user waits for), and
     message frame → ``turn.completed`` (memory extraction runs after it, seed 001); ``acks``:
-    message frame → its ``ack`` frame."""
+    message frame → its ``ack`` frame. The first ``warm`` turns are not counted. One WebSocket
+    for all of them, opened on a conversation with no turns yet: a second one opened from seq 0
+    would replay the first one's turns, and their frames would be taken for the new turns'."""
     import websockets
 
     url = f"ws://127.0.0.1:{port}/v1/conversations/{conv_id}/stream?after_seq=0"
@@ -133,27 +135,30 @@ async def _gateway_turns(
         await ws.send(json.dumps({"type": "ping", "id": "warm"}))
         while json.loads(await ws.recv()).get("type") != "pong":
             pass
-        for i in range(n):
+        for i in range(warm + n):
+            counted = i >= warm
             t0 = time.perf_counter()
-            await ws.send(json.dumps({"type": "message", "content": f"g{i}"}))
-            turn_id = None
-            while True:
+            await ws.send(json.dumps({"type": "message", "content": f"g{i}", "id": f"m{i}"}))
+            # The turn's events may overtake its ack: done when both are in.
+            turn_id: str | None = None
+            completed: set[str] = set()
+            while turn_id is None or turn_id not in completed:
                 frame = json.loads(await ws.recv())
-                FRAMES[str(frame.get("type"))] = FRAMES.get(str(frame.get("type")), 0) + 1
-                if frame.get("type") == "ack":
-                    turn_id = frame.get("turn_id")
-                    if acks is not None:
+                kind = str(frame.get("type"))
+                FRAMES[kind] = FRAMES.get(kind, 0) + 1
+                if kind == "ack" and frame.get("id") == f"m{i}":
+                    turn_id = str(frame.get("turn_id"))
+                    if acks is not None and counted:
                         acks.append(time.perf_counter() - t0)
                 message = frame.get("message") or {}
-                if frame.get("type") == "message" and message.get("role") == "agent":
+                if kind == "message" and message.get("role") == "agent" and counted:
                     replies.append(time.perf_counter() - t0)
-                if frame.get("type") == "turn.completed" and (
-                    turn_id is None or frame.get("turn_id") == turn_id
-                ):
-                    break
-                if frame.get("type") in ("turn.failed", "error"):
+                if kind == "turn.completed":
+                    completed.add(str(frame.get("turn_id")))
+                if kind in ("turn.failed", "error"):
                     raise RuntimeError(frame)
-            samples.append(time.perf_counter() - t0)
+            if counted:
+                samples.append(time.perf_counter() - t0)
     return samples, replies
 
 
@@ -291,9 +296,8 @@ async def _gateway_series(
         conv = create_conversation(
             store, client_id=setup["client_id"], agent_id=setup["agents"][name].id
         )
-        await _gateway_turns(port, setup["key"], conv.id, 10)
         acks: list[float] = []
-        completed, replies = await _gateway_turns(port, setup["key"], conv.id, turns, acks)
+        completed, replies = await _gateway_turns(port, setup["key"], conv.id, turns, acks, 10)
         results[f"gateway{suffix}"], results[f"gateway_reply{suffix}"] = ms(completed), ms(replies)
         results[f"gateway_ack{suffix}"] = ms(acks)
         progress(f"ack via gateway WebSocket ({name}): {results[f'gateway_ack{suffix}']}")
