@@ -25,9 +25,9 @@ import asyncio
 import functools
 import logging
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import ray
 
@@ -75,6 +75,8 @@ RAY_CALL_ERRORS = (
 HIBERNATE_WAIT_S = 5.0
 NODES_SEEN_S = 5.0  # the directory's view of the live nodes is at most this old
 SHUTDOWN_WAIT_S = 10.0
+# Actor handles a process keeps, by conversation, to call a live actor without the directory.
+LIVE_HANDLES = 4096
 
 
 class NodeChoice:
@@ -283,12 +285,43 @@ class RayConversations:
         self._intake = intake
         self._feed = feed
         self._in_flight: set[asyncio.Task[None]] = set()
+        self._live: OrderedDict[str, Any] = OrderedDict()  # conversation id → its actor's handle
+
+    def _remember(self, conversation_id: str, handle: Any) -> None:
+        self._live[conversation_id] = handle
+        self._live.move_to_end(conversation_id)
+        while len(self._live) > LIVE_HANDLES:
+            self._live.popitem(last=False)
+
+    async def _on_known_actor(
+        self, conversation_id: str, call: Callable[[Any], Awaitable[T]]
+    ) -> tuple[bool, T | None]:
+        """``call`` on the actor this process last reached for ``conversation_id``, without
+        asking the directory: ``(True, result)``. ``(False, None)`` when there is none, or it
+        is gone (evicted, hibernating, dead): the caller asks the directory. The actor checks
+        what matters itself (it refuses while hibernating; a killed one answers nothing), so a
+        stale handle costs one failed call, never a wrong answer."""
+        handle = self._live.get(conversation_id)
+        if handle is None:
+            return False, None
+        try:
+            return True, await call(handle)
+        except RAY_CALL_ERRORS as exc:
+            error = as_wonder_error(exc, f"conversation {conversation_id}")
+            if not error.retriable:
+                raise error from None
+            if self._live.get(conversation_id) is handle:
+                del self._live[conversation_id]
+            return False, None
 
     async def _call(
         self, conversation_id: str, call: Callable[[Any], Awaitable[T]], keep: bool = False
     ) -> T:
         """``call(actor)`` on the conversation's live actor, with ``ACTOR_CALL`` retries.
         ``keep``: if the cap is full, the directory keeps the activation queued."""
+        reached, result = await self._on_known_actor(conversation_id, call)
+        if reached:
+            return cast(T, result)
         replace = False
 
         async def attempt() -> T:
@@ -301,11 +334,13 @@ class RayConversations:
                     raise _Refused(error) from None
                 raise error from None
             try:
-                return await call(handle)
+                answer = await call(handle)
             except RAY_CALL_ERRORS as exc:
                 error = as_wonder_error(exc, f"conversation {conversation_id}")
                 replace = replace or error.retriable  # dead, restarting or hibernating
                 raise error from None
+            self._remember(conversation_id, handle)
+            return answer
 
         try:
             return await with_retries(ACTOR_CALL, attempt)
@@ -341,6 +376,11 @@ class RayConversations:
             )
             return posted
 
+        # A conversation whose actor this process reached lately: straight to it (it acknowledges
+        # and applies the policy), no store check and no directory call on the message's path.
+        reached, known = await self._on_known_actor(conversation_id, post)
+        if reached:
+            return cast(MessageAck, known)
         if self._intake is not None:
             ack = await asyncio.to_thread(
                 self._intake.acknowledge,
@@ -511,11 +551,13 @@ class RayConversations:
     async def actor(self, conversation_id: str, evict_first: bool = False) -> Any:
         """The conversation's live actor handle (benchmarks and operators call it directly)."""
         if evict_first:
+            self._live.pop(conversation_id, None)
             await self._directory().evict.remote(conversation_id)
         return await self._directory().activate.remote(conversation_id, False)
 
     async def evict(self, conversation_id: str) -> bool:
         """Evict the conversation's actor now if it is idle (operators, benchmarks)."""
+        self._live.pop(conversation_id, None)
         evicted: bool = await self._directory().evict.remote(conversation_id)
         return evicted
 

@@ -201,3 +201,33 @@ async def test_a_stream_survives_the_actor_being_killed(ray_cluster: Cluster) ->
     listener.cancel()
     seqs = [e["seq"] for e in seen]
     assert seqs == list(range(1, len(seqs) + 1))
+
+
+async def test_a_message_reaches_a_new_actor_when_the_one_this_process_knew_is_gone(
+    ray_cluster: Cluster,
+) -> None:
+    """A process calls the actor it reached last without asking the directory; when that actor
+    was evicted or killed behind its back, the message still lands, once, with the history."""
+    store = ray_cluster.store
+    client_id, _ = make_client(store)
+    agent = make_agent(store, client_id, scripted_profile(store))
+    conv = make_conversation(store, client_id, agent)
+    name = f"conversation:{conv.id}"
+    ack = await post(conv.id, "one", "u")
+    await _completed(ray_cluster, ack.turn_id)
+
+    # Evicted by the directory (not through this process, which still holds the old handle).
+    assert await conversations()._directory().evict.remote(conv.id)
+    assert name not in _alive_conversation_actors()
+    ack = await post(conv.id, "two", "u")
+    await _completed(ray_cluster, ack.turn_id)
+
+    # Killed outright: the directory still lists it, this process still holds its handle.
+    ray.kill(ray.get_actor(name, namespace="wonder"), no_restart=True)
+    ack = await post(conv.id, "three", "u")
+    await _completed(ray_cluster, ack.turn_id)
+
+    contents = [m.content for m in store.messages.list(conv.id)]
+    assert contents == ["one", "echo: one", "two", "echo: two", "three", "echo: three"]
+    seqs = [e.seq for e in store.events.list(conv.id)]
+    assert seqs == list(range(1, len(seqs) + 1))
