@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,17 @@ def _answers(store: Store, conversation_id: str) -> list[str]:
     return [m.content for m in store.messages.list(conversation_id) if m.role is MessageRole.AGENT]
 
 
+async def _thinking(conversation_id: str, turn_id: str, timeout: float = 30.0) -> int:
+    """The pid of the actor once its model call for ``turn_id`` runs."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = await conversations().status(conversation_id)
+        if status["live_turns"].get(turn_id) == "thinking":
+            return int(status["pid"])
+        assert time.monotonic() < deadline, f"turn {turn_id} never reached its model call"
+        await asyncio.sleep(0.05)
+
+
 async def _kill(conversation_id: str) -> None:
     status = await conversations().status(conversation_id)
     os.kill(status["pid"], signal.SIGKILL)
@@ -67,8 +79,10 @@ async def test_kill_9_mid_model_call_answers_on_the_same_turn(ray_cluster: Clust
     listener = asyncio.create_task(listen(0))
     ack = await post(conv.id, "this must survive", "u")
     await async_wait_for(lambda: any(e["type"] == "message" for e in seen), timeout=30)
+    # The message is stored at once; its turn may start in an actor only a moment later.
+    pid = await _thinking(conv.id, ack.turn_id)
     _use_profile(store, agent.id, scripted_profile(store))  # the model answers fast from now on
-    await _kill(conv.id)
+    os.kill(pid, signal.SIGKILL)
     await asyncio.wait_for(listener, 60)
 
     assert await _ended(ray_cluster, ack.turn_id) is TurnStatus.COMPLETED
