@@ -305,7 +305,7 @@ class RayConversations:
         if handle is None:
             return False, None
         try:
-            return True, await call(handle)
+            answer = await call(handle)
         except RAY_CALL_ERRORS as exc:
             error = as_wonder_error(exc, f"conversation {conversation_id}")
             if not error.retriable:
@@ -313,6 +313,9 @@ class RayConversations:
             if self._live.get(conversation_id) is handle:
                 del self._live[conversation_id]
             return False, None
+        if self._live.get(conversation_id) is handle:
+            self._live.move_to_end(conversation_id)  # the newest kept when there are too many
+        return True, answer
 
     async def _call(
         self, conversation_id: str, call: Callable[[Any], Awaitable[T]], keep: bool = False
