@@ -9,7 +9,11 @@ what is measured is Wonder's own overhead. Figures:
   handle, with both hooks (context assembly and memory extraction as executor tasks);
 - ``turn_overhead_nohooks_p50_ms``: the same without hooks;
 - ``turn_context_hook_p50_ms`` / ``turn_extraction_hook_p50_ms``: the same with one hook only
-  (what each adds; the extraction runs after the turn completed, beside the next one);
+  (what each adds; the extraction runs after the turn completed, once the conversation is quiet:
+  ``WONDER_EXTRACTION_QUIET_S``; ``=0`` runs it at once, beside the next turn);
+- ``extraction_drain_p50_ms``: from the last turn of a round of the both-hooks series until every
+  extraction of its turns is stored (the next series starts only then, so no series pays for
+  another's extractions);
 - ``paused_turn_p50/p99_ms``: turns with both hooks, each after a pause of ``--pause-min`` to
   ``--pause-max`` seconds (default 5 to 30) with nothing else running: what a conversation a user
   comes back to waits (Ray ends idle worker processes after 1 s); ``paused_turn_nohooks_*`` the
@@ -162,6 +166,14 @@ async def _gateway_turns(
     return samples, replies
 
 
+async def _settled(store: Any, conv_id: str) -> float:
+    """Seconds until no memory extraction of the conversation is pending in the store."""
+    t0 = time.perf_counter()
+    while await asyncio.to_thread(store.pending_extractions.list, conv_id):
+        await asyncio.sleep(0.01)
+    return time.perf_counter() - t0
+
+
 async def _paused_turns(
     series: dict[str, str], pauses: int, low: float, high: float
 ) -> dict[str, list[float]]:
@@ -300,6 +312,7 @@ async def _gateway_series(
         completed, replies = await _gateway_turns(port, setup["key"], conv.id, turns, acks, 10)
         results[f"gateway{suffix}"], results[f"gateway_reply{suffix}"] = ms(completed), ms(replies)
         results[f"gateway_ack{suffix}"] = ms(acks)
+        await _settled(store, conv.id)
         progress(f"ack via gateway WebSocket ({name}): {results[f'gateway_ack{suffix}']}")
         progress(f"turn via gateway WebSocket ({name}): {results[f'gateway{suffix}']}")
         progress(f"reply via gateway WebSocket ({name}): {results[f'gateway_reply{suffix}']}")
@@ -330,22 +343,29 @@ async def main_async(args: argparse.Namespace, store: Any, port: int) -> dict[st
     series: dict[str, str] = {}
     samples: dict[str, list[float]] = {}
     acks: list[float] = []  # the both-hooks series' acknowledgements
+    drains: list[float] = []  # the both-hooks series' extractions, stored after each round
     for name in ("hooks", "nohooks", "context", "extraction"):
         conv = create_conversation(
             store, client_id=setup["client_id"], agent_id=setup["agents"][name].id
         )
         await _actor_turns(conv.id, 10)  # warm: actor, executor workers, imports
+        await _settled(store, conv.id)
         series[name], samples[name] = conv.id, []
     _load("actor")
     for round_ in range(ROUNDS):
         for name, conv_id in series.items():
             share = args.turns // ROUNDS + (1 if round_ < args.turns % ROUNDS else 0)
             samples[name] += await _actor_turns(conv_id, share, acks if name == "hooks" else None)
+            drained = await _settled(store, conv_id)
+            if name == "hooks":
+                drains.append(drained)
     _load("actor")
     for name, values in samples.items():
         results[f"turn_{name}"] = ms(values)
         progress(f"turn via actor ({name}): {results[f'turn_{name}']}")
     results["turn_ack"] = ms(acks)
+    results["extraction_drain"] = ms(drains)
+    progress(f"extractions stored after each round (hooks): {results['extraction_drain']}")
     progress(f"ack via actor (hooks): {results['turn_ack']}")
 
     if args.pauses:
@@ -510,6 +530,7 @@ def main() -> None:
         "turn_context_hook_p50_ms": results["turn_context"]["p50"],
         "turn_extraction_hook_p50_ms": results["turn_extraction"]["p50"],
         "turn_ack_p50_ms": results["turn_ack"]["p50"],
+        "extraction_drain_p50_ms": results["extraction_drain"]["p50"],
         "failed_turns": len(FAILED),
         "reactivation_p50_ms": results["reactivation"]["p50"],
         "reactivation_p99_ms": results["reactivation"]["p99"],

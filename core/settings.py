@@ -118,6 +118,20 @@ class Settings(BaseSettings):
         le=3600,
         description="How often the scheduler reads agents' memory upkeep policies",
     )
+    extraction_quiet_s: float = Field(
+        0.5,
+        ge=0,
+        le=3600,
+        description="A completed turn's memory extraction waits until no turn of its "
+        "conversation has run a step for this long (0: it runs at once, beside the next turn)",
+    )
+    extraction_max_wait_s: float = Field(
+        30.0,
+        gt=0,
+        le=86400,
+        description="A memory extraction runs after waiting this long even if its conversation "
+        "never quiets",
+    )
 
     # Observability (docs/observability.md): model call records, turn traces, their retention.
     record_model_calls: bool = Field(

@@ -52,6 +52,8 @@ from actors.conversation.domain import (
     FailTurn,
     HoldDelivery,
     MarkConversation,
+    MemoriesExtracted,
+    MemoryExtractionFailed,
     MessageReceived,
     NoteEvent,
     OperationCompleted,
@@ -78,6 +80,7 @@ from actors.conversation.domain import (
     TurnRequested,
     WaitForOperations,
 )
+from actors.conversation.extraction_pacing import CheckAt, RunNow, Waiting, next_extraction
 from actors.conversation.folding import apply
 from actors.conversation.intake import existing_ack, parent_turn, raise_refusal
 from actors.conversation.log import (
@@ -105,6 +108,7 @@ from core.domain import (
     MessageRole,
     MessageSource,
     OperationStatus,
+    PendingExtraction,
     ToolError,
     TurnStatus,
     UserCaller,
@@ -173,6 +177,12 @@ class ConversationActor:
         self._side: set[asyncio.Task[Any]] = set()
         self._held: list[PendingWrite] = []  # settled extractions not stored yet (``_hold``)
         self._held_flush: asyncio.TimerHandle | None = None
+        # Completed turns' extractions waiting for a quiet moment (``extraction_pacing``), the
+        # one of them running, and when the conversation's turns last did something.
+        self._waiting: dict[str, tuple[PendingExtraction, float]] = {}
+        self._extraction: asyncio.Task[None] | None = None
+        self._pace_timer: asyncio.TimerHandle | None = None
+        self._turn_activity = time.monotonic()
         # Each waiting approval's timeout, by turn, then by approval id.
         self._timers: dict[str, dict[str, asyncio.Task[None]]] = {}
         self._last_activity = time.monotonic()
@@ -208,6 +218,8 @@ class ConversationActor:
     def _handle(self, event: ConversationEvent) -> tuple[list[Decision], dict[str, Message]]:
         """Plan ``event``, persist what it writes (one transaction), apply it, perform its
         effects."""
+        if not isinstance(event, MemoriesExtracted | MemoryExtractionFailed):
+            self._turn_activity = time.monotonic()  # a turn's work: extractions wait for quiet
         decisions = plan(self.state, event)
         runs = {t.turn_id: t.context_run_id for t in self.state.turns.values() if t.context_run_id}
         writer = BatchWriter(self.store, self.id, runs)
@@ -272,7 +284,7 @@ class ConversationActor:
             case RunTools(turn_id=turn_id, agent_id=agent_id, plans=plans):
                 self._spawn(turn_id, self.steps.run_tools(turn_id, agent_id, plans))
             case ExtractMemories(extraction=extraction):
-                self._spawn(extraction.turn_id, self.steps.extract_memories(extraction))
+                self._extract_when_quiet(extraction)
             case CheckOperations(turn_id=turn_id, agent_id=agent_id, operations=operations):
                 self._side_step(turn_id, self.steps.check_operations(turn_id, agent_id, operations))
             case StopWork(turn_id=turn_id):
@@ -320,6 +332,51 @@ class ConversationActor:
         task = asyncio.get_running_loop().create_task(self._run_step(turn_id, step))
         self._work[turn_id] = task
         task.add_done_callback(lambda done: self._step_done(turn_id, done))
+
+    def _extract_when_quiet(self, extraction: PendingExtraction) -> None:
+        """Run a completed turn's memory extraction once its conversation is quiet
+        (``extraction_pacing``); at once when ``extraction_quiet_s`` is 0."""
+        if self.ports.settings.extraction_quiet_s == 0:
+            self._spawn(extraction.turn_id, self.steps.extract_memories(extraction))
+            return
+        self._waiting[extraction.turn_id] = (extraction, time.monotonic())
+        self._pace_extractions()
+
+    def _pace_extractions(self) -> None:
+        """Start the oldest waiting extraction if the conversation is quiet (or it waited too
+        long), else ask again when that may be. One runs at a time."""
+        if self._pace_timer is not None:
+            self._pace_timer.cancel()
+            self._pace_timer = None
+        if self._extraction is not None or self._closing:
+            return
+        busy = any(turn_id in self.state.turns for turn_id in self._work)
+        now = time.monotonic()
+        settings = self.ports.settings
+        pace = next_extraction(
+            [Waiting(turn_id, since) for turn_id, (_, since) in self._waiting.items()],
+            now=now,
+            quiet_since=None if busy else self._turn_activity,
+            quiet_s=settings.extraction_quiet_s,
+            max_wait_s=settings.extraction_max_wait_s,
+        )
+        match pace:
+            case RunNow(turn_id=turn_id):
+                extraction, _ = self._waiting.pop(turn_id)
+                self._spawn(turn_id, self.steps.extract_memories(extraction))
+                self._extraction = self._work[turn_id]
+                self._extraction.add_done_callback(self._extraction_done)
+            case CheckAt(at=at):
+                loop = asyncio.get_running_loop()
+                self._pace_timer = loop.call_later(at - now, self._pace_extractions)
+            case None:
+                pass
+            case _:
+                assert_never(pace)
+
+    def _extraction_done(self, _task: asyncio.Task[None]) -> None:
+        self._extraction = None
+        self._pace_extractions()
 
     def _time_approvals(self, decision: RequestApprovals | SettleApproval) -> None:
         """Time each held call that waits (``ApprovalTimedOut`` when its time is up); a decided
@@ -398,6 +455,8 @@ class ConversationActor:
         if self._work.get(turn_id) is task:
             del self._work[turn_id]
         self._last_activity = time.monotonic()
+        if self._waiting:
+            self._pace_extractions()  # a turn's step ended: quiet may begin now
         self._note_if_idle()
 
     def _note_if_idle(self) -> None:
@@ -518,6 +577,7 @@ class ConversationActor:
             "active_turns": sorted(self.state.running),
             "queued_turns": list(self.state.queue),
             "live_turns": {t.turn_id: t.phase.value for t in self.state.turns.values()},
+            "extracting": sorted(self.state.extracting),  # waiting for quiet, or running
             "writer_epoch": self._epoch,
             "init_ms": round(self._init_s * 1000, 1),
             "constructed_at": self._constructed_at,
@@ -556,6 +616,10 @@ class ConversationActor:
         for work in extractions:  # nothing left to extract memories for
             work.cancel()
         await asyncio.gather(*extractions, return_exceptions=True)
+        self._waiting.clear()
+        if self._pace_timer is not None:
+            self._pace_timer.cancel()
+            self._pace_timer = None
         if self._held_flush is not None:  # settled extractions of turns about to be deleted
             self._held_flush.cancel()
             self._held_flush = None

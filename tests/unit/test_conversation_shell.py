@@ -359,6 +359,93 @@ def extraction_settled(cluster: InProcessCluster, turn_id: str) -> bool:
     return not cluster.store.turns.get(turn_id).issues.memory_extraction_pending
 
 
+@pytest.fixture
+def paced(tmp_path: Path) -> Iterator[Any]:
+    """``paced(quiet_s, max_wait_s)``: an in-process cluster whose extractions wait that way."""
+    made: list[InProcessCluster] = []
+
+    def make(quiet_s: float, max_wait_s: float) -> InProcessCluster:
+        env = {
+            "WONDER_DATA_DIR": str(tmp_path / f"data{len(made)}"),
+            "WONDER_EMBEDDER": "local",
+            "WONDER_EXTRACTION_QUIET_S": str(quiet_s),
+            "WONDER_EXTRACTION_MAX_WAIT_S": str(max_wait_s),
+        }
+        made.append(InProcessCluster(env))
+        return made[-1]
+
+    yield make
+    for cluster in made:
+        cluster.close()
+
+
+def extracting_conversation(store: Store, script: list[dict[str, Any]]) -> str:
+    """A conversation whose extraction hook stores the id of the turn it ran for."""
+    extract = task_tool(
+        store, "ext", [{"kind": "context.set", "params": {"key": "ran", "value": "{{turn_id}}"}}]
+    )
+    return conversation(store, script, memory_extraction_task_id=extract.target_id)
+
+
+async def test_extractions_wait_while_the_conversation_keeps_talking(paced: Any) -> None:
+    """Turns one after another: each completed turn's extraction waits (pending in the store,
+    so a stop meanwhile leaves it to the next incarnation); the actor is not idle meanwhile."""
+    cluster = paced(quiet_s=60, max_wait_s=60)
+    conv = extracting_conversation(
+        cluster.store, [{"reply": "one"}, {"reply": "two"}, {"reply": "three"}]
+    )
+    turns = []
+    for text in ("a", "b", "c"):
+        ack = await cluster.post_message(conv, text, "user-1")
+        assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+        turns.append(ack.turn_id)
+    actor = cluster.actors[conv]
+    assert cluster.store.context.get(conv, "ran") is None  # none ran
+    assert sorted(p.turn_id for p in cluster.store.pending_extractions.list(conv)) == sorted(turns)
+    assert (await actor.status())["extracting"] == sorted(turns)
+    assert not actor.is_idle()
+
+
+async def test_waiting_extractions_run_oldest_first_once_no_turn_runs(paced: Any) -> None:
+    """Two turns at once: the first to complete does not extract while the other's model call
+    runs; once that one is over and the conversation quiet, both run, oldest first."""
+    cluster = paced(quiet_s=0.3, max_wait_s=60)
+    conv = extracting_conversation(
+        cluster.store,
+        [
+            {"match": "quick", "reply": "done", "delay_s": 0.3},
+            {"match": "slow", "reply": "done", "delay_s": 2.5},
+        ],
+    )
+    acks = [await cluster.post_message(conv, text, "user-1") for text in ("quick", "slow")]
+    for ack in acks:
+        assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+    first, last = sorted(acks, key=lambda a: cluster.store.turns.get(a.turn_id).completed_at)
+    assert cluster.store.context.get(conv, "ran") is None  # the first waited for the other
+    await async_wait_for(lambda: extraction_settled(cluster, first.turn_id), timeout=20)
+    await async_wait_for(lambda: extraction_settled(cluster, last.turn_id), timeout=20)
+    assert cluster.store.context.get(conv, "ran") == last.turn_id  # run last: oldest first
+    assert cluster.actors[conv].state.extracting == {}
+
+
+async def test_an_extraction_that_waited_too_long_runs_beside_a_turn(paced: Any) -> None:
+    """A conversation that never quiets still gets its memories: an extraction that waited
+    ``extraction_max_wait_s`` runs while another turn's model call is running."""
+    cluster = paced(quiet_s=60, max_wait_s=0.3)
+    conv = extracting_conversation(
+        cluster.store,
+        [{"match": "quick", "reply": "done"}, {"match": "slow", "reply": "done", "delay_s": 3.0}],
+    )
+    quick = await cluster.post_message(conv, "quick", "user-1")
+    assert await ended(cluster, quick.turn_id) is TurnStatus.COMPLETED
+    slow = await cluster.post_message(conv, "slow", "user-1")
+    await async_wait_for(
+        lambda: cluster.store.context.get(conv, "ran") == quick.turn_id, timeout=20
+    )
+    assert cluster.store.turns.get(slow.turn_id).status is TurnStatus.ACTIVE
+    assert await ended(cluster, slow.turn_id) is TurnStatus.COMPLETED
+
+
 async def test_an_extraction_cut_by_a_crash_runs_again(
     cluster: InProcessCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
