@@ -8,8 +8,8 @@ writes it) and ``nohooks``. Turns back to back, the two series alternating in ro
 
 - ``statements_per_turn_*``: SQL statements the store ran per turn (the actor's and the hook
   tasks'), counted on the engine, extraction included;
-- ``turn_*_p50/p99_ms``: message posted → turn completed (the extraction of turn N overlaps
-  turn N+1, as on Ray);
+- ``turn_*_p50/p99_ms``: message posted → turn completed (extractions wait for a quiet moment,
+  as on Ray: after each round, which waits for them before the next);
 - ``setup_read_us``: the agent's setup as a turn gets it (``TurnSteps.load_setup``, unchanged
   library), ``hook_task_read_us``: one hook task read from the library, ``hook_input_us``: the
   context hook's input built (each the best of 5 rounds of 300 calls).
@@ -41,6 +41,18 @@ def best_us(fn: Callable[[], object], n: int = 300) -> float:
     return round(min(rounds), 1)
 
 
+async def extractions_stored(store: Any, conversation_id: str, polling: list[bool]) -> None:
+    """Until no memory extraction of the conversation is pending (they wait for a quiet
+    moment, ``WONDER_EXTRACTION_QUIET_S``); ``polling`` is set while this reads the store."""
+    while True:
+        polling[0] = True
+        pending = store.pending_extractions.list(conversation_id)
+        polling[0] = False
+        if not pending:
+            return
+        await asyncio.sleep(0.01)
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     from sqlalchemy import event
 
@@ -51,9 +63,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     store = cluster.store
     setup = setup_store(store)
     statements = [0]
+    polling = [False]  # this script's own reads are not counted
 
     def count(*_: Any) -> None:
-        statements[0] += 1
+        if not polling[0]:
+            statements[0] += 1
 
     event.listen(store.db.engine, "before_cursor_execute", count)
     actors = {}
@@ -67,10 +81,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     counted: dict[str, int] = dict.fromkeys(actors, 0)
     for _ in range(args.rounds):
         for name, actor in actors.items():
-            await asyncio.sleep(0.05)  # the other series' last extraction ends
+            await extractions_stored(store, actor.id, polling)  # none of another round's
             before = statements[0]
             samples[name] += await timed_turns(actor, args.turns)
-            await asyncio.sleep(0.05)  # this series' last extraction ends
+            await extractions_stored(store, actor.id, polling)  # this round's are counted
             counted[name] += statements[0] - before
     n = args.turns * args.rounds
 

@@ -5,6 +5,9 @@ store in a temp dir. The model is a zero-latency scripted echo and the persona h
 what is measured is Wonder's own overhead. Figures:
 
 - ``actor_rtt_p50_ms``: a plain Ray async actor round trip (the baseline, same run);
+  ``task_rtt_from_actor_p50_ms``: a no-op Ray task from an async actor;
+  ``member_call_from_actor_p50_ms``: a no-op call from an async actor to an actor shaped as an
+  executor pool member (sync, one call at a time), awaited as a hook's call is: a hook's floor;
 - ``turn_overhead_p50/p99_ms``: message posted → turn completed through the Conversation actor's
   handle, with both hooks (context assembly and memory extraction as executor tasks);
 - ``turn_overhead_nohooks_p50_ms``: the same without hooks;
@@ -58,6 +61,14 @@ def _noop() -> int:
     return 1
 
 
+class _Member:
+    """Shaped as an executor pool member (a sync actor running one call at a time on its main
+    thread), doing nothing: what a hook's call costs before any work."""
+
+    def run(self, task_json: str, task_input: dict[str, Any]) -> dict[str, Any]:
+        return {"success": True, "result": None}
+
+
 class Pinger:
     async def ping(self) -> int:
         return 1
@@ -73,6 +84,21 @@ class Pinger:
             t0 = time.perf_counter()
             await noop.remote()
             samples.append(time.perf_counter() - t0)
+        return samples
+
+    async def member_rtts(self, n: int, task_input: dict[str, Any]) -> list[float]:
+        """Round trips of a no-op call to a pool-member-shaped actor from this actor, awaited as
+        the pool's caller awaits it: the floor of a hook on the pool."""
+        import ray
+
+        member: Any = ray.remote(_Member).options(num_cpus=0, max_concurrency=1).remote()
+        await member.run.remote("{}", task_input)
+        samples = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            await asyncio.wrap_future(member.run.remote("{}", task_input).future())
+            samples.append(time.perf_counter() - t0)
+        ray.kill(member)
         return samples
 
 
@@ -337,8 +363,16 @@ async def main_async(args: argparse.Namespace, store: Any, port: int) -> dict[st
     # A hook is an executor task: a plain Ray task from an actor is its floor.
     task_rtts = await pinger.task_rtts.remote(args.turns)
     progress(f"plain task round trip from an actor p50 {ms(task_rtts)['p50']} ms")
+    # A hook on the pool is a call to a member from the conversation actor: its floor.
+    hook_like = {"query": "m0", "recent_messages": [{"role": "user", "content": "m"}] * 20}
+    member_rtts = await pinger.member_rtts.remote(args.turns, hook_like)
+    progress(f"no-op call to a pool-shaped actor from an actor p50 {ms(member_rtts)['p50']} ms")
 
-    results: dict[str, Any] = {"actor_rtt": ms(rtts), "task_rtt": ms(task_rtts)}
+    results: dict[str, Any] = {
+        "actor_rtt": ms(rtts),
+        "task_rtt": ms(task_rtts),
+        "member_rtt": ms(member_rtts),
+    }
     # The series alternate in rounds, so a change of load on a shared machine hits them alike.
     series: dict[str, str] = {}
     samples: dict[str, list[float]] = {}
@@ -523,6 +557,7 @@ def main() -> None:
     summary = {
         "actor_rtt_p50_ms": results["actor_rtt"]["p50"],
         "task_rtt_from_actor_p50_ms": results["task_rtt"]["p50"],
+        "member_call_from_actor_p50_ms": results["member_rtt"]["p50"],
         "turn_overhead_p50_ms": results["turn_hooks"]["p50"],
         "turn_overhead_p99_ms": results["turn_hooks"]["p99"],
         "turn_overhead_nohooks_p50_ms": results["turn_nohooks"]["p50"],
