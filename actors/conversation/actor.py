@@ -612,14 +612,14 @@ class ConversationActor:
         cancelled = sorted(self.state.turns) if self._bound else []
         for turn_id in cancelled:
             await self.cancel_turn(turn_id, reason)
+        self._waiting.clear()  # first: an extraction cancelled below starts no other
+        if self._pace_timer is not None:
+            self._pace_timer.cancel()
+            self._pace_timer = None
         extractions = [self._work[t] for t in self.state.extracting if t in self._work]
         for work in extractions:  # nothing left to extract memories for
             work.cancel()
         await asyncio.gather(*extractions, return_exceptions=True)
-        self._waiting.clear()
-        if self._pace_timer is not None:
-            self._pace_timer.cancel()
-            self._pace_timer = None
         if self._held_flush is not None:  # settled extractions of turns about to be deleted
             self._held_flush.cancel()
             self._held_flush = None

@@ -428,6 +428,37 @@ async def test_waiting_extractions_run_oldest_first_once_no_turn_runs(paced: Any
     assert cluster.actors[conv].state.extracting == {}
 
 
+async def test_deleting_the_conversation_starts_none_of_its_waiting_extractions(
+    paced: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A conversation being deleted cancels the extraction running and starts none of those
+    still waiting (their turns go with it)."""
+    runs = tmp_path / "extractions"
+    monkeypatch.setenv("WONDER_TEST_EXTRACTIONS", str(runs))
+    cluster = paced(quiet_s=0.2, max_wait_s=60)
+    slow = task_tool(
+        cluster.store,
+        "extract",
+        [{"kind": "python", "params": {"callable": "tests.callables:extract_once_slowly"}}],
+    )
+    conv = conversation(
+        cluster.store,
+        [{"reply": "one"}, {"reply": "two"}],
+        memory_extraction_task_id=slow.target_id,
+    )
+    turns = []
+    for text in ("a", "b"):
+        ack = await cluster.post_message(conv, text, "user-1")
+        assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
+        turns.append(ack.turn_id)
+    # The first waited for quiet, then started (and hangs); the second waits its turn.
+    await async_wait_for(lambda: runs.exists() and runs.read_text().split(), timeout=20)
+    actor = cluster.actors[conv]
+    await actor.shutdown()
+    await asyncio.sleep(1.0)  # what a started extraction would have written by now
+    assert runs.read_text().split() == [turns[0]]
+
+
 async def test_an_extraction_that_waited_too_long_runs_beside_a_turn(paced: Any) -> None:
     """A conversation that never quiets still gets its memories: an extraction that waited
     ``extraction_max_wait_s`` runs while another turn's model call is running."""
