@@ -19,7 +19,7 @@ import json
 import os
 from typing import Any
 
-from harness import inprocess_cluster, ms, timed_turns
+from harness import extractions_stored, inprocess_cluster, ms, timed_turns
 
 SLOW = "benchmarks.extraction_off_path:slow_extraction"
 
@@ -69,7 +69,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     for _ in range(args.rounds):
         for name, conversation_id in conversations.items():
             samples[name] += await timed_turns(cluster.actor(conversation_id), args.turns)
-    await asyncio.sleep(args.extraction_ms / 1000 * 2)  # let the last extractions end
+    for conversation_id in conversations.values():  # the last extractions end
+        await extractions_stored(store, conversation_id)
     return {name: ms(values) for name, values in samples.items()}
 
 

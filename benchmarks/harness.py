@@ -3,6 +3,7 @@ percentiles. Each benchmark starts its own Ray (own temp dir, free ports) and te
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
@@ -38,6 +39,26 @@ def ms(seconds: list[float]) -> dict[str, float]:
         "p99": round(pct(values, 0.99), 2),
         "mean": round(statistics.fmean(values), 2),
     }
+
+
+async def extractions_stored(
+    store: Any, conversation_id: str, polling: list[bool] | None = None
+) -> float:
+    """Seconds until no memory extraction of the conversation is pending in the store
+    (extractions wait for a quiet moment, ``WONDER_EXTRACTION_QUIET_S``). ``polling[0]`` is set
+    while this reads the store (a caller counting statements leaves these out)."""
+    flag = polling if polling is not None else [False]
+    t0 = time.perf_counter()
+    while True:
+        flag[0] = True
+        try:
+            pending = store.pending_extractions.list(conversation_id)  # on the loop: nothing
+            # else of this process runs meanwhile (hook_path.py counts the rest's statements)
+        finally:
+            flag[0] = False
+        if not pending:
+            return time.perf_counter() - t0
+        await asyncio.sleep(0.01)
 
 
 def inprocess_cluster() -> Any:

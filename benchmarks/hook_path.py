@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from harness import inprocess_cluster, ms, setup_store, timed_turns
+from harness import extractions_stored, inprocess_cluster, ms, setup_store, timed_turns
 
 
 def best_us(fn: Callable[[], object], n: int = 300) -> float:
@@ -39,18 +39,6 @@ def best_us(fn: Callable[[], object], n: int = 300) -> float:
             fn()
         rounds.append((time.perf_counter() - t0) / n * 1e6)
     return round(min(rounds), 1)
-
-
-async def extractions_stored(store: Any, conversation_id: str, polling: list[bool]) -> None:
-    """Until no memory extraction of the conversation is pending (they wait for a quiet
-    moment, ``WONDER_EXTRACTION_QUIET_S``); ``polling`` is set while this reads the store."""
-    while True:
-        polling[0] = True
-        pending = store.pending_extractions.list(conversation_id)
-        polling[0] = False
-        if not pending:
-            return
-        await asyncio.sleep(0.01)
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:

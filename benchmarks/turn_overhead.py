@@ -51,7 +51,14 @@ import random
 import time
 from typing import Any
 
-from harness import conversations, local_system, ms, reporter, setup_store
+from harness import (
+    conversations,
+    extractions_stored,
+    local_system,
+    ms,
+    reporter,
+    setup_store,
+)
 
 progress = reporter("turn_overhead")
 ROUNDS = 3  # rounds the actor-handle series alternate in
@@ -192,14 +199,6 @@ async def _gateway_turns(
     return samples, replies
 
 
-async def _settled(store: Any, conv_id: str) -> float:
-    """Seconds until no memory extraction of the conversation is pending in the store."""
-    t0 = time.perf_counter()
-    while await asyncio.to_thread(store.pending_extractions.list, conv_id):
-        await asyncio.sleep(0.01)
-    return time.perf_counter() - t0
-
-
 async def _paused_turns(
     series: dict[str, str], pauses: int, low: float, high: float
 ) -> dict[str, list[float]]:
@@ -338,7 +337,7 @@ async def _gateway_series(
         completed, replies = await _gateway_turns(port, setup["key"], conv.id, turns, acks, 10)
         results[f"gateway{suffix}"], results[f"gateway_reply{suffix}"] = ms(completed), ms(replies)
         results[f"gateway_ack{suffix}"] = ms(acks)
-        await _settled(store, conv.id)
+        await extractions_stored(store, conv.id)
         progress(f"ack via gateway WebSocket ({name}): {results[f'gateway_ack{suffix}']}")
         progress(f"turn via gateway WebSocket ({name}): {results[f'gateway{suffix}']}")
         progress(f"reply via gateway WebSocket ({name}): {results[f'gateway_reply{suffix}']}")
@@ -383,14 +382,14 @@ async def main_async(args: argparse.Namespace, store: Any, port: int) -> dict[st
             store, client_id=setup["client_id"], agent_id=setup["agents"][name].id
         )
         await _actor_turns(conv.id, 10)  # warm: actor, executor workers, imports
-        await _settled(store, conv.id)
+        await extractions_stored(store, conv.id)
         series[name], samples[name] = conv.id, []
     _load("actor")
     for round_ in range(ROUNDS):
         for name, conv_id in series.items():
             share = args.turns // ROUNDS + (1 if round_ < args.turns % ROUNDS else 0)
             samples[name] += await _actor_turns(conv_id, share, acks if name == "hooks" else None)
-            drained = await _settled(store, conv_id)
+            drained = await extractions_stored(store, conv_id)
             if name == "hooks":
                 drains.append(drained)
     _load("actor")
