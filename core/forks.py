@@ -101,7 +101,7 @@ def recent_turn_ids_visible(store: Store, conversation_id: str, last: int) -> li
     """The ids of the newest ``last`` turns visible in the conversation, oldest first (a fork's
     inherited turns count as its own)."""
     if not store.forks.lineage(conversation_id):
-        return [t.id for t in store.turns.list(conversation_id, last=last)]
+        return list(store.turns.recent_ids(conversation_id, last))
     return [turn.id for turn, _seen in store.forks.turns(conversation_id)][-last:]
 
 

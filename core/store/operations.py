@@ -286,6 +286,19 @@ class TurnOps(StoreOps):
             found = [Turn.model_validate_json(r) for r in c.execute(query).scalars()]
         return sorted(found, key=lambda turn: turn.id)
 
+    def recent_ids(self, conversation_id: str, last: int) -> Sequence[str]:
+        """The ids of the conversation's newest ``last`` turns, oldest first (no turn is read:
+        a turn's context needs only which turns are recent)."""
+        t = schema.turns
+        query = (
+            select(t.c.id)
+            .where(t.c.conversation_id == conversation_id)
+            .order_by(t.c.id.desc())
+            .limit(last)
+        )
+        with self._read() as c:
+            return sorted(c.execute(query).scalars())
+
 
 class MessageOps(StoreOps):
     def insert(self, message: Message, conn: Connection | None = None) -> Message:

@@ -154,6 +154,20 @@ def test_a_failed_transaction_gives_back_its_rows_and_numbers(store: Store) -> N
     assert [t.id for t in store.turns.list(conversation.id)] == [turn.id]
 
 
+def test_recent_turn_ids_are_the_newest_oldest_first(store: Store) -> None:
+    conversation = create_conversation(store, client_id="c")
+    turns = [_turn(conversation.id) for _ in range(5)]
+    for turn in turns:
+        store.turns.insert(turn)
+    ids = sorted(t.id for t in turns)  # the store orders turns by id (time-ordered)
+    assert store.turns.recent_ids(conversation.id, 3) == ids[-3:]
+    assert store.turns.recent_ids(conversation.id, 10) == ids
+    assert store.turns.recent_ids(conversation.id, 3) == [
+        t.id for t in store.turns.list(conversation.id, last=3)
+    ]
+    assert store.turns.recent_ids(create_conversation(store, client_id="c").id, 3) == []
+
+
 def test_deleting_a_conversation_deletes_the_tree_it_started(store: Store) -> None:
     root = create_conversation(store, client_id="c")
     child = create_conversation(store, client_id="c", started_by_conversation_id=root.id)
