@@ -55,7 +55,8 @@ def next_extraction(
 ) -> RunNow | CheckAt | None:
     """What to do with the ``waiting`` extractions (oldest first) at ``now``.
 
-    ``quiet_since``: when the conversation's last turn step ended (``None``: one is running).
+    ``quiet_since``: when the conversation's turns last did something (a message, a step's
+    outcome; ``None``: a turn's step is running now).
     ``None`` back: nothing waits."""
     if not waiting:
         return None
