@@ -69,7 +69,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     counted: dict[str, int] = dict.fromkeys(actors, 0)
     for _ in range(args.rounds):
         for name, actor in actors.items():
-            await extractions_stored(store, actor.id, polling)  # none of another round's
+            await extractions_stored(store, actor.id, polling)  # its warm-up's are not counted
             before = statements[0]
             samples[name] += await timed_turns(actor, args.turns)
             await extractions_stored(store, actor.id, polling)  # this round's are counted
