@@ -3,8 +3,11 @@ writer's process hands its frames to, and each process's listener that feeds its
 
 A writer (a conversation actor, the gateway's intake, the async-operations runner) publishes
 after its commit, fire-and-forget; frames published in one turn of its event loop travel in one
-call. A process with subscribers (a gateway replica) runs one listener per event loop: it watches
-the conversations its subscriptions follow and long-polls the hub for their frames
+call. Token deltas wait up to ``token_linger_s`` (``WONDER_TOKEN_LINGER_MS``) for company: the
+next durable event (which goes at once and takes them along) or more deltas, so a quick reply's
+tokens and its commit travel, are relayed and reach a WebSocket as one batch. A process with
+subscribers (a gateway replica) runs one listener per event loop: it watches the conversations
+its subscriptions follow and long-polls the hub for their frames
 (``LONG_POLL_S``); every ``STORE_POLL_S`` it also reads the store's last seqs, and a subscription
 that has still not heard of what the store held a poll earlier reads the store (the fallback for a
 publish lost with its process). A hub that restarted (a new epoch) or forgot the listener is told
@@ -26,6 +29,7 @@ from cluster import placement
 from cluster.naming import HUB_NAME, named_detached
 from core.event_feed import EventFeed
 from core.event_hub import Batch, EventHub, HubDelivery, HubWatch
+from core.event_order import lingers
 from core.ids import new_id
 from core.jsontypes import JsonObject
 from core.store import Store
@@ -50,12 +54,16 @@ def hub_handle() -> Any:
 
 class RayEventPublisher:
     """``EventListeners``: hands frames to the hub; what one event-loop turn publishes goes in
-    one call (a reply's token deltas, a commit's events)."""
+    one call (a commit's events), and token deltas wait up to ``token_linger_s`` to go with
+    what follows them (``lingers``)."""
 
-    def __init__(self, hub: Callable[[], Any] = hub_handle) -> None:
+    def __init__(self, hub: Callable[[], Any] = hub_handle, token_linger_s: float = 0.0) -> None:
         self._hub = hub
+        self._linger_s = token_linger_s
         self._buffer: list[Batch] = []
         self._in_flight: set[Any] = set()
+        self._soon = False  # a flush is due at the end of this event-loop turn
+        self._lingering = False  # a flush is due when the buffered deltas' linger is over
 
     def publish(self, conversation_id: str, frames: Sequence[JsonObject]) -> None:
         self._buffer.append((conversation_id, list(frames)))
@@ -64,10 +72,22 @@ class RayEventPublisher:
         except RuntimeError:  # a thread without a loop (the gateway's store calls): send now
             self.flush()
             return
-        if len(self._buffer) == 1:
-            loop.call_soon(self.flush)
+        if self._soon:
+            return
+        if self._linger_s > 0 and all(lingers(frame) for frame in frames):
+            if not self._lingering:
+                self._lingering = True
+                loop.call_later(self._linger_s, self._linger_over)
+            return
+        self._soon = True
+        loop.call_soon(self.flush)
+
+    def _linger_over(self) -> None:
+        if self._lingering:  # not flushed meanwhile with a durable event
+            self.flush()
 
     def flush(self) -> None:
+        self._soon = self._lingering = False
         batches, self._buffer = self._buffer, []
         if not batches:
             return

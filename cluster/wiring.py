@@ -54,10 +54,10 @@ class ActorLifecycle:
 # --------------------------------------------------------------------------- shared pieces
 
 
-@functools.lru_cache(maxsize=1)
-def event_publisher() -> RayEventPublisher:
+@functools.lru_cache(maxsize=4)
+def event_publisher(token_linger_ms: float) -> RayEventPublisher:
     """This process's way to publish conversation events (to the events hub)."""
-    return RayEventPublisher()
+    return RayEventPublisher(token_linger_s=token_linger_ms / 1000)
 
 
 @functools.lru_cache(maxsize=8)
@@ -67,7 +67,7 @@ def _conversations(key: EnvKey) -> RayConversations:
     store = store_for_settings(settings)
     return RayConversations(
         lambda: directory_handle(env, settings.max_resident_conversations, conversation_ports),
-        Intake(store, event_publisher()),
+        Intake(store, event_publisher(settings.token_linger_ms)),
         lambda: event_listener(store, str(key)).feed,
     )
 
@@ -120,7 +120,7 @@ def _tool_ports(key: EnvKey) -> ToolPorts:
         conversations=conversations(env),
         workflows=workflows(env),
         mcp=RayMcpTools(env),
-        listeners=event_publisher(),
+        listeners=event_publisher(settings.token_linger_ms),
     )
 
 

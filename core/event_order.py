@@ -99,6 +99,13 @@ class SeqOrder:
             self.last_seq = seq
 
 
+def lingers(frame: JsonObject) -> bool:
+    """Whether a published frame may wait a few ms to travel with what follows it: a token delta
+    may (the next delta, or its reply's stored ``message``, is usually a few ms behind, and the
+    words are the same whenever they arrive); every other frame goes at once."""
+    return frame.get("type") == "token" and frame.get("seq") is None
+
+
 def coalesce(frames: list[JsonObject]) -> list[JsonObject]:
     """Merge consecutive token deltas of one turn into one frame (a subscriber that fell behind
     gets fewer, larger deltas instead of a backlog)."""

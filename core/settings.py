@@ -118,6 +118,14 @@ class Settings(BaseSettings):
         le=3600,
         description="How often the scheduler reads agents' memory upkeep policies",
     )
+    token_linger_ms: float = Field(
+        10.0,
+        ge=0,
+        le=1000,
+        description="A reply's token deltas wait up to this long to be published with what "
+        "follows them (more deltas, or the reply's stored message): fewer relays per reply, "
+        "each delta at most this much later (0: every delta at once)",
+    )
     extraction_quiet_s: float = Field(
         0.5,
         ge=0,
