@@ -367,8 +367,11 @@ class RayConversations:
         active turn (the actor starts the turn once activated); otherwise by the actor, which
         applies the concurrency policy."""
         chosen_id = message_id or new_id("msg")
+        unsent = message_id is None  # made up here: until it is sent, nothing can have stored it
 
         def post(actor: Any) -> Awaitable[MessageAck]:
+            nonlocal unsent
+            first_send, unsent = unsent, False
             posted: Awaitable[MessageAck] = actor.post_message.remote(
                 content,
                 author,
@@ -376,6 +379,7 @@ class RayConversations:
                 source=source,
                 reply_to_message_id=reply_to_message_id,
                 agent_id=agent_id,
+                first_send=first_send,
             )
             return posted
 
@@ -385,6 +389,7 @@ class RayConversations:
         if reached:
             return cast(MessageAck, known)
         if self._intake is not None:
+            unsent = False  # the intake may store it
             ack = await asyncio.to_thread(
                 self._intake.acknowledge,
                 conversation_id,

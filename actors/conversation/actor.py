@@ -638,13 +638,18 @@ class ConversationActor:
         source: MessageSource = "human",
         reply_to_message_id: str | None = None,
         agent_id: str | None = None,
+        first_send: bool = False,
     ) -> MessageAck:
         """Persist a user message and its turn, start (or queue) the turn, acknowledge the ids.
 
         ``agent_id`` (or an ``@agent`` mention of a participant) picks which agent answers.
+        A ``message_id`` stored already is a retry: its ack again. ``first_send``: the caller
+        made ``message_id`` up for this call and sends it for the first time, so nothing can
+        have stored it (no store read; a duplicate would still fail the commit's unique key and
+        be answered as a retry).
         """
         self._touch()
-        if message_id is not None:
+        if message_id is not None and not first_send:
             existing = existing_ack(self.store, self.id, message_id)
             if existing is not None:
                 return self._picked_up(existing)

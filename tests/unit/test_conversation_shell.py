@@ -554,6 +554,27 @@ async def test_the_actor_picks_up_a_message_acknowledged_before_it_started(
     assert await ended(cluster, ack.turn_id) is TurnStatus.COMPLETED
 
 
+async def test_a_first_send_that_was_stored_already_is_answered_as_a_retry(
+    cluster: InProcessCluster,
+) -> None:
+    """``first_send`` skips the store read of a retry: a caller that got it wrong (or an id made
+    twice) still stores the message once, and the duplicate gets the first one's ack."""
+    conv = conversation(cluster.store, [{"reply": "answer to {{last_user}}"}])
+    actor = cluster.actor(conv)
+    message_id = new_id("msg")
+    first = await actor.post_message("once", "user-1", message_id=message_id, first_send=True)
+    assert await ended(cluster, first.turn_id) is TurnStatus.COMPLETED
+    again = await actor.post_message("once", "user-1", message_id=message_id, first_send=True)
+    assert (again.turn_id, again.message_id, again.seq) == (
+        first.turn_id,
+        first.message_id,
+        first.seq,
+    )
+    stored = [m for m in cluster.store.messages.list(conv) if m.role is MessageRole.USER]
+    assert [m.id for m in stored] == [message_id]
+    assert len(cluster.store.turns.list(conv)) == 1
+
+
 async def test_while_its_actor_holds_the_log_no_one_else_appends(
     cluster: InProcessCluster,
 ) -> None:
