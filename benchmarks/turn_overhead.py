@@ -22,7 +22,11 @@ what is measured is Wonder's own overhead. Figures:
   comes back to waits (Ray ends idle worker processes after 1 s); ``paused_turn_nohooks_*`` the
   same without hooks, alternating with them;
 - ``gateway_turn_overhead_p50/p99_ms``: the same through the gateway WebSocket (send a message
-  frame → receive ``turn.completed``; skipped with ``--actor-only``);
+  frame → receive ``turn.completed``; skipped with ``--actor-only``), and
+  ``gateway_over_actor_p50`` its p50 over the actor series' (series run one after the other);
+- ``paired_actor_turn_p50_ms`` / ``paired_gateway_turn_p50_ms``: both hooks, one turn through
+  the actor's handle and one over the gateway WebSocket taking turns (two conversations), so
+  both meet the same load; ``gateway_over_actor_paired_p50`` their ratio;
 - ``reactivation_p50/p99_ms``: message to an evicted conversation → acknowledged, beside
   ``bare_actor_start_p50_ms``: a bare named detached actor created and called once (its floor);
 - ``load_1m``: the machine's 1-minute load average as each series began and ended (``actor``,
@@ -152,51 +156,89 @@ async def _actor_turns(conv_id: str, n: int, acks: list[float] | None = None) ->
     return samples
 
 
-async def _gateway_turns(
-    port: int, key: str, conv_id: str, n: int, acks: list[float] | None = None, warm: int = 0
-) -> tuple[list[float], list[float]]:
-    """Message frame → the agent's ``message`` event (the reply, what the user waits for), and
-    message frame → ``turn.completed`` (memory extraction runs after it, seed 001); ``acks``:
-    message frame → its ``ack`` frame. The first ``warm`` turns are not counted. One WebSocket
-    for all of them, opened on a conversation with no turns yet: a second one opened from seq 0
-    would replay the first one's turns, and their frames would be taken for the new turns'."""
+async def _gateway_socket(port: int, key: str, conv_id: str) -> Any:
+    """A WebSocket on a conversation with no turns yet, the replay of ``conversation_started``
+    drained. Use one for all of a series' turns: a second one opened from seq 0 would replay the
+    first one's turns, and their frames would be taken for the new turns'."""
     import websockets
 
     url = f"ws://127.0.0.1:{port}/v1/conversations/{conv_id}/stream?after_seq=0"
+    ws = await websockets.connect(
+        url, additional_headers={"Authorization": f"Bearer {key}"}, max_size=None
+    )
+    await ws.send(json.dumps({"type": "ping", "id": "warm"}))
+    while json.loads(await ws.recv()).get("type") != "pong":
+        pass
+    return ws
+
+
+async def _gateway_turn(
+    ws: Any, i: int, acks: list[float] | None = None, replies: list[float] | None = None
+) -> float:
+    """One turn over ``ws``: message frame → ``turn.completed`` (memory extraction runs after
+    it, seed 001); ``replies``: message frame → the agent's ``message`` event (the reply, what
+    the user waits for); ``acks``: message frame → its ``ack`` frame."""
+    t0 = time.perf_counter()
+    await ws.send(json.dumps({"type": "message", "content": f"g{i}", "id": f"m{i}"}))
+    # The turn's events may overtake its ack: done when both are in.
+    turn_id: str | None = None
+    completed: set[str] = set()
+    while turn_id is None or turn_id not in completed:
+        frame = json.loads(await ws.recv())
+        kind = str(frame.get("type"))
+        FRAMES[kind] = FRAMES.get(kind, 0) + 1
+        if kind == "ack" and frame.get("id") == f"m{i}":
+            turn_id = str(frame.get("turn_id"))
+            if acks is not None:
+                acks.append(time.perf_counter() - t0)
+        message = frame.get("message") or {}
+        if kind == "message" and message.get("role") == "agent" and replies is not None:
+            replies.append(time.perf_counter() - t0)
+        if kind == "turn.completed":
+            completed.add(str(frame.get("turn_id")))
+        if kind in ("turn.failed", "error"):
+            raise RuntimeError(frame)
+    return time.perf_counter() - t0
+
+
+async def _gateway_turns(
+    port: int, key: str, conv_id: str, n: int, acks: list[float] | None = None, warm: int = 0
+) -> tuple[list[float], list[float]]:
+    """``n`` turns over one WebSocket (``_gateway_turn``); the first ``warm`` are not counted."""
     samples: list[float] = []
     replies: list[float] = []
-    async with websockets.connect(
-        url, additional_headers={"Authorization": f"Bearer {key}"}, max_size=None
-    ) as ws:
-        # Drain the replay of conversation_started.
-        await ws.send(json.dumps({"type": "ping", "id": "warm"}))
-        while json.loads(await ws.recv()).get("type") != "pong":
-            pass
-        for i in range(warm + n):
-            counted = i >= warm
-            t0 = time.perf_counter()
-            await ws.send(json.dumps({"type": "message", "content": f"g{i}", "id": f"m{i}"}))
-            # The turn's events may overtake its ack: done when both are in.
-            turn_id: str | None = None
-            completed: set[str] = set()
-            while turn_id is None or turn_id not in completed:
-                frame = json.loads(await ws.recv())
-                kind = str(frame.get("type"))
-                FRAMES[kind] = FRAMES.get(kind, 0) + 1
-                if kind == "ack" and frame.get("id") == f"m{i}":
-                    turn_id = str(frame.get("turn_id"))
-                    if acks is not None and counted:
-                        acks.append(time.perf_counter() - t0)
-                message = frame.get("message") or {}
-                if kind == "message" and message.get("role") == "agent" and counted:
-                    replies.append(time.perf_counter() - t0)
-                if kind == "turn.completed":
-                    completed.add(str(frame.get("turn_id")))
-                if kind in ("turn.failed", "error"):
-                    raise RuntimeError(frame)
-            if counted:
-                samples.append(time.perf_counter() - t0)
+    ws = await _gateway_socket(port, key, conv_id)
+    try:
+        for i in range(warm):
+            await _gateway_turn(ws, i)
+        for i in range(warm, warm + n):
+            samples.append(await _gateway_turn(ws, i, acks, replies))
+    finally:
+        await ws.close()
     return samples, replies
+
+
+async def _paired_turns(
+    port: int, key: str, actor_conv: str, gateway_conv: str, n: int
+) -> tuple[list[float], list[float]]:
+    """``n`` pairs of turns, one through the actor's handle and one over the gateway's
+    WebSocket, taking turns (which goes first alternates): both series see the same machine
+    at the same moment, so their ratio does not move with the load between series."""
+    actor: list[float] = []
+    gateway: list[float] = []
+    ws = await _gateway_socket(port, key, gateway_conv)
+    try:
+        for i in range(10):  # warm
+            await _gateway_turn(ws, i)
+        for i in range(10, 10 + n):
+            if i % 2:
+                actor += await _actor_turns(actor_conv, 1)
+            gateway.append(await _gateway_turn(ws, i))
+            if not i % 2:
+                actor += await _actor_turns(actor_conv, 1)
+    finally:
+        await ws.close()
+    return actor, gateway
 
 
 async def _paused_turns(
@@ -329,6 +371,16 @@ async def _gateway_series(
     from core.conversations import create_conversation
 
     results: dict[str, Any] = {}
+    convs = [
+        create_conversation(store, client_id=setup["client_id"], agent_id=setup["agents"][n].id)
+        for n in ("hooks", "hooks")
+    ]
+    await _actor_turns(convs[0].id, 10)
+    actor, gateway = await _paired_turns(port, setup["key"], convs[0].id, convs[1].id, turns)
+    results["paired_actor"], results["paired_gateway"] = ms(actor), ms(gateway)
+    for conv in convs:
+        await extractions_stored(store, conv.id)
+    progress(f"paired turns via actor / via gateway WebSocket (hooks): {ms(actor)} / {ms(gateway)}")
     for name, suffix in (("hooks", ""), ("nohooks", "_nohooks")):
         conv = create_conversation(
             store, client_id=setup["client_id"], agent_id=setup["agents"][name].id
@@ -591,10 +643,15 @@ def main() -> None:
                 "gateway_reply_p99_ms": results["gateway_reply"]["p99"],
                 "gateway_reply_nohooks_p50_ms": results["gateway_reply_nohooks"]["p50"],
                 "gateway_ack_p50_ms": results["gateway_ack"]["p50"],
-                "gateway_frames_per_turn": round(sum(FRAMES.values()) / (2 * (args.turns + 10)), 1),
+                "gateway_frames_per_turn": round(sum(FRAMES.values()) / (3 * (args.turns + 10)), 1),
                 "gateway_frames": FRAMES,
                 "gateway_over_actor_p50": round(
                     results["gateway"]["p50"] / results["turn_hooks"]["p50"], 2
+                ),
+                "paired_actor_turn_p50_ms": results["paired_actor"]["p50"],
+                "paired_gateway_turn_p50_ms": results["paired_gateway"]["p50"],
+                "gateway_over_actor_paired_p50": round(
+                    results["paired_gateway"]["p50"] / results["paired_actor"]["p50"], 2
                 ),
             }
         )
