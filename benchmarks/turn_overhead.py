@@ -371,9 +371,10 @@ async def _gateway_series(
     from core.conversations import create_conversation
 
     results: dict[str, Any] = {}
+    hooks_agent = setup["agents"]["hooks"].id
     convs = [
-        create_conversation(store, client_id=setup["client_id"], agent_id=setup["agents"][n].id)
-        for n in ("hooks", "hooks")
+        create_conversation(store, client_id=setup["client_id"], agent_id=hooks_agent)
+        for _ in range(2)  # one followed through the actor, one over the WebSocket
     ]
     await _actor_turns(convs[0].id, 10)
     actor, gateway = await _paired_turns(port, setup["key"], convs[0].id, convs[1].id, turns)
